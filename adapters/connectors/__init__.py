@@ -1,0 +1,1 @@
+"""Source and sink connectors (runtime side)."""

@@ -1,0 +1,108 @@
+"""Writing target/: artifacts, the per-model compile cache and the whole-project fingerprint.
+
+The fingerprint lets an unchanged project skip compiling without importing sqlglot or Jinja.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rivc.compiler.locate import DEFAULT_PATHS, find_profiles, list_project_files
+
+CACHE_DIR = ".rivc"
+FINGERPRINT = "fingerprint.json"
+CACHE = "compile_cache.pickle"
+FORMAT = 1
+
+
+def _env_digest(env: Mapping[str, str], names: list[str]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(names):
+        h.update(f"{name}={env.get(name)!r}\0".encode())  # values are hashed, never stored
+    return h.hexdigest()
+
+
+def fingerprint(root: Path, paths: Mapping[str, str], command: Any, env: Mapping[str, str],
+                env_names: list[str]) -> str:
+    """A hash over every project file, the profile, the command's options and the env vars read."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps([FORMAT, command], sort_keys=True, default=str).encode())
+    for rel in list_project_files(root, paths):
+        h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+    profiles = find_profiles(root, env)
+    if profiles is not None and not profiles.is_relative_to(root):
+        h.update(str(profiles).encode() + b"\0" + profiles.read_bytes())
+    h.update(_env_digest(env, env_names).encode())
+    return h.hexdigest()
+
+
+def up_to_date(target: Path, root: Path, command: Any, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The stored summary when nothing changed since the last identical command, else None."""
+    try:
+        stored = json.loads((target / CACHE_DIR / FINGERPRINT).read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        paths = stored.get("paths", DEFAULT_PATHS)
+        if stored.get("digest") != fingerprint(root, paths, command, env, stored["env"]):
+            return None
+    except (OSError, KeyError):
+        return None
+    if not all((target / f).is_file() for f in stored.get("outputs", ())):
+        return None
+    summary: dict[str, Any] = stored.get("summary", {})
+    return summary
+
+
+def save_fingerprint(target: Path, root: Path, paths: Mapping[str, str], command: Any,
+                     env: Mapping[str, str], env_names: list[str], outputs: list[str],
+                     summary: dict[str, Any]) -> None:
+    data = {"digest": fingerprint(root, paths, command, env, env_names), "paths": dict(paths),
+            "env": sorted(env_names), "outputs": outputs, "summary": summary}
+    _atomic_write(target / CACHE_DIR / FINGERPRINT, json.dumps(data))
+
+
+def load_cache(target: Path) -> Any:
+    from rivc.compiler import CompileCache
+
+    try:
+        with open(target / CACHE_DIR / CACHE, "rb") as fh:
+            version, cache = pickle.load(fh)
+        if version == FORMAT and isinstance(cache, CompileCache):
+            return cache
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError):
+        pass
+    return CompileCache()
+
+
+def save_cache(target: Path, cache: Any) -> None:
+    path = target / CACHE_DIR / CACHE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump((FORMAT, cache), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def write_artifacts(target: Path, files: Mapping[str, str]) -> None:
+    """Replace target/compiled with `files`, and write the rest; each file atomically."""
+    compiled = target / "compiled"
+    if compiled.exists():
+        shutil.rmtree(compiled)
+    for rel, text in files.items():
+        _atomic_write(target / rel, text)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+

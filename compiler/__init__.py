@@ -1,0 +1,23 @@
+"""rivc.compiler: project files in, compiled Spark SQL and a manifest out. Never imports pyspark.
+
+Names are imported lazily, so the CLI's up-to-date check does not pay for sqlglot and Jinja.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "CompileCache": "build", "CompiledProject": "build", "CompileOptions": "build",
+    "analyze": "build", "compile_project": "build", "CompileFailed": "errors",
+    "RivcError": "errors", "SourceLocation": "errors", "find_project_root": "locate",
+    "load_project": "project",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -1,0 +1,94 @@
+"""Compiled project -> {path under target/: text}: manifest, graph, compiled Spark SQL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from .build import VERSION, CompiledProject
+from .graph import Node
+from .redact import redact
+from .specs import NodeId
+
+MANIFEST_SCHEMA_VERSION = 1
+
+
+def compiled_path(node: Node, incremental: bool = False) -> str:
+    suffix = ".incremental.sql" if incremental else ".sql"
+    return f"compiled/{node.kind}/{node.name}{suffix}"
+
+
+def ephemeral_parents(compiled: CompiledProject, nid: NodeId) -> list[Node]:
+    """Ephemeral models `nid` reads, directly or through other ephemerals, in dependency order."""
+    graph = compiled.graph
+    found: set[NodeId] = set()
+    stack = list(graph.parents(nid))
+    while stack:
+        parent = graph.nodes[stack.pop()]
+        if parent.kind == "model" and parent.config.get("materialized") == "ephemeral" and \
+                parent.id not in found:
+            found.add(parent.id)
+            stack += graph.parents(parent.id)
+    return [graph.nodes[n] for n in graph.order(found)]
+
+
+def final_sql(compiled: CompiledProject, node: Node, sql: str) -> str:
+    """The node's SQL with ephemeral models inlined as leading CTEs."""
+    ephemerals = ephemeral_parents(compiled, node.id)
+    if not ephemerals:
+        return sql
+    tree = sqlglot.parse_one(sql, read="spark")
+    ctes = [exp.CTE(this=sqlglot.parse_one(e.sql or "", read="spark"),
+                    alias=exp.TableAlias(this=exp.to_identifier(e.name, quoted=True)))
+            for e in ephemerals]
+    existing = tree.args.get("with")
+    tree.set("with", exp.With(expressions=ctes + (existing.expressions if existing else [])))
+    return tree.sql(dialect="spark", pretty=True) + "\n"
+
+
+def artifacts(compiled: CompiledProject) -> dict[str, str]:
+    """Every file compile writes under target/, as text."""
+    files: dict[str, str] = {}
+    graph = compiled.graph
+    selected = set(compiled.selected)
+    manifest_nodes: dict[str, Any] = {}
+    for nid in graph.order():
+        node = graph.nodes[nid]
+        entry: dict[str, Any] = {
+            "kind": node.kind, "name": node.name, "path": node.path.as_posix(),
+            "description": node.description, "tags": list(node.tags), "config": node.config,
+            "depends_on": graph.parents(nid), "checksum": node.checksum,
+            "columns": node.columns, "compiled_path": None,
+        }
+        entry.update({k: v for k, v in node.extra.items() if k != "spec_path"})
+        ephemeral = node.kind == "model" and node.config.get("materialized") == "ephemeral"
+        if nid in selected and node.sql is not None:
+            path = compiled_path(node)
+            files[path] = final_sql(compiled, node, node.sql) if not ephemeral else node.sql
+            entry["compiled_path"] = path
+            if node.sql_incremental is not None:
+                inc = compiled_path(node, incremental=True)
+                files[inc] = final_sql(compiled, node, node.sql_incremental)
+                entry["compiled_incremental_path"] = inc
+        manifest_nodes[nid] = entry
+    manifest = {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "rivc_version": VERSION,
+        "project": compiled.project.name,
+        "params": redact({k: _jsonable(v) for k, v in compiled.params.items()}),
+        "selected": compiled.selected,
+        "nodes": manifest_nodes,
+    }
+    files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
+    files["graph.json"] = json.dumps({
+        "nodes": [{"id": n, "kind": graph.nodes[n].kind} for n in graph.order()],
+        "edges": [list(e) for e in graph.edges()],
+    }, indent=2) + "\n"
+    return files
+
+
+def _jsonable(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)

@@ -1,0 +1,237 @@
+"""Compile-time specs of connector `config:` blocks, and the columns a source is known to produce.
+
+The runtime side of each connector lives in rivc.adapters.connectors; this module only knows
+what a valid configuration looks like, so `rivc compile` can check it without Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from .specs import Spec, StrList, _as_tuple
+
+# --------------------------------------------------------------------------- sources
+
+
+class DatagenConfig(Spec):
+    pattern: Literal["orders", "users", "pageviews"]
+    events_per_second: float = Field(1, ge=0)
+    max_events: int = Field(0, ge=0)
+    stream_name: str = "datagen"
+    seed: int | None = None
+    cdc_mode: bool = False
+    stream: bool = False
+
+
+class FilesSourceConfig(Spec):
+    path: str
+    format: Literal["json", "jsonl", "csv", "parquet"] = "parquet"
+    stream: bool = False
+    max_files_per_trigger: int | None = Field(None, gt=0)
+    header: bool = True
+    delimiter: str = ","
+    options: dict[str, str | int | bool] = {}
+
+
+class RelationalConfig(Spec):
+    """postgres and mysql take their settings on the table itself; `config:` stays empty."""
+
+
+# Columns each datagen pattern produces (Spark SQL types); cdc_mode wraps them in an envelope.
+DATAGEN_COLUMNS: dict[str, dict[str, str]] = {
+    "orders": {"order_id": "bigint", "customer_id": "bigint", "product": "string",
+               "quantity": "int", "total": "decimal(10,2)", "status": "string",
+               "created_at": "timestamp"},
+    "users": {"user_id": "bigint", "name": "string", "email": "string", "created_at": "timestamp"},
+    "pageviews": {"page_url": "string", "user_id": "bigint", "timestamp": "timestamp",
+                  "referrer": "string"},
+}
+CDC_COLUMNS = {"op": "string", "ts": "timestamp"}  # plus before/after structs of the pattern
+
+
+def datagen_columns(config: DatagenConfig) -> dict[str, str]:
+    cols = DATAGEN_COLUMNS[config.pattern]
+    if not config.cdc_mode:
+        return dict(cols)
+    struct = "struct<" + ",".join(f"{k}:{v}" for k, v in cols.items()) + ">"
+    return {"op": "string", "before": struct, "after": struct, "ts": "timestamp"}
+
+
+# --------------------------------------------------------------------------- sinks
+
+Compression = Literal["snappy", "gzip", "lz4", "zstd", "none"]
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B|B)?\s*$", re.I)
+_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1024, "mib": 1024**2,
+          "gib": 1024**3}
+
+
+def parse_size(value: int | str) -> int:
+    """'128MB' -> 128000000; plain integers are bytes."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(value)
+    if not m:
+        raise ValueError(f"{value!r} is not a size such as 128MB")
+    return int(m.group(1)) * _UNITS[(m.group(2) or "b").lower()]
+
+
+class DeltaSinkConfig(Spec):
+    table_uri: str
+    mode: Literal["append", "overwrite", "merge"] = "append"
+    merge_keys: StrList = ()
+    partition_by: StrList = ()
+    compression: Compression = "snappy"
+    target_file_size: int | None = Field(None, gt=0)
+    table_properties: dict[str, str] = {}
+    schema_evolution: Literal["strict", "add_columns"] = "strict"
+    storage_options: dict[str, str] = {}
+
+    _tuple = field_validator("merge_keys", "partition_by", mode="before")(_as_tuple)
+
+    @model_validator(mode="after")
+    def _keys(self) -> DeltaSinkConfig:
+        if self.mode == "merge" and not self.merge_keys:
+            raise ValueError("mode merge needs merge_keys")
+        return self
+
+
+class CsvOptions(Spec):
+    delimiter: str = Field(",", min_length=1, max_length=1)
+    header: bool = True
+    quote: str = Field('"', min_length=1, max_length=1)
+    null_value: str = ""
+
+
+class FilesSinkConfig(Spec):
+    path: str
+    format: Literal["parquet", "csv", "jsonl", "json", "avro"] = "parquet"
+    compression: Literal["snappy", "zstd", "gzip", "lz4", "brotli", "none"] | None = None
+    row_group_size: int | None = Field(None, gt=0)
+    partitioning: Literal["none", "day", "hour", "columns"] = "none"
+    partition_by: StrList = ()
+    time_column: str | None = None
+    max_file_size: int | str | None = None
+    csv: CsvOptions = CsvOptions()
+    avro_namespace: str = "rivc"
+    avro_record_name: str | None = None
+    storage_options: dict[str, str] = {}
+
+    _tuple = field_validator("partition_by", mode="before")(_as_tuple)
+
+    @field_validator("max_file_size")
+    @classmethod
+    def _size(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            parse_size(value)
+        return value
+
+    @model_validator(mode="after")
+    def _combination(self) -> FilesSinkConfig:
+        if self.partitioning == "columns" and not self.partition_by:
+            raise ValueError("partitioning columns needs partition_by")
+        if self.partition_by and self.partitioning != "columns":
+            raise ValueError("partition_by needs partitioning: columns")
+        text = self.format in ("csv", "jsonl", "json")
+        if text and self.compression not in (None, "none", "gzip", "zstd"):
+            raise ValueError(f"{self.format} files take compression gzip, zstd or none")
+        if self.format == "avro" and self.compression not in (None, "none", "snappy", "zstd"):
+            raise ValueError("avro files take compression snappy, zstd or none")
+        return self
+
+
+class StdoutSinkConfig(Spec):
+    pretty: bool = False
+    limit: int | None = Field(None, gt=0)
+
+
+class IcebergCatalog(Spec):
+    type: Literal["sql", "rest"] = "sql"
+    uri: str | None = None
+    warehouse: str | None = None
+    credential: str | None = None
+    token: str | None = None
+
+
+class IcebergPartition(Spec):
+    field: str
+    transform: Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"] = "identity"
+    buckets: int | None = Field(None, gt=0)
+    width: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _args(self) -> IcebergPartition:
+        if self.transform == "bucket" and not self.buckets:
+            raise ValueError("transform bucket needs buckets")
+        if self.transform == "truncate" and not self.width:
+            raise ValueError("transform truncate needs width")
+        return self
+
+
+class IcebergSinkConfig(Spec):
+    catalog: IcebergCatalog = IcebergCatalog()
+    namespace: str
+    table: str
+    mode: Literal["append", "overwrite", "upsert"] = "append"
+    key_fields: StrList = ()
+    partitioning: tuple[IcebergPartition, ...] = ()
+    schema_evolution: Literal["strict", "add_columns", "full"] = "strict"
+    compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+
+    _tuple = field_validator("key_fields", mode="before")(_as_tuple)
+
+    @model_validator(mode="after")
+    def _keys(self) -> IcebergSinkConfig:
+        if self.mode == "upsert" and not self.key_fields:
+            raise ValueError("mode upsert needs key_fields")
+        return self
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorInfo:
+    name: str
+    kind: Literal["source", "sink"]
+    category: str
+    config: type[Spec]
+    description: str
+    relational: bool = False
+
+    def key_columns(self, config: Any) -> dict[str, tuple[str, ...]]:
+        """Config fields that name input columns, for compile-time checks."""
+        fields = {"merge_keys", "partition_by", "key_fields", "time_column"}
+        out: dict[str, tuple[str, ...]] = {}
+        for f in fields & set(type(config).model_fields):
+            value = getattr(config, f)
+            if value:
+                out[f] = (value,) if isinstance(value, str) else tuple(value)
+        if isinstance(config, IcebergSinkConfig) and config.partitioning:
+            out["partitioning"] = tuple(p.field for p in config.partitioning)
+        return out
+
+
+CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
+    (c.kind, c.name): c
+    for c in (
+        ConnectorInfo("postgres", "source", "database", RelationalConfig,
+                      "PostgreSQL tables and queries (JDBC), source-safe modes", relational=True),
+        ConnectorInfo("mysql", "source", "database", RelationalConfig,
+                      "MySQL and MariaDB tables and queries (JDBC)", relational=True),
+        ConnectorInfo("datagen", "source", "generate", DatagenConfig,
+                      "synthetic orders, users or pageviews; batch or stream"),
+        ConnectorInfo("files", "source", "storage", FilesSourceConfig,
+                      "a directory of json, csv or parquet files; batch or stream"),
+        ConnectorInfo("delta", "sink", "lakehouse", DeltaSinkConfig,
+                      "Delta Lake tables (delta-rs), exactly-once per batch"),
+        ConnectorInfo("iceberg", "sink", "lakehouse", IcebergSinkConfig,
+                      "Apache Iceberg tables (pyiceberg), exactly-once per batch"),
+        ConnectorInfo("files", "sink", "storage", FilesSinkConfig,
+                      "parquet, csv, jsonl, json or avro files, local or s3://"),
+        ConnectorInfo("stdout", "sink", "debug", StdoutSinkConfig, "JSON lines on standard output"),
+    )
+}

@@ -1,0 +1,87 @@
+"""The project DAG over networkx: nodes are source tables, models, sinks and tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import networkx as nx
+
+from .errors import GraphError, SourceLocation
+from .specs import NodeId
+
+Kind = Literal["source", "model", "sink", "test"]
+
+
+def node_id(kind: Kind, name: str) -> NodeId:
+    return NodeId(f"{kind}:{name}")
+
+
+@dataclass
+class Node:
+    """One node of the project as compile knows it; `config` is JSON-ready."""
+
+    id: NodeId
+    kind: Kind
+    name: str
+    path: Path
+    depends_on: list[NodeId] = field(default_factory=list)
+    tags: tuple[str, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    sql: str | None = None  # compiled Spark SQL (models, tests, sink inputs)
+    sql_incremental: str | None = None  # incremental models: the is_incremental() variant
+    columns: dict[str, str] | None = None  # name -> type ("" when not known)
+    checksum: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ProjectGraph:
+    """A stable view of the DAG: deterministic order, ancestors and descendants with depth."""
+
+    def __init__(self, nodes: Mapping[NodeId, Node]) -> None:
+        self.nodes = dict(nodes)
+        self._g: nx.DiGraph = nx.DiGraph()
+        self._g.add_nodes_from(sorted(self.nodes))
+        for node in self.nodes.values():
+            for dep in node.depends_on:
+                self._g.add_edge(dep, node.id)
+        self._check_acyclic()
+
+    def _check_acyclic(self) -> None:
+        try:
+            cycle = nx.find_cycle(self._g)
+        except nx.NetworkXNoCycle:
+            return
+        path = [u for u, _ in cycle] + [cycle[0][0]]
+        first = self.nodes[path[0]]
+        raise GraphError(f"dependency cycle: {' -> '.join(path)}", SourceLocation(first.path))
+
+    def order(self, subset: Iterable[NodeId] | None = None) -> list[NodeId]:
+        """Topological order, ties broken by node id, so output never changes between runs."""
+        g = self._g if subset is None else self._g.subgraph(subset)
+        return list(nx.lexicographical_topological_sort(g))
+
+    def upstream(self, nid: NodeId, depth: int | None = None) -> set[NodeId]:
+        return self._walk(nid, depth, reverse=True)
+
+    def downstream(self, nid: NodeId, depth: int | None = None) -> set[NodeId]:
+        return self._walk(nid, depth, reverse=False)
+
+    def _walk(self, nid: NodeId, depth: int | None, reverse: bool) -> set[NodeId]:
+        if depth is None:
+            return set(nx.ancestors(self._g, nid) if reverse else nx.descendants(self._g, nid))
+        g = self._g.reverse(copy=False) if reverse else self._g
+        lengths = nx.single_source_shortest_path_length(g, nid, cutoff=depth)
+        return {n for n in lengths if n != nid}
+
+    def parents(self, nid: NodeId) -> list[NodeId]:
+        return sorted(self._g.predecessors(nid))
+
+    def children(self, nid: NodeId) -> list[NodeId]:
+        return sorted(self._g.successors(nid))
+
+    def edges(self) -> list[tuple[NodeId, NodeId]]:
+        return sorted(self._g.edges())

@@ -1,0 +1,47 @@
+"""Where project files are; kept free of heavy imports for the CLI's up-to-date check."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import ProjectError
+
+PROJECT_FILE = "rivc_project.yml"
+PROFILES_FILE = "profiles.yml"
+DEFAULT_PATHS = {"models": "models", "sources": "sources", "sinks": "sinks", "macros": "macros",
+                 "tests": "tests"}
+
+
+def find_project_root(start: Path) -> Path:
+    """The nearest directory at or above `start` holding rivc_project.yml."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / PROJECT_FILE).is_file():
+            return folder
+    raise ProjectError(f"no {PROJECT_FILE} found in {start} or any parent directory")
+
+
+def find_profiles(root: Path, env: Mapping[str, str]) -> Path | None:
+    """profiles.yml in the project, then $RIVC_PROFILES_DIR, then ~/.rivc/."""
+    candidates = [root / PROFILES_FILE]
+    if env.get("RIVC_PROFILES_DIR"):
+        candidates.append(Path(env["RIVC_PROFILES_DIR"]) / PROFILES_FILE)
+    candidates.append(Path.home() / ".rivc" / PROFILES_FILE)
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
+    """Every project file compile reads, relative to root, sorted."""
+    files = [Path(PROJECT_FILE)]
+    if (root / PROFILES_FILE).is_file():
+        files.append(Path(PROFILES_FILE))
+    yml = ("*.yml", "*.yaml")
+    for key, patterns in (("sources", yml), ("sinks", yml),
+                          ("models", ("**/*.sql", "**/*.yml", "**/*.yaml")),
+                          ("macros", ("**/*.sql",)), ("tests", ("**/*.sql",))):
+        base = root / paths[key]
+        if base.is_dir():
+            for pattern in patterns:
+                files += [f.relative_to(root) for f in base.glob(pattern) if f.is_file()]
+    return sorted(set(files))

@@ -1,0 +1,243 @@
+"""Find a project, read its files and turn them into typed specs (the only place raw dicts live)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .connectors import CONNECTORS, ConnectorInfo, DatagenConfig, datagen_columns
+from .locate import PROJECT_FILE, find_profiles, list_project_files
+from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
+from .specs import (
+    ModelProps,
+    ProfileSpec,
+    ProjectSpec,
+    PropertiesFile,
+    SinkSpec,
+    SinksFile,
+    SourcesFile,
+    SourceSpec,
+    SourceTable,
+    Spec,
+    validate_doc,
+)
+from .yamlio import YamlDoc, YamlPath, load_yaml, parse_yaml
+
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A spec with the YAML document and path it came from, to point errors at its keys."""
+
+    doc: YamlDoc
+    at: YamlPath
+
+    def location(self, *keys: str | int) -> SourceLocation:
+        return self.doc.location((*self.at, *keys))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceTableDef:
+    source: SourceSpec
+    table: SourceTable
+    connector: ConnectorInfo
+    config: Spec
+    where: Located
+
+    @property
+    def fqn(self) -> str:
+        return f"{self.source.name}.{self.table.name}"
+
+    def known_columns(self) -> dict[str, str] | None:
+        """Declared columns, or the columns a generator is known to produce; None if unknown."""
+        if self.table.columns:
+            return dict(self.table.columns)
+        if isinstance(self.config, DatagenConfig):
+            return datagen_columns(self.config)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SinkDef:
+    spec: SinkSpec
+    connector: ConnectorInfo
+    config: Spec
+    where: Located
+
+
+@dataclass(frozen=True, slots=True)
+class SqlFile:
+    name: str
+    path: Path  # relative to the project root
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    root: Path
+    spec: ProjectSpec
+    profile: ProfileSpec
+    profile_path: Path | None
+    sources: dict[str, SourceTableDef]  # "shop.orders" -> table
+    sinks: dict[str, SinkDef]
+    models: dict[str, SqlFile]
+    properties: dict[str, tuple[ModelProps, Located]]
+    macros: tuple[SqlFile, ...]
+    tests: dict[str, SqlFile]
+    env_used: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def load_project_spec(root: Path, env: Mapping[str, str]) -> tuple[ProjectSpec, YamlDoc]:
+    doc = load_yaml(root, Path(PROJECT_FILE), env)
+    if not isinstance(doc.data, dict):
+        raise ProjectError("rivc_project.yml must be a mapping", doc.location(()))
+    return validate_doc(ProjectSpec, doc), doc
+
+
+def load_profile(root: Path, name: str, env: Mapping[str, str]) -> tuple[ProfileSpec, Path | None]:
+    path = find_profiles(root, env)
+    if path is None:
+        return ProfileSpec(), None
+    rel = path.relative_to(root) if path.is_relative_to(root) else path
+    doc = parse_yaml(path.read_text(encoding="utf-8"), rel, env)
+    data = doc.data or {}
+    if not isinstance(data, dict) or name not in data:
+        names = list(data) if isinstance(data, dict) else []
+        raise ProjectError(f"profile {name!r} not found in {path}{did_you_mean(name, names)}",
+                           doc.location(()))
+    return validate_doc(ProfileSpec, doc, (name,), data[name]), path
+
+
+def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
+    """Read every project file into typed specs; collect all spec errors, then raise them together."""
+    env = os.environ if env is None else env
+    spec, project_doc = load_project_spec(root, env)
+    profile, profile_path = load_profile(root, spec.profile, env)
+    files = list_project_files(root, spec.paths.model_dump())
+    errors: list[RivcError] = []
+    env_used = dict(project_doc.env_used)
+
+    def attempt(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except RivcError as exc:
+            errors.append(exc)
+            return None
+
+    p = spec.paths
+    sources: dict[str, SourceTableDef] = {}
+    sinks: dict[str, SinkDef] = {}
+    models: dict[str, SqlFile] = {}
+    properties: dict[str, tuple[ModelProps, Located]] = {}
+    macros: list[SqlFile] = []
+    tests: dict[str, SqlFile] = {}
+    for rel in files:
+        top = rel.parts[0]
+        if rel.suffix in (".yml", ".yaml") and top in (p.sources, p.sinks, p.models) and len(
+            rel.parts
+        ) > 1:
+            doc = attempt(load_yaml, root, rel, env)
+            if doc is None:
+                continue
+            env_used.update(doc.env_used)
+            if top == p.sources:
+                attempt(_add_sources, doc, profile, profile_path, sources)
+            elif top == p.sinks:
+                attempt(_add_sinks, doc, sinks)
+            else:
+                attempt(_add_properties, doc, properties)
+        elif rel.suffix == ".sql" and len(rel.parts) > 1:
+            text = (root / rel).read_text(encoding="utf-8")
+            sql = SqlFile(rel.stem, rel, text)
+            if top == p.models:
+                if rel.stem in models:
+                    errors.append(ProjectError(
+                        f"model {rel.stem!r} is also defined in {models[rel.stem].path}",
+                        SourceLocation(rel)))
+                models[rel.stem] = sql
+            elif top == p.macros:
+                macros.append(sql)
+            elif top == p.tests:
+                tests[rel.stem] = sql
+    for name, (_, where) in properties.items():
+        if name not in models:
+            errors.append(ProjectError(
+                f"properties for unknown model {name!r}{did_you_mean(name, models)}",
+                where.location("name")))
+    if errors:
+        raise CompileFailed(errors)
+    return Project(root, spec, profile, profile_path, sources, sinks, models, properties,
+                   tuple(macros), tests, env_used)
+
+
+def _add_sources(doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None,
+                 out: dict[str, SourceTableDef]) -> None:
+    parsed: SourcesFile = validate_doc(SourcesFile, doc)
+    for i, source in enumerate(parsed.sources):
+        at: YamlPath = ("sources", i)
+        info = CONNECTORS.get(("source", source.connector))
+        if info is None:
+            known = sorted(n for k, n in CONNECTORS if k == "source")
+            raise ProjectError(
+                f"unknown source connector {source.connector!r}{did_you_mean(source.connector, known)}"
+                f" (known: {', '.join(known)})", doc.location((*at, "connector")))
+        if info.relational:
+            if not source.connection:
+                raise ProjectError(f"source {source.name!r}: connector {source.connector} needs "
+                                   "connection", doc.location((*at, "connector")))
+            if profile_path is not None and source.connection not in profile.connections:
+                raise ProjectError(
+                    f"connection {source.connection!r} is not in {profile_path}"
+                    f"{did_you_mean(source.connection, profile.connections)}",
+                    doc.location((*at, "connection")))
+        for j, table in enumerate(source.tables):
+            tat: YamlPath = (*at, "tables", j)
+            if info.relational and not (table.table or table.query):
+                raise ProjectError(f"source table {source.name}.{table.name} needs table or query",
+                                   doc.location((*tat, "name")))
+            if not info.relational:
+                for key in ("table", "query", "cursor_column", "chunk_column", "time_column"):
+                    if getattr(table, key):
+                        raise ProjectError(f"{key} is for postgres and mysql sources; "
+                                           f"{source.connector} takes its settings under config",
+                                           doc.location((*tat, key)))
+            config = validate_doc(info.config, doc, (*tat, "config"), table.config)
+            fqn = f"{source.name}.{table.name}"
+            if fqn in out:
+                raise ProjectError(f"source table {fqn!r} is defined twice",
+                                   doc.location((*tat, "name")))
+            out[fqn] = SourceTableDef(source, table, info, config, Located(doc, tat))
+
+
+def _add_sinks(doc: YamlDoc, out: dict[str, SinkDef]) -> None:
+    parsed: SinksFile = validate_doc(SinksFile, doc)
+    for i, sink in enumerate(parsed.sinks):
+        at: YamlPath = ("sinks", i)
+        info = CONNECTORS.get(("sink", sink.connector))
+        if info is None:
+            known = sorted(n for k, n in CONNECTORS if k == "sink")
+            raise ProjectError(
+                f"unknown sink connector {sink.connector!r}{did_you_mean(sink.connector, known)}"
+                f" (known: {', '.join(known)})", doc.location((*at, "connector")))
+        if sink.name in out:
+            raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
+        config = validate_doc(info.config, doc, (*at, "config"), sink.config)
+        out[sink.name] = SinkDef(sink, info, config, Located(doc, at))
+
+
+def _add_properties(doc: YamlDoc, out: dict[str, tuple[ModelProps, Located]]) -> None:
+    parsed: PropertiesFile = validate_doc(PropertiesFile, doc)
+    for i, props in enumerate(parsed.models):
+        if props.name in out:
+            raise ProjectError(f"properties for model {props.name!r} are given twice",
+                               doc.location(("models", i, "name")))
+        out[props.name] = (props, Located(doc, ("models", i)))
+

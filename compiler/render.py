@@ -1,0 +1,225 @@
+"""Jinja rendering with dbt's meanings: ref, source, var, config, this, is_incremental, env_var."""
+
+from __future__ import annotations
+
+import ast
+import re
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from .errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
+from .specs import ModelConfig
+
+CONFIG_KEYS = frozenset(ModelConfig.model_fields)
+
+
+def source_relation(source: str, table: str) -> str:
+    """The temp view name the runner registers for a source table."""
+    return f"{source}__{table}"
+
+
+def quote(name: str) -> str:
+    return f"`{name}`"
+
+
+@dataclass
+class Rendered:
+    """What rendering one template produced and recorded."""
+
+    sql: str
+    refs: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # "shop.orders"
+    config: dict[str, tuple[Any, int | None]] = field(default_factory=dict)  # key -> (value, line)
+    env_used: dict[str, str | None] = field(default_factory=dict)
+    uses_is_incremental: bool = False
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What every template may see; one per compile, shared by all worker processes."""
+
+    models: frozenset[str]
+    sources: frozenset[str]
+    vars: Mapping[str, Any]
+    env: Mapping[str, str]
+    macros: tuple[tuple[str, str], ...]  # (path, text)
+
+
+class _State:
+    """The model being rendered; the functions the templates call record into it."""
+
+    def __init__(self, ctx: RenderContext) -> None:
+        self.ctx = ctx
+        self.name = ""
+        self.incremental = False
+        self.out = Rendered("")
+        self.line: int | None = None  # set by the fast path, which has no traceback to read
+
+    def ref(self, name: str, *rest: str) -> str:
+        if rest:
+            raise RenderError(f"ref() takes one model name, got {(name, *rest)!r}")
+        if name not in self.ctx.models:
+            raise GraphError(f"ref({name!r}): no such model{did_you_mean(name, self.ctx.models)}")
+        if name not in self.out.refs:
+            self.out.refs.append(name)
+        return quote(name)
+
+    def source(self, source: str, table: str) -> str:
+        fqn = f"{source}.{table}"
+        if fqn not in self.ctx.sources:
+            raise GraphError(f"source({source!r}, {table!r}): no such source table"
+                             f"{did_you_mean(fqn, self.ctx.sources)}")
+        if fqn not in self.out.sources:
+            self.out.sources.append(fqn)
+        return quote(source_relation(source, table))
+
+    def var(self, name: str, default: Any = ...) -> Any:
+        if name in self.ctx.vars:
+            return self.ctx.vars[name]
+        if default is ...:
+            raise RenderError(f"var({name!r}) is not defined in rivc_project.yml vars or --vars"
+                              f"{did_you_mean(name, self.ctx.vars)}")
+        return default
+
+    def env_var(self, name: str, default: Any = ...) -> Any:
+        value = self.ctx.env.get(name)
+        self.out.env_used[name] = value
+        if value is not None:
+            return value
+        if default is ...:
+            raise RenderError(f"env_var({name!r}): environment variable not set and no default")
+        return default
+
+    def config(self, **kwargs: Any) -> str:
+        for key, value in kwargs.items():
+            if key not in CONFIG_KEYS:
+                raise RenderError(f"config(): unknown key {key!r}{did_you_mean(key, CONFIG_KEYS)}")
+            self.out.config[key] = (value, self.line)
+        return ""
+
+    def is_incremental(self) -> bool:
+        self.out.uses_is_incremental = True
+        return self.incremental
+
+    @property
+    def this(self) -> str:
+        return quote(self.name)
+
+
+class _Loader(jinja2.BaseLoader):
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, Any]:
+        if template not in self.texts:
+            raise jinja2.TemplateNotFound(template)
+        return self.texts[template], template, lambda: True
+
+
+_FAST_CALL = re.compile(r"\{\{\s*([a-z_]+)\s*(\((?:[^{}()]|\([^{}()]*\))*\))?\s*\}\}")
+_FAST_FUNCS = frozenset({"ref", "source", "var", "config", "env_var", "is_incremental", "this"})
+
+
+class Renderer:
+    """Renders models and tests; one per process, reused for every template."""
+
+    def __init__(self, ctx: RenderContext) -> None:
+        self.ctx = ctx
+        self.state = _State(ctx)
+        self.loader = _Loader()
+        self.env = jinja2.Environment(loader=self.loader, undefined=jinja2.StrictUndefined,
+                                      autoescape=False, keep_trailing_newline=True, cache_size=0)
+        s = self.state
+        self.env.globals.update(ref=s.ref, source=s.source, var=s.var, env_var=s.env_var,
+                                config=s.config, is_incremental=s.is_incremental)
+        self.macro_names: set[str] = set()
+        for path, text in ctx.macros:
+            self._load_macros(path, text)
+
+    def _load_macros(self, path: str, text: str) -> None:
+        self.loader.texts[path] = text
+        try:
+            module = self.env.get_template(path).module
+        except jinja2.TemplateSyntaxError as exc:
+            raise RenderError(exc.message or str(exc), SourceLocation(Path(path), exc.lineno)) from exc
+        except (jinja2.UndefinedError, RivcError) as exc:
+            raise RenderError(str(exc), SourceLocation(Path(path))) from exc
+        for name in dir(module):
+            if not name.startswith("_"):
+                self.env.globals[name] = getattr(module, name)
+                self.macro_names.add(name)
+
+    def render(self, name: str, path: Path, text: str, incremental: bool = False) -> Rendered:
+        """Render one template; errors carry the template's path and line."""
+        s = self.state
+        s.name, s.incremental, s.out, s.line = name, incremental, Rendered(""), None
+        fast = self._render_fast(path, text)
+        if fast is not None:
+            s.out.sql = fast
+            return s.out
+        rel = path.as_posix()
+        self.loader.texts[rel] = text
+        try:
+            template = self.env.get_template(rel)
+        except jinja2.TemplateSyntaxError as exc:
+            raise RenderError(exc.message or "syntax error", SourceLocation(path, exc.lineno)) from exc
+        finally:
+            del self.loader.texts[rel]
+        try:
+            s.out.sql = template.render(this=s.this)
+        except (jinja2.UndefinedError, jinja2.TemplateError, RivcError, TypeError) as exc:
+            lines = [n for f, n in traceback.walk_tb(exc.__traceback__)
+                     if f.f_code.co_filename == rel]
+            loc = SourceLocation(path, lines[-1] if lines else None)
+            message = exc.message if isinstance(exc, RivcError) else str(exc)
+            cls = type(exc) if isinstance(exc, RivcError) else RenderError
+            raise cls(message, loc) from exc
+        return s.out
+
+    def _render_fast(self, path: Path, text: str) -> str | None:
+        """Templates made only of simple calls with literal arguments skip Jinja entirely."""
+        if "{%" in text or "{#" in text:
+            return None
+        parts: list[str] = []
+        pos = 0
+        for m in _FAST_CALL.finditer(text):
+            func, args = m.group(1), m.group(2)
+            if func not in _FAST_FUNCS or func in self.macro_names or (func == "this") != (not args):
+                return None
+            parsed = _literal_args(args) if args else ((), {})
+            if parsed is None:
+                return None
+            self.state.line = text.count("\n", 0, m.start()) + 1
+            try:
+                value = self.state.this if func == "this" else getattr(self.state, func)(
+                    *parsed[0], **parsed[1])
+            except RivcError as exc:
+                raise type(exc)(exc.message, SourceLocation(path, self.state.line)) from exc
+            except TypeError:
+                return None  # let Jinja produce its own message
+            parts += [text[pos:m.start()], str(value)]
+            pos = m.end()
+        rest = text[pos:]
+        if "{{" in rest or "}}" in rest:
+            return None
+        parts.append(rest)
+        return "".join(parts)
+
+
+def _literal_args(args: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    try:
+        call = ast.parse(f"f{args}", mode="eval").body
+        assert isinstance(call, ast.Call)
+        pos = tuple(ast.literal_eval(a) for a in call.args)
+        kw = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg}
+    except (SyntaxError, ValueError, AssertionError):
+        return None
+    if len(kw) != len(call.keywords):
+        return None
+    return pos, kw
+

@@ -1,0 +1,137 @@
+"""dbt's selection grammar: `orders+`, `+orders`, `2+orders`, `@orders`, `tag:x`, unions, intersections."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from .errors import SelectionError, did_you_mean
+from .graph import Node, ProjectGraph
+from .specs import NodeId
+
+_ATOM = re.compile(
+    r"^(?P<at>@)?(?:(?P<up_depth>\d*)(?P<up>\+))?(?:(?P<method>[a-z_]+(?:\.[a-z_]+)?):)?"
+    r"(?P<value>[^+@]+?)(?:(?P<down>\+)(?P<down_depth>\d*))?$"
+)
+METHODS = ("tag", "path", "source", "sink", "config")
+
+
+@dataclass(frozen=True, slots=True)
+class Atom:
+    method: str  # "" for a plain name
+    value: str
+    up: int | None = None  # None: no parents; -1: all
+    down: int | None = None
+    at: bool = False
+
+
+def parse_atom(text: str) -> Atom:
+    m = _ATOM.match(text)
+    if not m:
+        raise SelectionError(f"invalid selector {text!r}")
+    method = m["method"] or ""
+    if method and method.split(".")[0] not in METHODS:
+        raise SelectionError(f"unknown selector method {method!r} in {text!r}"
+                             f"{did_you_mean(method, METHODS)}")
+    up = (int(m["up_depth"]) if m["up_depth"] else -1) if m["up"] else None
+    down = (int(m["down_depth"]) if m["down_depth"] else -1) if m["down"] else None
+    if m["at"] and (up is not None or down is not None):
+        raise SelectionError(f"invalid selector {text!r}: @ does not combine with +")
+    return Atom(method, m["value"], up, down, bool(m["at"]))
+
+
+def select(graph: ProjectGraph, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> set[NodeId]:
+    """Node ids matching the selection (everything when `include` is empty), minus `exclude`.
+
+    Tests whose every parent is selected come along, as dbt's indirect selection does.
+    """
+    inc = [t for s in include for t in s.split()]
+    chosen = set(graph.nodes) if not inc else set().union(*(_intersect(graph, t) for t in inc))
+    exc = [t for s in exclude for t in s.split()]
+    if exc:
+        chosen -= set().union(*(_intersect(graph, t) for t in exc))
+    for node in graph.nodes.values():
+        if node.kind == "test" and node.id not in chosen and node.depends_on and all(
+            d in chosen for d in node.depends_on
+        ) and not any(node.id in _intersect(graph, t) for t in exc):
+            chosen.add(node.id)
+    return chosen
+
+
+def _intersect(graph: ProjectGraph, token: str) -> set[NodeId]:
+    parts = [p for p in token.split(",") if p]
+    if not parts:
+        raise SelectionError(f"invalid selector {token!r}")
+    result = _atom_nodes(graph, parse_atom(parts[0]))
+    for p in parts[1:]:
+        result &= _atom_nodes(graph, parse_atom(p))
+    return result
+
+
+def _atom_nodes(graph: ProjectGraph, atom: Atom) -> set[NodeId]:
+    base = _match(graph, atom)
+    out = set(base)
+    for nid in base:
+        if atom.at:
+            down = graph.downstream(nid)
+            out |= down
+            for d in (nid, *down):
+                out |= graph.upstream(d)
+            continue
+        if atom.up is not None:
+            out |= graph.upstream(nid, None if atom.up < 0 else atom.up)
+        if atom.down is not None:
+            out |= graph.downstream(nid, None if atom.down < 0 else atom.down)
+    return out
+
+
+def _match(graph: ProjectGraph, atom: Atom) -> set[NodeId]:
+    nodes = graph.nodes.values()
+    value = atom.value
+    method, _, key = atom.method.partition(".")
+
+    def glob(name: str) -> bool:
+        return fnmatch.fnmatchcase(name, value)
+
+    found: set[NodeId]
+    candidates: list[str]
+    if method == "":
+        found = {n.id for n in nodes if n.kind != "source" and glob(n.name)}
+        candidates = [n.name for n in nodes if n.kind != "source"]
+    elif method == "tag":
+        found = {n.id for n in nodes if any(glob(t) for t in n.tags)}
+        candidates = sorted({t for n in nodes for t in n.tags})
+    elif method == "path":
+        want = PurePosixPath(value.rstrip("/"))
+        found = {n.id for n in nodes
+                 if n.kind != "source" and (PurePosixPath(n.path.as_posix()) == want
+                                            or want in PurePosixPath(n.path.as_posix()).parents)}
+        candidates = sorted({p.as_posix() for n in nodes for p in (n.path, *n.path.parents[:-1])})
+    elif method == "source":
+        src, _, table = value.partition(".")
+        found = {n.id for n in nodes if n.kind == "source"
+                 and fnmatch.fnmatchcase(n.name.split(".")[0], src)
+                 and (not table or fnmatch.fnmatchcase(n.name.split(".")[1], table))}
+        candidates = sorted({n.name for n in nodes if n.kind == "source"}
+                            | {n.name.split(".")[0] for n in nodes if n.kind == "source"})
+    elif method == "sink":
+        found = {n.id for n in nodes if n.kind == "sink" and glob(n.name)}
+        candidates = [n.name for n in nodes if n.kind == "sink"]
+    else:  # config.<key>
+        found = {n.id for n in nodes if _config_matches(n, key, value)}
+        candidates = sorted({str(n.config.get(key)) for n in nodes if key in n.config})
+    if not found:
+        shown = f"{atom.method}:{value}" if atom.method else value
+        raise SelectionError(f"selector {shown!r} matches nothing{did_you_mean(value, candidates)}")
+    return found
+
+
+def _config_matches(node: Node, key: str, value: str) -> bool:
+    if key not in node.config:
+        return False
+    have = node.config[key]
+    items = have if isinstance(have, list | tuple) else [have]
+    return any(str(i).lower() == value.lower() for i in items)

@@ -1,0 +1,361 @@
+"""Typed specs of everything read from YAML: project, profiles, sources, sinks, properties."""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from typing import Annotated, Any, Literal, NewType, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ProjectError, did_you_mean
+from .redact import is_secret_key
+from .yamlio import YamlDoc, YamlPath
+
+NodeId = NewType("NodeId", str)  # "model:orders", "source:shop.orders", "sink:lake", "test:..."
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Spec(BaseModel):
+    """Base for everything read from YAML: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _identifier(value: str) -> str:
+    if not IDENT.match(value):
+        raise ValueError(f"{value!r} is not a valid name (letters, digits and _ only)")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1)]
+StrList = tuple[str, ...]
+
+
+def _as_tuple(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value
+
+
+# --------------------------------------------------------------------------- project
+
+
+class ModelConfig(Spec):
+    """A model's configuration: project `defaults`, then properties YAML, then `config(...)`."""
+
+    materialized: Literal["view", "table", "incremental", "ephemeral"] = "view"
+    unique_key: StrList = ()
+    tags: StrList = ()
+    incremental_strategy: Literal["append", "merge"] | None = None
+    partition_by: StrList = ()
+    on_schema_change: Literal["ignore", "fail", "append_new_columns", "sync_all_columns"] = "ignore"
+    enabled: bool = True
+
+    _tuple = field_validator("unique_key", "tags", "partition_by", mode="before")(_as_tuple)
+
+    @property
+    def strategy(self) -> Literal["append", "merge"]:
+        """merge when a unique_key is set, unless append is asked for."""
+        return self.incremental_strategy or ("merge" if self.unique_key else "append")
+
+
+class PathsSpec(Spec):
+    models: str = "models"
+    sources: str = "sources"
+    sinks: str = "sinks"
+    macros: str = "macros"
+    tests: str = "tests"
+
+
+class LintSpec(Spec):
+    disable: StrList = ()
+
+
+ParamValue = str | bool | int | float | None | Any  # dates stay dates (YAML parses them)
+
+
+class ProjectSpec(Spec):
+    name: Name
+    version: str | int | float | None = None
+    profile: str = "default"
+    vars: dict[str, Any] = {}
+    params: dict[str, ParamValue] = {}
+    paths: PathsSpec = PathsSpec()
+    defaults: ModelConfig = ModelConfig()
+    lint: LintSpec = LintSpec()
+
+    @field_validator("params")
+    @classmethod
+    def _param_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            _identifier(key)
+        return value
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+class SparkSpec(Spec):
+    master: str | None = None
+    remote: str | None = None
+    conf: dict[str, str | int | float | bool] = {}
+    jars: StrList = ()
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SparkSpec:
+        if self.master and self.remote:
+            raise ValueError("set either master or remote, not both")
+        return self
+
+
+class ConnectionSpec(Spec):
+    type: Literal["postgres", "mysql"]
+    host: str = "127.0.0.1"
+    port: int | None = None
+    user: str | None = None
+    password: str | None = None
+    password_env: str | None = None
+    url: str | None = None
+    url_env: str | None = None
+    database: str | None = None
+    options: dict[str, str | int | bool] = {}
+
+
+class ProfileSpec(Spec):
+    spark: SparkSpec = SparkSpec()
+    warehouse: str = "warehouse"
+    connections: dict[str, ConnectionSpec] = {}
+
+
+# --------------------------------------------------------------------------- sources
+
+TUNING_PROFILES: dict[str, dict[str, int]] = {
+    "fast": dict(batch_size=50_000, throttle_ms=0, statement_timeout_s=0, max_retries=1,
+                 retry_backoff_ms=1_000, lock_timeout_s=0),
+    "balanced": dict(batch_size=10_000, throttle_ms=50, statement_timeout_s=300, max_retries=3,
+                     retry_backoff_ms=2_000, lock_timeout_s=30),
+    "safe": dict(batch_size=2_000, throttle_ms=500, statement_timeout_s=120, max_retries=5,
+                 retry_backoff_ms=5_000, lock_timeout_s=10),
+}
+
+
+class TuningSpec(Spec):
+    profile: Literal["fast", "balanced", "safe"] = "balanced"
+    batch_size: int | None = Field(None, gt=0)
+    throttle_ms: int | None = Field(None, ge=0)
+    statement_timeout_s: int | None = Field(None, ge=0)
+    max_retries: int | None = Field(None, ge=0)
+    retry_backoff_ms: int | None = Field(None, ge=0)
+    lock_timeout_s: int | None = Field(None, ge=0)
+
+    def resolved(self) -> dict[str, int]:
+        """The profile's defaults with this spec's overrides applied."""
+        values = dict(TUNING_PROFILES[self.profile])
+        values.update({k: v for k, v in self.model_dump(exclude={"profile"}).items() if v is not None})
+        return values
+
+
+class MetaColumns(Spec):
+    exported_at: bool = False
+    row_hash: bool = False
+
+
+class SourceTable(Spec):
+    name: Name
+    description: str = ""
+    table: str | None = None
+    query: str | None = None
+    mode: Literal["full", "incremental", "chunked", "time_window"] = "full"
+    cursor_column: str | None = None
+    unique_key: StrList = ()
+    chunk_column: str | None = None
+    chunk_size: int = Field(100_000, gt=0)
+    parallel: int = Field(1, ge=1)
+    time_column: str | None = None
+    days_window: int | None = Field(None, gt=0)
+    columns: dict[str, str] = {}
+    config: dict[str, Any] = {}
+    skip_empty: bool = False
+    meta_columns: MetaColumns = MetaColumns()
+    on_schema_change: Literal["warn", "fail"] = "warn"
+
+    _tuple = field_validator("unique_key", mode="before")(_as_tuple)
+    _name = field_validator("name")(_identifier)
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> SourceTable:
+        needs = {"incremental": ("cursor_column",), "chunked": ("chunk_column",),
+                 "time_window": ("time_column", "days_window")}
+        for field in needs.get(self.mode, ()):
+            if getattr(self, field) is None:
+                raise ValueError(f"mode {self.mode} needs {field}")
+        if self.table and self.query:
+            raise ValueError("set either table or query, not both")
+        return self
+
+
+class SourceSpec(Spec):
+    name: Name
+    connector: str
+    connection: str | None = None
+    description: str = ""
+    tuning: TuningSpec = TuningSpec()
+    tables: tuple[SourceTable, ...] = Field(min_length=1)
+
+    _name = field_validator("name")(_identifier)
+
+
+class SourcesFile(Spec):
+    sources: tuple[SourceSpec, ...] = ()
+
+
+# --------------------------------------------------------------------------- sinks
+
+
+class ProcessingTime(Spec):
+    processing_time: str
+
+
+class SinkSpec(Spec):
+    name: Name
+    from_: str = Field(alias="from")
+    connector: str
+    description: str = ""
+    tags: StrList = ()
+    config: dict[str, Any] = {}
+    trigger: Literal["available_now", "once"] | ProcessingTime = "available_now"
+
+    _tuple = field_validator("tags", mode="before")(_as_tuple)
+    _name = field_validator("name")(_identifier)
+
+
+class SinksFile(Spec):
+    sinks: tuple[SinkSpec, ...] = ()
+
+
+# --------------------------------------------------------------------------- properties
+
+
+class TestConfig(Spec):
+    severity: Literal["warn", "error"] = "error"
+
+
+class NotNullTest(Spec):
+    config: TestConfig = TestConfig()
+
+
+class UniqueTest(Spec):
+    config: TestConfig = TestConfig()
+
+
+class AcceptedValuesTest(Spec):
+    values: tuple[str | int | float | bool, ...] = Field(min_length=1)
+    quote: bool = True
+    config: TestConfig = TestConfig()
+
+
+class RelationshipsTest(Spec):
+    to: str
+    field: str
+    config: TestConfig = TestConfig()
+
+
+GENERIC_TESTS: dict[str, type[Spec]] = {
+    "not_null": NotNullTest,
+    "unique": UniqueTest,
+    "accepted_values": AcceptedValuesTest,
+    "relationships": RelationshipsTest,
+}
+TestDef = str | dict[str, dict[str, Any]]
+
+
+class ColumnSpec(Spec):
+    name: Name
+    description: str = ""
+    data_type: str | None = None
+    data_tests: tuple[TestDef, ...] = Field((), alias="tests")
+
+
+class ModelProps(Spec):
+    name: Name
+    description: str = ""
+    config: ModelConfig = ModelConfig()
+    columns: tuple[ColumnSpec, ...] = ()
+
+
+class PropertiesFile(Spec):
+    version: int | None = None
+    models: tuple[ModelProps, ...] = ()
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_doc(cls: type[Spec], doc: YamlDoc, at: YamlPath = (), data: Any = None) -> Any:
+    """Validate `data` (default: the whole document) as `cls`; errors name file:line and key."""
+    value = doc.data if data is None else data
+    if value is None:
+        value = {}
+    try:
+        return cls.model_validate(value)
+    except ValidationError as exc:
+        raise spec_error(cls, exc, doc, at) from None
+
+
+def spec_error(cls: type[Spec], exc: ValidationError, doc: YamlDoc, at: YamlPath) -> ProjectError:
+    """Turn pydantic's first error into one clear line; never echo a secret value."""
+    err = exc.errors(include_url=False)[0]
+    loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
+    path = (*at, *loc)
+    key = ".".join(str(p) for p in path) or "(top level)"
+    etype = err["type"]
+    last = str(loc[-1]) if loc else ""
+    if etype == "extra_forbidden":
+        fields = _fields_at(cls, loc[:-1])
+        message = f"unknown key {key!r}{did_you_mean(last, fields)}"
+    elif etype == "missing":
+        message = f"missing required key {key!r}"
+    else:
+        detail = err["msg"].removeprefix("Value error, ")
+        shown = "" if is_secret_key(last) or isinstance(err.get("input"), dict | list) else (
+            f" (got {err.get('input')!r})"
+        )
+        message = f"invalid value for {key!r}: {detail}{shown}"
+    return ProjectError(message, doc.location(path))
+
+
+def _is_union_tag(part: Any) -> bool:
+    return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"})
+
+
+def _fields_at(cls: Any, loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the spec class reached by following `loc` from `cls` (best effort)."""
+    candidates: list[Any] = [cls]
+    for part in loc:
+        nxt: list[Any] = []
+        for c in candidates:
+            for t in _unwrap(c):
+                if isinstance(t, type) and issubclass(t, BaseModel) and isinstance(part, str):
+                    info = t.model_fields.get(part) or next(
+                        (f for f in t.model_fields.values() if f.alias == part), None
+                    )
+                    if info is not None:
+                        nxt.append(info.annotation)
+                elif typing.get_origin(t) in (list, tuple, dict):
+                    nxt.append(typing.get_args(t)[-1 if typing.get_origin(t) is dict else 0])
+        candidates = nxt
+    names: list[str] = []
+    for c in candidates:
+        for t in _unwrap(c):
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                names += [f.alias or n for n, f in t.model_fields.items()]
+    return names
+
+
+def _unwrap(t: Any) -> list[Any]:
+    origin = typing.get_origin(t)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(t)[0])
+    if origin in (Union, types.UnionType):
+        return [u for a in typing.get_args(t) for u in _unwrap(a)]
+    return [t]

@@ -1,0 +1,165 @@
+"""sqlglot validation: parse models and source queries, resolve columns, and the SQL lint facts."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, ParseError, TokenError
+from sqlglot.optimizer.qualify_columns import qualify_columns, validate_qualify_columns
+from sqlglot.optimizer.qualify_tables import qualify_tables
+from sqlglot.schema import MappingSchema
+
+from .errors import RivcError, SourceLocation, SqlError, did_you_mean
+
+logging.getLogger("sqlglot").setLevel(logging.ERROR)  # no "falling back to Command" chatter
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem found in the project: a stable rule id, its severity and the error itself."""
+
+    rule: str
+    severity: Severity
+    error: RivcError
+
+    @property
+    def location(self) -> SourceLocation | None:
+        return self.error.location
+
+    def __str__(self) -> str:
+        loc = f"{self.location}: " if self.location else ""
+        return f"{loc}{self.severity}: {self.error.message} [{self.rule}]"
+
+
+def position(sql: str, node: exp.Expression) -> tuple[int | None, int | None]:
+    """1-based line and column where `node` starts in `sql`, from the parser's token metadata."""
+    for n in node.walk():
+        start = n.meta.get("start") if n.meta else None
+        if start is not None:
+            line = sql.count("\n", 0, start) + 1
+            return line, start - (sql.rfind("\n", 0, start) + 1) + 1
+    return None, None
+
+
+def parse_error(exc: ParseError | TokenError, path: Path, line_offset: int = 0) -> SqlError:
+    if isinstance(exc, ParseError) and exc.errors:
+        first = exc.errors[0]
+        return SqlError(first["description"],
+                        SourceLocation(path, first["line"] + line_offset, first["col"]))
+    m = re.search(r"Line (\d+), Col: (\d+)", str(exc))
+    line = int(m.group(1)) + line_offset if m else None
+    return SqlError(str(exc).splitlines()[0], SourceLocation(path, line, int(m.group(2)) if m else None))
+
+
+def parse_query(sql: str, path: Path, dialect: str, what: str,
+                line_offset: int = 0) -> exp.Query:
+    """Exactly one query statement, or SqlError at its position."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except (ParseError, TokenError) as exc:
+        raise parse_error(exc, path, line_offset) from None
+    if not statements:
+        raise SqlError(f"{what} is empty", SourceLocation(path, 1 + line_offset))
+    if len(statements) > 1:
+        line, col = position(sql, statements[1])
+        raise SqlError(f"{what} must be one statement, found {len(statements)}",
+                       SourceLocation(path, (line or 1) + line_offset, col))
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        raise SqlError(f"{what} must be a SELECT, found {tree.key.upper()}",
+                       SourceLocation(path, 1 + line_offset, 1))
+    return tree
+
+
+_WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter,
+           exp.Command, exp.TruncateTable, exp.Lock)
+
+
+def check_read_only(tree: exp.Query, sql: str, path: Path, line_offset: int = 0) -> None:
+    """A source query may only read: no DML or DDL anywhere, no row locks (FOR UPDATE)."""
+    for node in tree.walk():
+        if isinstance(node, _WRITES) or (isinstance(node, exp.Select) and node.args.get("locks")):
+            what = "a row lock (FOR UPDATE/SHARE)" if isinstance(node, exp.Select | exp.Lock) else (
+                node.key.upper())
+            line, col = position(sql, node)
+            raise SqlError(f"a source query must be a read-only SELECT; found {what}",
+                           SourceLocation(path, (line or 1) + line_offset, col))
+
+
+def has_star(tree: exp.Query) -> bool:
+    """True when the query's output list contains * or t.*."""
+    return any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
+               for e in tree.selects)
+
+
+def output_columns(tree: exp.Query) -> list[str] | None:
+    """Output column names when they can be read without a schema (no star), else None."""
+    if has_star(tree):
+        return None
+    names = tree.named_selects
+    return names if all(names) else None
+
+
+def resolve_columns(tree: exp.Query, sql: str, path: Path,
+                    schema: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Qualify every column against `schema` (relation -> columns); return the output columns."""
+    ms = MappingSchema({k: dict(v) for k, v in schema.items()}, dialect="spark", normalize=False)
+    try:
+        qualified = qualify_tables(tree.copy(), dialect="spark")
+        qualified = qualify_columns(qualified, ms, expand_alias_refs=True, expand_stars=True,
+                                    dialect="spark")
+        validate_qualify_columns(qualified)
+    except OptimizeError as exc:
+        raise _column_error(str(exc), tree, sql, path, schema) from None
+    return list(qualified.named_selects)
+
+
+def _column_error(message: str, tree: exp.Query, sql: str, path: Path,
+                  schema: Mapping[str, Mapping[str, str]]) -> SqlError:
+    m = re.search(r"(?:Column '|Unknown column: )([^'\s]+)", message)
+    if m:
+        name = m.group(1).strip("`\"")
+        for col in tree.find_all(exp.Column):
+            if col.name == name:
+                line, c = position(sql, col)
+                known = {c for cols in schema.values() for c in cols}
+                return SqlError(f"unknown column {name!r}{did_you_mean(name, known)}",
+                                SourceLocation(path, line, c))
+    return SqlError(message.splitlines()[0], SourceLocation(path))
+
+
+NONDETERMINISTIC = frozenset({"rand", "random", "randn", "uuid", "now", "current_timestamp",
+                              "current_date", "localtimestamp", "unix_timestamp", "shuffle",
+                              "monotonically_increasing_id"})
+
+
+def nondeterministic_in_filters(tree: exp.Query, sql: str) -> list[tuple[str, int | None, int | None]]:
+    """(function, line, col) of non-deterministic calls inside WHERE and HAVING clauses."""
+    out = []
+    for clause in (*tree.find_all(exp.Where), *tree.find_all(exp.Having)):
+        for fn in clause.find_all(exp.Func):
+            name = (fn.name if isinstance(fn, exp.Anonymous) else fn.sql_name()).lower()
+            if name in NONDETERMINISTIC:
+                out.append((name, *position(sql, fn)))
+    return out
+
+
+def unconditioned_joins(tree: exp.Query, sql: str) -> list[tuple[int | None, int | None]]:
+    """Positions of joins without ON or USING (explicit CROSS JOIN or a comma join)."""
+    out = []
+    for join in tree.find_all(exp.Join):
+        if join.args.get("on") or join.args.get("using"):
+            continue
+        if isinstance(join.this, exp.Unnest | exp.Lateral) or join.args.get("kind") == "SEMI":
+            continue
+        out.append(position(sql, join.this))
+    return out

@@ -1,0 +1,237 @@
+"""Render and validate models on every core: per-model work runs in forked worker processes.
+
+Each model is owned by one worker for the whole compile, so the worker that parsed it keeps the
+tree for the column pass; only small results (SQL text, names, findings) cross process borders.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from sqlglot import exp
+
+from .errors import GraphError, ProjectError, RenderError, RivcError, SourceLocation, SqlError
+from .params import bind
+from .render import RenderContext, Renderer, source_relation
+from .specs import ModelConfig
+from .validate import (
+    Finding,
+    has_star,
+    nondeterministic_in_filters,
+    output_columns,
+    parse_query,
+    position,
+    resolve_columns,
+    unconditioned_joins,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTask:
+    name: str
+    path: str
+    text: str
+    config: dict[str, Any]  # project defaults and properties YAML, explicitly set keys only
+
+
+@dataclass
+class ModelResult:
+    """Everything compile learns about one model from its own file."""
+
+    name: str
+    config: dict[str, Any] = field(default_factory=dict)  # validated ModelConfig dump
+    refs: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    sql: str | None = None
+    sql_incremental: str | None = None
+    env_used: dict[str, str | None] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    star: tuple[int, int] | None = None  # position of a * in the output list
+    columns: list[str] | None = None  # output names when readable without a schema
+    parsed: bool = False
+
+    @property
+    def relations(self) -> list[str]:
+        """Relations the SQL reads (besides itself): refs, then source views."""
+        return self.refs + [source_relation(*s.split(".", 1)) for s in self.sources]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnTask:
+    name: str
+    path: str
+    sql: str
+    sql_incremental: str | None
+    schema: dict[str, dict[str, str]]
+
+
+@dataclass
+class ColumnResult:
+    name: str
+    columns: list[str] | None
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _finding(exc: RivcError) -> Finding:
+    rule = {GraphError: "RV002", SqlError: "RV001"}.get(type(exc), "RV011")
+    return Finding(rule, "error", exc)
+
+
+class Worker:
+    """Renders, parses and qualifies the models given to it; keeps their trees in memory."""
+
+    def __init__(self, ctx: RenderContext, params: Mapping[str, Any]) -> None:
+        self.renderer = Renderer(ctx)
+        self.params = params
+        self.trees: dict[tuple[str, bool], exp.Query] = {}
+
+    def models(self, tasks: Sequence[ModelTask]) -> list[ModelResult]:
+        return [self.model(t) for t in tasks]
+
+    def model(self, task: ModelTask) -> ModelResult:
+        path = Path(task.path)
+        res = ModelResult(task.name)
+        try:
+            full = self.renderer.render(task.name, path, task.text, False)
+        except RivcError as exc:
+            res.findings.append(_finding(exc))
+            return res
+        res.refs, res.sources, res.env_used = full.refs, full.sources, dict(full.env_used)
+        merged = dict(task.config)
+        merged.update({k: v for k, (v, _) in full.config.items()})
+        try:
+            config = ModelConfig.model_validate(merged)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            key = str(err["loc"][0]) if err["loc"] else ""
+            line = full.config.get(key, (None, None))[1]
+            res.findings.append(Finding("RV011", "error", ProjectError(
+                f"invalid config {key!r}: {err['msg']}", SourceLocation(path, line))))
+            return res
+        res.config = config.model_dump(mode="json")
+        res.sql = self._bind(full.sql, path, res)
+        if config.materialized == "incremental" and full.uses_is_incremental:
+            inc = self.renderer.render(task.name, path, task.text, True)
+            res.env_used.update(inc.env_used)
+            res.sql_incremental = self._bind(inc.sql, path, res)
+        if res.sql is None or (full.uses_is_incremental and config.materialized == "incremental"
+                               and res.sql_incremental is None):
+            return res
+        try:
+            tree = parse_query(res.sql, path, "spark", "a model")
+            tree_inc = (parse_query(res.sql_incremental, path, "spark", "a model")
+                        if res.sql_incremental else None)
+        except SqlError as exc:
+            res.findings.append(Finding("RV001", "error", exc))
+            return res
+        res.parsed = True
+        self.trees[(task.name, False)] = tree
+        if tree_inc is not None:
+            self.trees[(task.name, True)] = tree_inc
+        res.columns = output_columns(tree)
+        if has_star(tree):
+            star = next(e for e in tree.selects if isinstance(e, exp.Star | exp.Column))
+            line, col = position(res.sql, star)
+            res.star = (line or 1, col or 1)
+        for line, col in unconditioned_joins(tree, res.sql):
+            res.findings.append(Finding("RV008", "warning", SqlError(
+                "join without a condition (a cross join multiplies rows)",
+                SourceLocation(path, line, col))))
+        if tree_inc is not None and res.sql_incremental is not None:
+            before = {(n, ln) for n, ln, _ in nondeterministic_in_filters(tree, res.sql)}
+            for name, line, col in nondeterministic_in_filters(tree_inc, res.sql_incremental):
+                if (name, line) not in before:
+                    res.findings.append(Finding("RV007", "warning", SqlError(
+                        f"non-deterministic {name}() in an incremental filter: a re-run selects "
+                        "different rows; filter on a column of {{ this }} instead",
+                        SourceLocation(path, line, col))))
+        return res
+
+    def _bind(self, sql: str, path: Path, res: ModelResult) -> str | None:
+        bound, unbound = bind(sql, self.params, "spark")
+        for name, line, col in unbound:
+            res.findings.append(Finding("RV003", "error", RenderError(
+                f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
+                f"or pass --param {name}=...", SourceLocation(path, line, col))))
+        return None if unbound else bound
+
+    def columns(self, tasks: Sequence[ColumnTask]) -> list[ColumnResult]:
+        return [self.column(t) for t in tasks]
+
+    def column(self, task: ColumnTask) -> ColumnResult:
+        path = Path(task.path)
+        out = ColumnResult(task.name, None)
+        try:
+            tree = self.trees.get((task.name, False)) or parse_query(task.sql, path, "spark", "")
+            out.columns = resolve_columns(tree, task.sql, path, task.schema)
+            if task.sql_incremental:
+                own = {**task.schema, task.name: {c: "UNKNOWN" for c in out.columns}}
+                inc = self.trees.get((task.name, True)) or parse_query(
+                    task.sql_incremental, path, "spark", "")
+                resolve_columns(inc, task.sql_incremental, path, own)
+        except SqlError as exc:
+            out.findings.append(Finding("RV009", "error", exc))
+        return out
+
+
+def _serve(conn: Connection, worker: Worker) -> None:
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        op, tasks = msg
+        conn.send(getattr(worker, op)(tasks))
+
+
+class Pool:
+    """The calling process plus forked helpers; task i always goes to the same worker."""
+
+    def __init__(self, ctx: RenderContext, params: Mapping[str, Any], size: int) -> None:
+        self.local = Worker(ctx, params)
+        self.conns: list[Connection] = []
+        self.procs: list[Any] = []
+        if size > 1:
+            mp = multiprocessing.get_context("fork")
+            for _ in range(size - 1):
+                parent, child = mp.Pipe()
+                proc = mp.Process(target=_serve, args=(child, self.local), daemon=True)
+                proc.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(proc)
+
+    @property
+    def size(self) -> int:
+        return 1 + len(self.conns)
+
+    def run(self, op: str, tasks: Sequence[Any], owner: Mapping[str, int]) -> list[Any]:
+        """Run `op` over tasks, each on worker owner[task.name]; results in task order."""
+        shares: list[list[Any]] = [[] for _ in range(self.size)]
+        for t in tasks:
+            shares[owner[t.name] % self.size].append(t)
+        for conn, share in zip(self.conns, shares[1:], strict=True):
+            conn.send((op, share))
+        results = {r.name: r for r in getattr(self.local, op)(shares[0])}
+        for conn in self.conns:
+            results.update({r.name: r for r in conn.recv()})
+        return [results[t.name] for t in tasks]
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.send(None)
+            conn.close()
+        for proc in self.procs:
+            proc.join(timeout=5)
+
+
+def pool_size(models: int, requested: int | None) -> int:
+    if requested is not None:
+        return max(1, requested)
+    return 1 if models < 64 else max(1, min(os.cpu_count() or 1, 8))

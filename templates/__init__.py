@@ -1,0 +1,1 @@
+"""Jinja templates shipped as package data: generated jobs and `rivc init` scaffolds."""
