@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rivc.compiler.locate import DEFAULT_PATHS, find_profiles, list_project_files
+from rivc.compiler.version import VERSION
 
 CACHE_DIR = ".rivc"
 FINGERPRINT = "fingerprint.json"
@@ -33,7 +34,7 @@ def fingerprint(root: Path, paths: Mapping[str, str], command: Any, env: Mapping
                 env_names: list[str]) -> str:
     """A hash over every project file, the profile, the command's options and the env vars read."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps([FORMAT, command], sort_keys=True, default=str).encode())
+    h.update(json.dumps([FORMAT, VERSION, command], sort_keys=True, default=str).encode())
     for rel in list_project_files(root, paths):
         h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     profiles = find_profiles(root, env)

@@ -23,7 +23,7 @@ from .specs import GENERIC_TESTS, NodeId, Spec
 from .validate import Finding, check_read_only, output_columns, parse_query
 from .workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
 
-VERSION = "0.1.0"
+from .version import VERSION  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,12 @@ def analyze(project: Project, options: CompileOptions, cache: CompileCache | Non
     findings: list[Finding] = []
     env_used = dict(project.env_used)
 
-    models = _analyze_models(project, ctx, params, options.workers, cache)
+    models, types = _analyze_models(project, ctx, params, options.workers, cache)
     nodes: dict[NodeId, Node] = {}
     for fqn, table in sorted(project.sources.items()):
         nodes[node_id("source", fqn)] = _source_node(table, params, findings)
     for name, res in models.items():
-        nodes[node_id("model", name)] = _model_node(project, res)
+        nodes[node_id("model", name)] = _model_node(project, res, types.get(name, {}))
         findings += res.findings
         env_used.update(res.env_used)
     _check_model_keys(project, models, nodes, findings)
@@ -123,7 +123,8 @@ def _hash(*parts: Any) -> str:
 
 
 def _analyze_models(project: Project, ctx: RenderContext, params: dict[str, Any],
-                    workers: int | None, cache: CompileCache) -> dict[str, ModelResult]:
+                    workers: int | None, cache: CompileCache
+                    ) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
     defaults = project.spec.defaults.model_dump(mode="json", exclude_unset=True)
     context_key = _hash(sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params,
                         VERSION)
@@ -153,16 +154,19 @@ def _analyze_models(project: Project, ctx: RenderContext, params: dict[str, Any]
                 results[res.name] = res
         for t in tasks:
             cache.models[keys[t.name]] = results[t.name]
-        _resolve_columns(project, results, pool, owner, cache)
+        known = _resolve_columns(project, results, pool, owner, cache)
     finally:
         if pool is not None:
             pool.close()
-    return {t.name: results[t.name] for t in tasks}
+    return {t.name: results[t.name] for t in tasks}, known
 
 
 def _resolve_columns(project: Project, results: dict[str, ModelResult], pool: Pool | None,
-                     owner: dict[str, int], cache: CompileCache) -> None:
-    """Qualify models in waves: a model is checked once every relation it reads has known columns."""
+                     owner: dict[str, int], cache: CompileCache) -> dict[str, dict[str, str]]:
+    """Qualify models in waves: a model is checked once every relation it reads has known columns.
+
+    Returns the columns (name -> Spark type, UNKNOWN when not declared) of every relation known.
+    """
     known: dict[str, dict[str, str]] = {}
     for fqn, table in project.sources.items():
         cols = table.known_columns()
@@ -204,27 +208,20 @@ def _resolve_columns(project: Project, results: dict[str, ModelResult], pool: Po
             results[n].findings = [f for f in results[n].findings if f.rule != "RV009"]
             results[n].findings += col.findings
             if col.columns is not None:
-                known[n] = {c: _declared_type(known, results[n], c) for c in col.columns}
-                results[n].columns = col.columns
+                known[n] = dict(col.columns)
+                results[n].columns = list(col.columns)
             pending.discard(n)
+    return known
 
 
-def _declared_type(known: dict[str, dict[str, str]], res: ModelResult, column: str) -> str:
-    """A column's type when it passes through unchanged from one upstream relation."""
-    for rel in res.relations:
-        t = known.get(rel, {}).get(column)
-        if t and t != "UNKNOWN":
-            return t
-    return "UNKNOWN"
-
-
-def _model_node(project: Project, res: ModelResult) -> Node:
+def _model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Node:
     model = project.models[res.name]
     props = project.properties.get(res.name)
     declared = {c.name: c.data_type or "" for c in props[0].columns} if props else {}
     columns = None
     if res.columns is not None:
-        columns = {c: declared.get(c) or "" for c in res.columns}
+        columns = {c: declared.get(c) or types.get(c, "").replace("UNKNOWN", "")
+                   for c in res.columns}
     deps = [node_id("model", r) for r in res.refs] + [node_id("source", s) for s in res.sources]
     config = res.config or {}
     return Node(node_id("model", res.name), "model", res.name, model.path, deps,

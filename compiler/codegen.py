@@ -44,8 +44,8 @@ def final_sql(compiled: CompiledProject, node: Node, sql: str) -> str:
     ctes = [exp.CTE(this=sqlglot.parse_one(e.sql or "", read="spark"),
                     alias=exp.TableAlias(this=exp.to_identifier(e.name, quoted=True)))
             for e in ephemerals]
-    existing = tree.args.get("with")
-    tree.set("with", exp.With(expressions=ctes + (existing.expressions if existing else [])))
+    existing = tree.args.get("with_")
+    tree.set("with_", exp.With(expressions=ctes + (existing.expressions if existing else [])))
     return tree.sql(dialect="spark", pretty=True) + "\n"
 
 

@@ -304,7 +304,9 @@ def validate_doc(cls: type[Spec], doc: YamlDoc, at: YamlPath = (), data: Any = N
 
 def spec_error(cls: type[Spec], exc: ValidationError, doc: YamlDoc, at: YamlPath) -> ProjectError:
     """Turn pydantic's first error into one clear line; never echo a secret value."""
-    err = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    # A misspelt key also makes the real one "missing": report the misspelling, it explains both.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
     path = (*at, *loc)
     key = ".".join(str(p) for p in path) or "(top level)"

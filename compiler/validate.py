@@ -110,8 +110,12 @@ def output_columns(tree: exp.Query) -> list[str] | None:
 
 
 def resolve_columns(tree: exp.Query, sql: str, path: Path,
-                    schema: Mapping[str, Mapping[str, str]]) -> list[str]:
-    """Qualify every column against `schema` (relation -> columns); return the output columns."""
+                    schema: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """Qualify every column against `schema` (relation -> columns).
+
+    Returns the output columns with their type where a column passes through unchanged from
+    a relation in `schema`, else "UNKNOWN".
+    """
     ms = MappingSchema({k: dict(v) for k, v in schema.items()}, dialect="spark", normalize=False)
     try:
         qualified = qualify_tables(tree.copy(), dialect="spark")
@@ -120,7 +124,15 @@ def resolve_columns(tree: exp.Query, sql: str, path: Path,
         validate_qualify_columns(qualified)
     except OptimizeError as exc:
         raise _column_error(str(exc), tree, sql, path, schema) from None
-    return list(qualified.named_selects)
+    out = {}
+    for sel in qualified.selects:
+        inner = sel.this if isinstance(sel, exp.Alias) else sel
+        kind = "UNKNOWN"
+        if isinstance(inner, exp.Column):
+            types = {cols[inner.name] for cols in schema.values() if inner.name in cols}
+            kind = types.pop() if len(types) == 1 else "UNKNOWN"
+        out[sel.alias_or_name] = kind
+    return out
 
 
 def _column_error(message: str, tree: exp.Query, sql: str, path: Path,

@@ -75,7 +75,7 @@ class ColumnTask:
 @dataclass
 class ColumnResult:
     name: str
-    columns: list[str] | None
+    columns: dict[str, str] | None  # name -> Spark type or UNKNOWN
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -172,7 +172,7 @@ class Worker:
             tree = self.trees.get((task.name, False)) or parse_query(task.sql, path, "spark", "")
             out.columns = resolve_columns(tree, task.sql, path, task.schema)
             if task.sql_incremental:
-                own = {**task.schema, task.name: {c: "UNKNOWN" for c in out.columns}}
+                own = {**task.schema, task.name: out.columns}
                 inc = self.trees.get((task.name, True)) or parse_query(
                     task.sql_incremental, path, "spark", "")
                 resolve_columns(inc, task.sql_incremental, path, own)

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from rivc.compiler import CompileOptions
+from rivc.compiler.build import CompiledProject, analyze
+from rivc.compiler.project import load_project
+from rivc.compiler.validate import Finding
+
+
+def analyze_dir(root: Path, **options: object) -> CompiledProject:
+    return analyze(load_project(root, env={}), CompileOptions(**options), env={})  # type: ignore[arg-type]
+
+
+def findings(root: Path, **options: object) -> list[Finding]:
+    return analyze_dir(root, **options).findings
+
+
+def only(items: list[Finding], rule: str) -> Finding:
+    picked = [f for f in items if f.rule == rule]
+    assert len(picked) == 1, [str(f) for f in items]
+    return picked[0]

@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rivc.compiler.errors import CompileFailed, ProjectError
+from rivc.compiler.project import load_project
+from rivc.compiler.locate import find_project_root
+
+
+def _error(root: Path, env: dict[str, str] | None = None) -> ProjectError:
+    with pytest.raises((ProjectError, CompileFailed)) as info:
+        load_project(root, env=env or {})
+    exc = info.value
+    if isinstance(exc, CompileFailed):
+        assert len(exc.errors) == 1, str(exc)
+        exc = exc.errors[0]
+    assert isinstance(exc, ProjectError)
+    return exc
+
+
+def test_loads_typed_specs(make_project):
+    root = make_project({})
+    project = load_project(root, env={})
+    assert project.name == "t"
+    assert set(project.models) == {"stg"}
+    assert project.sources["demo.orders"].known_columns()["order_id"] == "bigint"
+
+
+def test_unknown_key_names_file_line_and_suggestion(make_project):
+    root = make_project({"sinks/s.yml": """
+        sinks:
+          - name: s
+            from: stg
+            connector: delta
+            config:
+              table_uri: out/t
+              mdoe: merge
+    """})
+    exc = _error(root)
+    assert exc.location is not None
+    assert (exc.location.path.as_posix(), exc.location.line) == ("sinks/s.yml", 7)
+    assert "'mode'" in exc.message
+
+
+def test_unknown_top_level_key_in_source(make_project):
+    root = make_project({"sources/x.yml": """
+        sources:
+          - name: x
+            connector: datagen
+            tabels: []
+    """})
+    exc = _error(root)
+    assert exc.location.line == 4 and "tables" in exc.message
+
+
+def test_wrong_type_and_missing_field(make_project):
+    exc = _error(make_project({"sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta, "
+                                             "config: {table_uri: x, merge_keys: 5}}\n"}))
+    assert exc.location.path == Path("sinks/s.yml") and "merge_keys" in exc.message
+    exc = _error(make_project({"sinks/s.yml": "sinks:\n  - {name: s, connector: stdout}\n"}))
+    assert "from" in exc.message and exc.location.line == 2
+
+
+def test_unknown_connector_suggests(make_project):
+    exc = _error(make_project({"sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delt}\n"}))
+    assert "'delta'" in exc.message
+
+
+def test_env_expansion_and_missing_variable(make_project):
+    files = {"sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta, config: "
+                            "{table_uri: '${LAKE:-out}/t', storage_options: {k: '${K}'}}}\n"}
+    project = load_project(make_project(files), env={"K": "v"})
+    assert project.sinks["s"].config.table_uri == "out/t"
+    exc = _error(make_project(files))
+    assert "K" in exc.message and exc.location.line == 2
+
+
+def test_secret_values_never_echoed(make_project):
+    root = make_project({"profiles.yml": """
+        default:
+          connections:
+            db: {type: postgres, password: [hunter2secret]}
+    """})
+    exc = _error(root)
+    assert "password" in exc.message and "hunter2secret" not in str(exc)
+
+
+def test_profiles_lookup_order(make_project, tmp_path, monkeypatch):
+    root = make_project({})
+    elsewhere = tmp_path / "profiles_dir"
+    elsewhere.mkdir()
+    (elsewhere / "profiles.yml").write_text("default: {warehouse: wh_from_env_dir}\n")
+    project = load_project(root, env={"RIVC_PROFILES_DIR": str(elsewhere)})
+    assert project.profile.warehouse == "wh_from_env_dir"
+    (root / "profiles.yml").write_text("default: {warehouse: wh_local}\n")
+    assert load_project(root, env={"RIVC_PROFILES_DIR": str(elsewhere)}).profile.warehouse == "wh_local"
+
+
+def test_relational_source_checks_connection(make_project):
+    root = make_project({
+        "profiles.yml": "default:\n  connections:\n    shop_db: {type: postgres, database: shop}\n",
+        "sources/pg.yml": """
+            sources:
+              - name: pg
+                connector: postgres
+                connection: shop_bd
+                tables:
+                  - {name: orders, table: public.orders}
+        """})
+    exc = _error(root)
+    assert "shop_db" in exc.message and exc.location.line == 4
+
+
+def test_mode_needs_its_column(make_project):
+    root = make_project({"sources/pg.yml": """
+        sources:
+          - name: pg
+            connector: postgres
+            connection: db
+            tables:
+              - {name: orders, table: orders, mode: incremental}
+    """})
+    exc = _error(root)
+    assert "cursor_column" in exc.message and exc.location.line == 6
+
+
+def test_find_project_root_walks_up(make_project):
+    root = make_project({})
+    deep = root / "models" / "a" / "b"
+    deep.mkdir(parents=True)
+    assert find_project_root(deep) == root.resolve()
+    with pytest.raises(ProjectError):
+        find_project_root(root.parent)
+
+
+def test_invalid_yaml_has_line(make_project):
+    exc = _error(make_project({"sinks/s.yml": "sinks:\n  - name: [unclosed\n"}))
+    assert exc.location.path == Path("sinks/s.yml") and exc.location.line is not None
