@@ -356,7 +356,7 @@ def _sink_node(sink: SinkDef, project: Project, nodes: dict[NodeId, Node],
              "sink_config": redact(sink.config.model_dump(mode="json")),
              "trigger": spec.trigger if isinstance(spec.trigger, str) else
              spec.trigger.model_dump(mode="json")}
-    sql = f"SELECT * FROM {quote(relation)}" if relation else None
+    sql = f"SELECT * FROM {quote(relation)}\n" if relation else None
     cfg = {"connector": spec.connector}
     if isinstance(sink.config, DeltaSinkConfig):
         cfg["mode"] = sink.config.mode

@@ -1,0 +1,1 @@
+SELECT * FROM `daily_revenue`

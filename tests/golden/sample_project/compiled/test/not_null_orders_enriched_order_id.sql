@@ -1,0 +1,3 @@
+SELECT *
+FROM `orders_enriched`
+WHERE `order_id` IS NULL

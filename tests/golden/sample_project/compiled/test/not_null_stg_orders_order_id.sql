@@ -1,0 +1,3 @@
+SELECT *
+FROM `stg_orders`
+WHERE `order_id` IS NULL

@@ -1,0 +1,3 @@
+SELECT *
+FROM `stg_users`
+WHERE `customer_id` IS NULL

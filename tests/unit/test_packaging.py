@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_package_folder_is_listed():
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    dirs = {v: k for k, v in config["package-dir"].items()}
+    found = set()
+    for top, name in dirs.items():
+        for init in (REPO / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / top)
+            found.add(".".join([name, *rel.parts]))
+    assert found == listed
+
+
+def test_compiler_never_imports_adapters_or_pyspark():
+    for path in (REPO / "compiler").rglob("*.py"):
+        imports = re.findall(r"^\s*(?:from|import)\s+([\w.]+)", path.read_text(), re.M)
+        assert not [m for m in imports if m.startswith(("pyspark", "rivc.adapters"))], path
