@@ -51,6 +51,8 @@ class ProjectGraph:
         self._check_acyclic()
 
     def _check_acyclic(self) -> None:
+        if nx.is_directed_acyclic_graph(self._g):
+            return
         try:
             cycle = nx.find_cycle(self._g)
         except nx.NetworkXNoCycle:
@@ -76,6 +78,17 @@ class ProjectGraph:
         g = self._g.reverse(copy=False) if reverse else self._g
         lengths = nx.single_source_shortest_path_length(g, nid, cutoff=depth)
         return {n for n in lengths if n != nid}
+
+    def with_upstream(self, nids: Iterable[NodeId]) -> set[NodeId]:
+        """`nids` and everything they depend on, in one traversal."""
+        seen = set(nids)
+        stack = list(seen)
+        while stack:
+            for parent in self._g.predecessors(stack.pop()):
+                if parent not in seen:
+                    seen.add(parent)
+                    stack.append(parent)
+        return seen
 
     def parents(self, nid: NodeId) -> list[NodeId]:
         return sorted(self._g.predecessors(nid))

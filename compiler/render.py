@@ -121,6 +121,9 @@ class _Loader(jinja2.BaseLoader):
         return self.texts[template], template, lambda: True
 
 
+_FAST_IF = re.compile(
+    r"\{%\s*if\s+is_incremental\(\)\s*%\}((?:(?!\{%).)*)"
+    r"(?:\{%\s*else\s*%\}((?:(?!\{%).)*))?\{%\s*endif\s*%\}", re.S)
 _FAST_CALL = re.compile(r"\{\{\s*([a-z_]+)\s*(\((?:[^{}()]|\([^{}()]*\))*\))?\s*\}\}")
 _FAST_FUNCS = frozenset({"ref", "source", "var", "config", "env_var", "is_incremental", "this"})
 
@@ -182,9 +185,26 @@ class Renderer:
         return s.out
 
     def _render_fast(self, path: Path, text: str) -> str | None:
-        """Templates made only of simple calls with literal arguments skip Jinja entirely."""
-        if "{%" in text or "{#" in text:
+        """Templates made only of simple calls with literal arguments skip Jinja entirely.
+
+        So do `{% if is_incremental() %}...{% else %}...{% endif %}` blocks without nested tags,
+        the one statement most models use; anything else goes through Jinja.
+        """
+        if "{#" in text:
             return None
+        if "{%" in text:
+            if "is_incremental" in self.macro_names:
+                return None
+            state = self.state
+
+            def branch(m: re.Match[str]) -> str:
+                state.out.uses_is_incremental = True
+                return m.group(1) if state.incremental else (m.group(2) or "")
+
+            text = _FAST_IF.sub(branch, text)
+            if "{%" in text:
+                self.state.out.uses_is_incremental = False
+                return None
         parts: list[str] = []
         pos = 0
         for m in _FAST_CALL.finditer(text):

@@ -118,7 +118,7 @@ def resolve_columns(tree: exp.Query, sql: str, path: Path,
     """
     ms = MappingSchema({k: dict(v) for k, v in schema.items()}, dialect="spark", normalize=False)
     try:
-        qualified = qualify_tables(tree.copy(), dialect="spark")
+        qualified = qualify_tables(tree, dialect="spark")  # in place: the tree is ours to change
         qualified = qualify_columns(qualified, ms, expand_alias_refs=True, expand_stars=True,
                                     dialect="spark")
         validate_qualify_columns(qualified)
