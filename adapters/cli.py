@@ -70,15 +70,19 @@ def _vars(text: str | None) -> dict[str, Any]:
     return data
 
 
-project_dir_option = click.option("--project-dir", type=click.Path(file_okay=False),
-                                  help="Project directory (default: found from the current one).")
+project_dir_option = click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False),
+    help="Project directory (default: found from the current one).",
+)
 select_options = [
     click.option("--select", "-s", "select", multiple=True, help="Nodes to include (dbt syntax)."),
     click.option("--exclude", multiple=True, help="Nodes to leave out."),
 ]
 compile_options = [
-    click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
-                  help="Bind a ${name} parameter."),
+    click.option(
+        "--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind a ${name} parameter."
+    ),
     click.option("--vars", "vars_", metavar="YAML", help="Override project vars, as YAML."),
 ]
 
@@ -118,8 +122,14 @@ def init(directory: str | None, template: str) -> None:
     click.echo(f"Project ready in {target}/. Next: cd {target} && rivc compile")
 
 
-def _compile(root: Path, select: tuple[str, ...], exclude: tuple[str, ...], params: dict[str, str],
-             variables: dict[str, Any], workers: int | None) -> Any:
+def _compile(
+    root: Path,
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    params: dict[str, str],
+    variables: dict[str, Any],
+    workers: int | None,
+) -> Any:
     from rivc.compiler import CompileOptions, load_project
     from rivc.compiler.build import analyze
 
@@ -139,15 +149,26 @@ def _compile(root: Path, select: tuple[str, ...], exclude: tuple[str, ...], para
 @click.option("--workers", type=int, help="Processes for rendering and parsing (default: cores).")
 @project_dir_option
 @handle_errors
-def compile_cmd(selection: tuple[str, ...], select: tuple[str, ...], exclude: tuple[str, ...],
-                params: tuple[str, ...], vars_: str | None, workers: int | None,
-                project_dir: str | None) -> None:
+def compile_cmd(
+    selection: tuple[str, ...],
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    params: tuple[str, ...],
+    vars_: str | None,
+    workers: int | None,
+    project_dir: str | None,
+) -> None:
     """Render, validate and write target/ (manifest, graph, compiled SQL). No JVM."""
     started = time.perf_counter()
     root = _root(project_dir)
     target = root / "target"
-    command = {"cmd": "compile", "select": sorted(select + selection), "exclude": sorted(exclude),
-               "params": _params(params), "vars": vars_ or ""}
+    command = {
+        "cmd": "compile",
+        "select": sorted(select + selection),
+        "exclude": sorted(exclude),
+        "params": _params(params),
+        "vars": vars_ or "",
+    }
     from .target import up_to_date
 
     summary = up_to_date(target, root, command, os.environ)
@@ -168,23 +189,43 @@ def compile_cmd(selection: tuple[str, ...], select: tuple[str, ...], exclude: tu
     kinds: dict[str, int] = {}
     for nid in compiled.selected:
         kinds[compiled.graph.nodes[nid].kind] = kinds.get(compiled.graph.nodes[nid].kind, 0) + 1
-    counts = ", ".join(f"{kinds.get(k, 0)} {k}{'' if kinds.get(k) == 1 else 's'}"
-                       for k in ("model", "source", "sink", "test"))
+    counts = ", ".join(
+        f"{kinds.get(k, 0)} {k}{'' if kinds.get(k) == 1 else 's'}"
+        for k in ("model", "source", "sink", "test")
+    )
     text = f"Compiled {counts} into {target.relative_to(root)}/"
-    save_fingerprint(target, root, compiled.project.spec.paths.model_dump(), command, os.environ,
-                     list(compiled.env_used), sorted(files), {"text": text})
+    save_fingerprint(
+        target,
+        root,
+        compiled.project.spec.paths.model_dump(),
+        command,
+        os.environ,
+        list(compiled.env_used),
+        sorted(files),
+        {"text": text},
+    )
     click.echo(f"{text} in {time.perf_counter() - started:.2f}s")
 
 
 @main.command()
 @click.argument("paths", nargs=-1)
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "github"]), default="text",
-              show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "github"]),
+    default="text",
+    show_default=True,
+)
 @apply(compile_options)
 @project_dir_option
 @handle_errors
-def lint(paths: tuple[str, ...], fmt: str, params: tuple[str, ...], vars_: str | None,
-         project_dir: str | None) -> None:
+def lint(
+    paths: tuple[str, ...],
+    fmt: str,
+    params: tuple[str, ...],
+    vars_: str | None,
+    project_dir: str | None,
+) -> None:
     """Check SQL models without a JVM: exit 0 clean, 1 findings, 2 invalid project."""
     from rivc.compiler.lint import format_findings, lint_findings
 
@@ -196,22 +237,32 @@ def lint(paths: tuple[str, ...], fmt: str, params: tuple[str, ...], vars_: str |
         click.echo(redact_text(text))
     if fmt == "text":
         errors = sum(f.severity == "error" for f in findings)
-        click.echo(f"{len(findings)} finding(s): {errors} error(s), "
-                   f"{len(findings) - errors} warning(s)" if findings else "All checks passed.",
-                   err=bool(findings))
+        click.echo(
+            f"{len(findings)} finding(s): {errors} error(s), {len(findings) - errors} warning(s)"
+            if findings
+            else "All checks passed.",
+            err=bool(findings),
+        )
     sys.exit(EXIT_FAILED if findings else 0)
 
 
 @main.command("ls")
 @click.argument("selection", nargs=-1)
 @apply(select_options + compile_options)
-@click.option("--output", type=click.Choice(["name", "path", "json"]), default="name",
-              show_default=True)
+@click.option(
+    "--output", type=click.Choice(["name", "path", "json"]), default="name", show_default=True
+)
 @project_dir_option
 @handle_errors
-def ls_cmd(selection: tuple[str, ...], select: tuple[str, ...], exclude: tuple[str, ...],
-           params: tuple[str, ...], vars_: str | None, output: str,
-           project_dir: str | None) -> None:
+def ls_cmd(
+    selection: tuple[str, ...],
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    params: tuple[str, ...],
+    vars_: str | None,
+    output: str,
+    project_dir: str | None,
+) -> None:
     """List the selected nodes in DAG order."""
     from rivc.compiler.selector import select as select_nodes
 
@@ -226,9 +277,19 @@ def ls_cmd(selection: tuple[str, ...], select: tuple[str, ...], exclude: tuple[s
         elif output == "path":
             click.echo(node.path.as_posix())
         else:
-            click.echo(json.dumps({"id": nid, "kind": node.kind, "name": node.name,
-                                   "path": node.path.as_posix(), "tags": list(node.tags),
-                                   "config": node.config, "depends_on": graph.parents(nid)}))
+            click.echo(
+                json.dumps(
+                    {
+                        "id": nid,
+                        "kind": node.kind,
+                        "name": node.name,
+                        "path": node.path.as_posix(),
+                        "tags": list(node.tags),
+                        "config": node.config,
+                        "depends_on": graph.parents(nid),
+                    }
+                )
+            )
 
 
 @main.command()

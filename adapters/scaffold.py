@@ -12,11 +12,17 @@ import jinja2
 from rivc.compiler.errors import ProjectError, did_you_mean
 
 # Scaffold templates hold Jinja models themselves, so their own placeholders use [[ ]].
-_ENV = jinja2.Environment(variable_start_string="[[", variable_end_string="]]",
-                          block_start_string="[%", block_end_string="%]",
-                          comment_start_string="[#", comment_end_string="#]",
-                          keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
-                          autoescape=False)
+_ENV = jinja2.Environment(
+    variable_start_string="[[",
+    variable_end_string="]]",
+    block_start_string="[%",
+    block_end_string="%]",
+    comment_start_string="[#",
+    comment_end_string="#]",
+    keep_trailing_newline=True,
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+)
 
 
 def _walk(node: Traversable, prefix: Path) -> list[tuple[Path, Traversable]]:
@@ -40,8 +46,10 @@ def scaffold(directory: Path, template: str = "default") -> tuple[list[Path], li
     root = files("rivc.templates").joinpath("init")
     names = [c.name for c in root.iterdir() if c.is_dir()]
     if template not in names:
-        raise ProjectError(f"unknown template {template!r}{did_you_mean(template, names)}"
-                           f" (available: {', '.join(sorted(names))})")
+        raise ProjectError(
+            f"unknown template {template!r}{did_you_mean(template, names)}"
+            f" (available: {', '.join(sorted(names))})"
+        )
     context = {"project_name": project_name(directory)}
     written, skipped = [], []
     for rel, source in _walk(root.joinpath(template), Path()):

@@ -30,8 +30,9 @@ def _env_digest(env: Mapping[str, str], names: list[str]) -> str:
     return h.hexdigest()
 
 
-def fingerprint(root: Path, paths: Mapping[str, str], command: Any, env: Mapping[str, str],
-                env_names: list[str]) -> str:
+def fingerprint(
+    root: Path, paths: Mapping[str, str], command: Any, env: Mapping[str, str], env_names: list[str]
+) -> str:
     """A hash over every project file, the profile, the command's options and the env vars read."""
     h = hashlib.blake2b(digest_size=16)
     h.update(json.dumps([FORMAT, VERSION, command], sort_keys=True, default=str).encode())
@@ -44,7 +45,9 @@ def fingerprint(root: Path, paths: Mapping[str, str], command: Any, env: Mapping
     return h.hexdigest()
 
 
-def up_to_date(target: Path, root: Path, command: Any, env: Mapping[str, str]) -> dict[str, Any] | None:
+def up_to_date(
+    target: Path, root: Path, command: Any, env: Mapping[str, str]
+) -> dict[str, Any] | None:
     """The stored summary when nothing changed since the last identical command, else None."""
     try:
         stored = json.loads((target / CACHE_DIR / FINGERPRINT).read_text())
@@ -62,11 +65,23 @@ def up_to_date(target: Path, root: Path, command: Any, env: Mapping[str, str]) -
     return summary
 
 
-def save_fingerprint(target: Path, root: Path, paths: Mapping[str, str], command: Any,
-                     env: Mapping[str, str], env_names: list[str], outputs: list[str],
-                     summary: dict[str, Any]) -> None:
-    data = {"digest": fingerprint(root, paths, command, env, env_names), "paths": dict(paths),
-            "env": sorted(env_names), "outputs": outputs, "summary": summary}
+def save_fingerprint(
+    target: Path,
+    root: Path,
+    paths: Mapping[str, str],
+    command: Any,
+    env: Mapping[str, str],
+    env_names: list[str],
+    outputs: list[str],
+    summary: dict[str, Any],
+) -> None:
+    data = {
+        "digest": fingerprint(root, paths, command, env, env_names),
+        "paths": dict(paths),
+        "env": sorted(env_names),
+        "outputs": outputs,
+        "summary": summary,
+    }
     _atomic_write(target / CACHE_DIR / FINGERPRINT, json.dumps(data))
 
 
@@ -106,4 +121,3 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-

@@ -21,8 +21,14 @@ import sys
 import time
 from pathlib import Path
 
-COLUMNS = {"id": "bigint", "customer_id": "bigint", "amount": "double", "status": "string",
-           "updated_at": "timestamp", "region": "string"}
+COLUMNS = {
+    "id": "bigint",
+    "customer_id": "bigint",
+    "amount": "double",
+    "status": "string",
+    "updated_at": "timestamp",
+    "region": "string",
+}
 
 
 def generate(root: Path, n: int, seed: int = 7) -> None:
@@ -32,30 +38,41 @@ def generate(root: Path, n: int, seed: int = 7) -> None:
     (root / "models").mkdir(parents=True)
     (root / "sources").mkdir()
     (root / "rivc_project.yml").write_text(
-        "name: bench\nparams: {region: eu}\nvars: {min_amount: 10}\n")
+        "name: bench\nparams: {region: eu}\nvars: {min_amount: 10}\n"
+    )
     n_staging = max(1, n // 10)
     cols = ", ".join(f"{k}: {v}" for k, v in COLUMNS.items())
-    tables = "\n".join(f"      - {{name: t{i}, config: {{path: data/t{i}, format: parquet}}, "
-                       f"columns: {{{cols}}}}}" for i in range(n_staging))
+    tables = "\n".join(
+        f"      - {{name: t{i}, config: {{path: data/t{i}, format: parquet}}, columns: {{{cols}}}}}"
+        for i in range(n_staging)
+    )
     (root / "sources" / "raw.yml").write_text(
-        f"sources:\n  - name: raw\n    connector: files\n    tables:\n{tables}\n")
+        f"sources:\n  - name: raw\n    connector: files\n    tables:\n{tables}\n"
+    )
     names: list[str] = []
     props = ["models:"]
     for i in range(n):
         if i < n_staging:
             name = f"stg_{i}"
-            sql = (f"select id, customer_id, cast(amount as double) as amount, lower(status) as "
-                   f"status, updated_at, region\nfrom {{{{ source('raw', 't{i}') }}}}\n"
-                   f"where region = ${{region}}\n")
+            sql = (
+                f"select id, customer_id, cast(amount as double) as amount, lower(status) as "
+                f"status, updated_at, region\nfrom {{{{ source('raw', 't{i}') }}}}\n"
+                f"where region = ${{region}}\n"
+            )
         else:
             name = f"m_{i}"
-            a = rng.choice(names[max(0, len(names) - 200):])
+            a = rng.choice(names[max(0, len(names) - 200) :])
             b = rng.choice(names)
             incremental = rng.random() < 0.2
-            head = ("{{ config(materialized='incremental', unique_key='id') }}\n"
-                    if incremental else "")
-            tail = ("{% if is_incremental() %}\n  and updated_at > (select max(updated_at) "
-                    "from {{ this }})\n{% endif %}\n" if incremental else "")
+            head = (
+                "{{ config(materialized='incremental', unique_key='id') }}\n" if incremental else ""
+            )
+            tail = (
+                "{% if is_incremental() %}\n  and updated_at > (select max(updated_at) "
+                "from {{ this }})\n{% endif %}\n"
+                if incremental
+                else ""
+            )
             sql = (
                 f"{head}with base as (\n"
                 f"  select a.id, a.customer_id, a.amount, a.status, a.updated_at, a.region,\n"
@@ -66,12 +83,15 @@ def generate(root: Path, n: int, seed: int = 7) -> None:
                 f"select id, customer_id,\n"
                 f"  case when amount > 100 then amount * 1.1 when amount > 50 then amount "
                 f"else 0 end as amount,\n"
-                f"  status, updated_at, region\nfrom base\nwhere rn <= 5\n{tail}")
+                f"  status, updated_at, region\nfrom base\nwhere rn <= 5\n{tail}"
+            )
         (root / "models" / f"{name}.sql").write_text(sql)
         names.append(name)
         if rng.random() < 0.3:
-            props.append(f"  - name: {name}\n    columns:\n      - name: id\n"
-                         f"        tests: [not_null, unique]")
+            props.append(
+                f"  - name: {name}\n    columns:\n      - name: id\n"
+                f"        tests: [not_null, unique]"
+            )
     (root / "models" / "schema.yml").write_text("\n".join(props) + "\n")
 
 
@@ -82,7 +102,9 @@ def measure(args: list[str], cwd: Path) -> tuple[float, float]:
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) not in (0, 1):
-        raise SystemExit(f"{' '.join(args)} failed: {proc.stderr.read().decode() if proc.stderr else ''}")
+        raise SystemExit(
+            f"{' '.join(args)} failed: {proc.stderr.read().decode() if proc.stderr else ''}"
+        )
     return wall, usage.ru_maxrss / 1024
 
 

@@ -9,9 +9,15 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "CompileCache": "build", "CompiledProject": "build", "CompileOptions": "build",
-    "analyze": "build", "compile_project": "build", "CompileFailed": "errors",
-    "RivcError": "errors", "SourceLocation": "errors", "find_project_root": "locate",
+    "CompileCache": "build",
+    "CompiledProject": "build",
+    "CompileOptions": "build",
+    "analyze": "build",
+    "compile_project": "build",
+    "CompileFailed": "errors",
+    "RivcError": "errors",
+    "SourceLocation": "errors",
+    "find_project_root": "locate",
     "load_project": "project",
 }
 __all__ = sorted(_EXPORTS)

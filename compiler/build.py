@@ -21,9 +21,8 @@ from .render import RenderContext, Renderer, quote, source_relation
 from .selector import select
 from .specs import GENERIC_TESTS, NodeId, Spec
 from .validate import Finding, check_read_only, output_columns, parse_query
-from .workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
-
 from .version import VERSION  # noqa: E402
+from .workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
 
 
 @dataclass(frozen=True)
@@ -63,9 +62,12 @@ class CompiledProject:
         return [f for f in self.findings if f.severity == "warning"]
 
 
-def compile_project(root: Path, options: CompileOptions = CompileOptions(),
-                    cache: CompileCache | None = None,
-                    env: Mapping[str, str] | None = None) -> CompiledProject:
+def compile_project(
+    root: Path,
+    options: CompileOptions = CompileOptions(),
+    cache: CompileCache | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CompiledProject:
     """Load and analyze the project; raise CompileFailed when any selected node has an error."""
     compiled = analyze(load_project(root, env), options, cache, env)
     if compiled.errors:
@@ -73,8 +75,12 @@ def compile_project(root: Path, options: CompileOptions = CompileOptions(),
     return compiled
 
 
-def analyze(project: Project, options: CompileOptions, cache: CompileCache | None = None,
-            env: Mapping[str, str] | None = None) -> CompiledProject:
+def analyze(
+    project: Project,
+    options: CompileOptions,
+    cache: CompileCache | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CompiledProject:
     """Every finding for the selected nodes and what they need; raises only for an invalid project."""
     # Thousands of parse trees stay alive until the end; the cyclic GC would rescan them again
     # and again (a third of the wall time at 1,000 models) and has nothing to free.
@@ -87,14 +93,23 @@ def analyze(project: Project, options: CompileOptions, cache: CompileCache | Non
             gc.enable()
 
 
-def _analyze(project: Project, options: CompileOptions, cache: CompileCache | None,
-             env: Mapping[str, str] | None) -> CompiledProject:
+def _analyze(
+    project: Project,
+    options: CompileOptions,
+    cache: CompileCache | None,
+    env: Mapping[str, str] | None,
+) -> CompiledProject:
     env = os.environ if env is None else env
     cache = cache if cache is not None else CompileCache()
     params = resolve_params(project.spec.params, options.params)
     variables = {**project.spec.vars, **options.vars}
-    ctx = RenderContext(frozenset(project.models), frozenset(project.sources), variables, env,
-                        tuple((m.path.as_posix(), m.text) for m in project.macros))
+    ctx = RenderContext(
+        frozenset(project.models),
+        frozenset(project.sources),
+        variables,
+        env,
+        tuple((m.path.as_posix(), m.text) for m in project.macros),
+    )
     findings: list[Finding] = []
     env_used = dict(project.env_used)
 
@@ -117,11 +132,17 @@ def _analyze(project: Project, options: CompileOptions, cache: CompileCache | No
     chosen = select(graph, options.select, options.exclude)
     needed = graph.with_upstream(chosen)
     scope = {nodes[n].path.as_posix() for n in needed} | {
-        n.extra["spec_path"] for n in (nodes[i] for i in needed) if "spec_path" in n.extra}
+        n.extra["spec_path"] for n in (nodes[i] for i in needed) if "spec_path" in n.extra
+    }
     findings = [f for f in findings if f.location is None or f.location.path.as_posix() in scope]
-    findings.sort(key=lambda f: (str(f.location.path) if f.location else "",
-                                 f.location.line or 0 if f.location else 0,
-                                 f.location.col or 0 if f.location else 0, f.rule))
+    findings.sort(
+        key=lambda f: (
+            str(f.location.path) if f.location else "",
+            f.location.line or 0 if f.location else 0,
+            f.location.col or 0 if f.location else 0,
+            f.rule,
+        )
+    )
     return CompiledProject(project, graph, graph.order(needed), findings, params, env_used)
 
 
@@ -133,19 +154,25 @@ def _hash(*parts: Any) -> str:
     return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
 
 
-def _analyze_models(project: Project, ctx: RenderContext, params: dict[str, Any],
-                    workers: int | None, cache: CompileCache
-                    ) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
+def _analyze_models(
+    project: Project,
+    ctx: RenderContext,
+    params: dict[str, Any],
+    workers: int | None,
+    cache: CompileCache,
+) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
     defaults = project.spec.defaults.model_dump(mode="json", exclude_unset=True)
-    context_key = _hash(sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params,
-                        VERSION)
+    context_key = _hash(
+        sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params, VERSION
+    )
     tasks, keys = [], {}
     for name in sorted(project.models):
         model = project.models[name]
         config = dict(defaults)
         if name in project.properties:
-            config.update(project.properties[name][0].config.model_dump(mode="json",
-                                                                         exclude_unset=True))
+            config.update(
+                project.properties[name][0].config.model_dump(mode="json", exclude_unset=True)
+            )
         task = ModelTask(name, model.path.as_posix(), model.text, config)
         keys[name] = _hash(context_key, task.path, task.text, config)
         tasks.append(task)
@@ -172,8 +199,13 @@ def _analyze_models(project: Project, ctx: RenderContext, params: dict[str, Any]
     return {t.name: results[t.name] for t in tasks}, known
 
 
-def _resolve_columns(project: Project, results: dict[str, ModelResult], pool: Pool | None,
-                     owner: dict[str, int], cache: CompileCache) -> dict[str, dict[str, str]]:
+def _resolve_columns(
+    project: Project,
+    results: dict[str, ModelResult],
+    pool: Pool | None,
+    owner: dict[str, int],
+    cache: CompileCache,
+) -> dict[str, dict[str, str]]:
     """Qualify models in waves: a model is checked once every relation it reads has known columns.
 
     Returns the columns (name -> Spark type, UNKNOWN when not declared) of every relation known.
@@ -185,8 +217,9 @@ def _resolve_columns(project: Project, results: dict[str, ModelResult], pool: Po
             known[source_relation(*fqn.split(".", 1))] = cols
     pending = {n for n, r in results.items() if r.parsed and r.sql is not None}
     while pending:
-        ready = sorted(n for n in pending
-                       if all(rel in known and rel != n for rel in results[n].relations))
+        ready = sorted(
+            n for n in pending if all(rel in known and rel != n for rel in results[n].relations)
+        )
         if not ready:
             promoted = [n for n in pending if results[n].columns is not None]
             if not promoted:
@@ -204,8 +237,11 @@ def _resolve_columns(project: Project, results: dict[str, ModelResult], pool: Po
             if hit is not None:
                 done[n] = hit
             else:
-                tasks.append(ColumnTask(n, project.models[n].path.as_posix(), r.sql or "",
-                                        r.sql_incremental, schema))
+                tasks.append(
+                    ColumnTask(
+                        n, project.models[n].path.as_posix(), r.sql or "", r.sql_incremental, schema
+                    )
+                )
                 done[n] = None
         if tasks:
             if pool is None:
@@ -231,36 +267,69 @@ def _model_node(project: Project, res: ModelResult, types: dict[str, str]) -> No
     declared = {c.name: c.data_type or "" for c in props[0].columns} if props else {}
     columns = None
     if res.columns is not None:
-        columns = {c: declared.get(c) or types.get(c, "").replace("UNKNOWN", "")
-                   for c in res.columns}
+        columns = {
+            c: declared.get(c) or types.get(c, "").replace("UNKNOWN", "") for c in res.columns
+        }
     deps = [node_id("model", r) for r in res.refs] + [node_id("source", s) for s in res.sources]
     config = res.config or {}
-    return Node(node_id("model", res.name), "model", res.name, model.path, deps,
-                tuple(config.get("tags", ())), config,
-                props[0].description if props else "", res.sql, res.sql_incremental, columns,
-                hashlib.sha256(model.text.encode()).hexdigest())
+    return Node(
+        node_id("model", res.name),
+        "model",
+        res.name,
+        model.path,
+        deps,
+        tuple(config.get("tags", ())),
+        config,
+        props[0].description if props else "",
+        res.sql,
+        res.sql_incremental,
+        columns,
+        hashlib.sha256(model.text.encode()).hexdigest(),
+    )
 
 
-def _check_model_keys(project: Project, models: dict[str, ModelResult],
-                      nodes: dict[NodeId, Node], findings: list[Finding]) -> None:
+def _check_model_keys(
+    project: Project,
+    models: dict[str, ModelResult],
+    nodes: dict[NodeId, Node],
+    findings: list[Finding],
+) -> None:
     for name, res in models.items():
         if not res.config:
             continue
         path = project.models[name].path
         cfg = res.config
-        if (cfg["materialized"] == "incremental" and cfg.get("incremental_strategy") == "merge"
-                and not cfg["unique_key"]):
-            findings.append(Finding("RV006", "error", SqlError(
-                "incremental model with incremental_strategy merge needs unique_key",
-                SourceLocation(path, 1))))
+        if (
+            cfg["materialized"] == "incremental"
+            and cfg.get("incremental_strategy") == "merge"
+            and not cfg["unique_key"]
+        ):
+            findings.append(
+                Finding(
+                    "RV006",
+                    "error",
+                    SqlError(
+                        "incremental model with incremental_strategy merge needs unique_key",
+                        SourceLocation(path, 1),
+                    ),
+                )
+            )
         if res.columns is None:
             continue
         for key in ("unique_key", "partition_by"):
             for col in cfg.get(key) or ():
                 if col not in res.columns:
-                    findings.append(Finding("RV004", "error", SqlError(
-                        f"{key} {col!r} is not an output column of model {name!r}"
-                        f"{_suggest(col, res.columns)}", SourceLocation(path, 1))))
+                    findings.append(
+                        Finding(
+                            "RV004",
+                            "error",
+                            SqlError(
+                                f"{key} {col!r} is not an output column of model {name!r}"
+                                f"{_suggest(col, res.columns)}",
+                                SourceLocation(path, 1),
+                            ),
+                        )
+                    )
 
 
 def _suggest(name: str, candidates: list[str]) -> str:
@@ -284,9 +353,17 @@ def _source_node(table: SourceTableDef, params: dict[str, Any], findings: list[F
         offset = (loc.line or 1) - 1
         bound, unbound = bind(raw, params, dialect)
         for name, _, _ in unbound:
-            findings.append(Finding("RV003", "error", RenderError(
-                f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
-                f"or pass --param {name}=...", loc)))
+            findings.append(
+                Finding(
+                    "RV003",
+                    "error",
+                    RenderError(
+                        f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
+                        f"or pass --param {name}=...",
+                        loc,
+                    ),
+                )
+            )
         if not unbound:
             try:
                 tree = parse_query(bound, path, dialect, "a source query", offset)
@@ -296,20 +373,42 @@ def _source_node(table: SourceTableDef, params: dict[str, Any], findings: list[F
                     names = output_columns(tree)
                     columns = {c: "UNKNOWN" for c in names} if names is not None else None
             except SqlError as exc:
-                findings.append(Finding("RV010" if "read-only" in exc.message or "must be" in
-                                        exc.message else "RV001", "error", exc))
+                findings.append(
+                    Finding(
+                        "RV010"
+                        if "read-only" in exc.message or "must be" in exc.message
+                        else "RV001",
+                        "error",
+                        exc,
+                    )
+                )
         for key in ("cursor_column", "chunk_column", "time_column", "unique_key"):
             value = getattr(spec, key)
             for col in (value,) if isinstance(value, str) else value or ():
                 if columns is None:
-                    findings.append(Finding("RV004", "warning", SqlError(
-                        f"{key} {col!r} cannot be checked: the query selects * from a table "
-                        "without declared columns (declare columns: to check it)",
-                        where.location(key))))
+                    findings.append(
+                        Finding(
+                            "RV004",
+                            "warning",
+                            SqlError(
+                                f"{key} {col!r} cannot be checked: the query selects * from a table "
+                                "without declared columns (declare columns: to check it)",
+                                where.location(key),
+                            ),
+                        )
+                    )
                 elif col not in columns:
-                    findings.append(Finding("RV004", "error", SqlError(
-                        f"{key} {col!r} is not an output column of source table {table.fqn}"
-                        f"{_suggest(col, list(columns))}", where.location(key))))
+                    findings.append(
+                        Finding(
+                            "RV004",
+                            "error",
+                            SqlError(
+                                f"{key} {col!r} is not an output column of source table {table.fqn}"
+                                f"{_suggest(col, list(columns))}",
+                                where.location(key),
+                            ),
+                        )
+                    )
     extra = {
         "connector": table.source.connector,
         "connection": table.source.connection,
@@ -320,15 +419,32 @@ def _source_node(table: SourceTableDef, params: dict[str, Any], findings: list[F
     if table.connector.relational:
         extra["tuning"] = table.source.tuning.resolved()
     cfg = spec.model_dump(mode="json", include={"mode"})
-    return Node(node_id("source", table.fqn), "source", table.fqn, path, [], (), cfg,
-                spec.description or table.source.description, sql, None,
-                dict(columns) if columns is not None else None,
-                _hash(table.source.name, table.source.connector, table.source.connection,
-                      table.source.tuning, spec), extra)
+    return Node(
+        node_id("source", table.fqn),
+        "source",
+        table.fqn,
+        path,
+        [],
+        (),
+        cfg,
+        spec.description or table.source.description,
+        sql,
+        None,
+        dict(columns) if columns is not None else None,
+        _hash(
+            table.source.name,
+            table.source.connector,
+            table.source.connection,
+            table.source.tuning,
+            spec,
+        ),
+        extra,
+    )
 
 
-def _sink_node(sink: SinkDef, project: Project, nodes: dict[NodeId, Node],
-               findings: list[Finding]) -> Node:
+def _sink_node(
+    sink: SinkDef, project: Project, nodes: dict[NodeId, Node], findings: list[Finding]
+) -> Node:
     spec = sink.spec
     path = sink.where.doc.path
     src = spec.from_
@@ -340,52 +456,105 @@ def _sink_node(sink: SinkDef, project: Project, nodes: dict[NodeId, Node],
     columns: dict[str, str] | None = None
     if upstream not in nodes:
         names = [n.removeprefix("model:") for n in nodes if n.startswith("model:")] + [
-            f"source:{n.removeprefix('source:')}" for n in nodes if n.startswith("source:")]
+            f"source:{n.removeprefix('source:')}" for n in nodes if n.startswith("source:")
+        ]
         from .errors import did_you_mean
 
-        findings.append(Finding("RV002", "error", GraphError(
-            f"sink {spec.name!r}: from {src!r} names no model or source table"
-            f"{did_you_mean(src, names)}", sink.where.location("from"))))
+        findings.append(
+            Finding(
+                "RV002",
+                "error",
+                GraphError(
+                    f"sink {spec.name!r}: from {src!r} names no model or source table"
+                    f"{did_you_mean(src, names)}",
+                    sink.where.location("from"),
+                ),
+            )
+        )
     else:
         deps = [upstream]
         columns = nodes[upstream].columns
-        if nodes[upstream].kind == "model" and nodes[upstream].config.get(
-                "materialized") == "ephemeral":
-            findings.append(Finding("RV002", "error", GraphError(
-                f"sink {spec.name!r} reads ephemeral model {src!r}: ephemeral models have no "
-                "relation; materialize it as view, table or incremental",
-                sink.where.location("from"))))
+        if (
+            nodes[upstream].kind == "model"
+            and nodes[upstream].config.get("materialized") == "ephemeral"
+        ):
+            findings.append(
+                Finding(
+                    "RV002",
+                    "error",
+                    GraphError(
+                        f"sink {spec.name!r} reads ephemeral model {src!r}: ephemeral models have no "
+                        "relation; materialize it as view, table or incremental",
+                        sink.where.location("from"),
+                    ),
+                )
+            )
     if columns is not None:
         for key, cols in sink.connector.key_columns(sink.config).items():
             for col in cols:
                 if col not in columns:
-                    findings.append(Finding("RV004", "error", SqlError(
-                        f"{key} {col!r} is not a column of {src!r}{_suggest(col, list(columns))}",
-                        sink.where.location("config", key))))
+                    findings.append(
+                        Finding(
+                            "RV004",
+                            "error",
+                            SqlError(
+                                f"{key} {col!r} is not a column of {src!r}{_suggest(col, list(columns))}",
+                                sink.where.location("config", key),
+                            ),
+                        )
+                    )
     relation = (nodes[upstream].extra.get("relation") or nodes[upstream].name) if deps else ""
-    extra = {"connector": spec.connector, "from": src, "relation": relation,
-             "spec_path": path.as_posix(),
-             "sink_config": redact(sink.config.model_dump(mode="json")),
-             "trigger": spec.trigger if isinstance(spec.trigger, str) else
-             spec.trigger.model_dump(mode="json")}
+    extra = {
+        "connector": spec.connector,
+        "from": src,
+        "relation": relation,
+        "spec_path": path.as_posix(),
+        "sink_config": redact(sink.config.model_dump(mode="json")),
+        "trigger": spec.trigger
+        if isinstance(spec.trigger, str)
+        else spec.trigger.model_dump(mode="json"),
+    }
     sql = f"SELECT * FROM {quote(relation)}\n" if relation else None
     cfg = {"connector": spec.connector}
     if isinstance(sink.config, DeltaSinkConfig):
         cfg["mode"] = sink.config.mode
-    return Node(node_id("sink", spec.name), "sink", spec.name, path, deps, spec.tags, cfg,
-                spec.description, sql, None, columns,
-                _hash(spec.model_dump(mode="json", by_alias=True)), extra)
+    return Node(
+        node_id("sink", spec.name),
+        "sink",
+        spec.name,
+        path,
+        deps,
+        spec.tags,
+        cfg,
+        spec.description,
+        sql,
+        None,
+        columns,
+        _hash(spec.model_dump(mode="json", by_alias=True)),
+        extra,
+    )
 
 
-def _star_feeding_sinks(project: Project, models: dict[str, ModelResult],
-                        nodes: dict[NodeId, Node], findings: list[Finding]) -> None:
+def _star_feeding_sinks(
+    project: Project,
+    models: dict[str, ModelResult],
+    nodes: dict[NodeId, Node],
+    findings: list[Finding],
+) -> None:
     for sink in project.sinks.values():
         res = models.get(sink.spec.from_)
         if res is not None and res.star is not None:
-            findings.append(Finding("RV005", "warning", SqlError(
-                f"SELECT * in model {res.name!r}, which feeds sink {sink.spec.name!r}: an upstream "
-                "column change silently changes the sink's schema; list the columns",
-                SourceLocation(project.models[res.name].path, *res.star))))
+            findings.append(
+                Finding(
+                    "RV005",
+                    "warning",
+                    SqlError(
+                        f"SELECT * in model {res.name!r}, which feeds sink {sink.spec.name!r}: an upstream "
+                        "column change silently changes the sink's schema; list the columns",
+                        SourceLocation(project.models[res.name].path, *res.star),
+                    ),
+                )
+            )
 
 
 # --------------------------------------------------------------------------- tests
@@ -394,8 +563,13 @@ _REF = re.compile(r"""^\s*ref\(\s*['"](\w+)['"]\s*\)\s*$""")
 _SOURCE = re.compile(r"""^\s*source\(\s*['"](\w+)['"]\s*,\s*['"](\w+)['"]\s*\)\s*$""")
 
 
-def _test_nodes(project: Project, renderer: Renderer, params: dict[str, Any],
-                nodes: dict[NodeId, Node], findings: list[Finding]) -> list[Node]:
+def _test_nodes(
+    project: Project,
+    renderer: Renderer,
+    params: dict[str, Any],
+    nodes: dict[NodeId, Node],
+    findings: list[Finding],
+) -> list[Node]:
     out: list[Node] = []
     seen: set[str] = set()
     for model_name, (props, where) in sorted(project.properties.items()):
@@ -406,14 +580,26 @@ def _test_nodes(project: Project, renderer: Renderer, params: dict[str, Any],
                 try:
                     node = _generic_test(model_name, column.name, test, loc, nodes)
                 except RivcError as exc:
-                    findings.append(Finding("RV002" if isinstance(exc, GraphError) else "RV011",
-                                            "error", exc))
+                    findings.append(
+                        Finding("RV002" if isinstance(exc, GraphError) else "RV011", "error", exc)
+                    )
                     continue
-                if model is not None and model.columns is not None and \
-                        column.name not in model.columns:
-                    findings.append(Finding("RV009", "error", SqlError(
-                        f"test on unknown column {column.name!r} of model {model_name!r}"
-                        f"{_suggest(column.name, list(model.columns))}", loc)))
+                if (
+                    model is not None
+                    and model.columns is not None
+                    and column.name not in model.columns
+                ):
+                    findings.append(
+                        Finding(
+                            "RV009",
+                            "error",
+                            SqlError(
+                                f"test on unknown column {column.name!r} of model {model_name!r}"
+                                f"{_suggest(column.name, list(model.columns))}",
+                                loc,
+                            ),
+                        )
+                    )
                 base, n = node.name, 2
                 while node.name in seen:
                     node.name, n = f"{base}_{n}", n + 1
@@ -421,19 +607,26 @@ def _test_nodes(project: Project, renderer: Renderer, params: dict[str, Any],
                 seen.add(node.name)
                 out.append(node)
     for name, test in sorted(project.tests.items()):
-        node = Node(node_id("test", name), "test", name, test.path,
-                    checksum=hashlib.sha256(test.text.encode()).hexdigest(),
-                    config={"severity": "error", "test": "singular"})
+        node = Node(
+            node_id("test", name),
+            "test",
+            name,
+            test.path,
+            checksum=hashlib.sha256(test.text.encode()).hexdigest(),
+            config={"severity": "error", "test": "singular"},
+        )
         try:
             rendered = renderer.render(name, test.path, test.text, False)
             sql, unbound = bind(rendered.sql, params, "spark")
             for pname, line, col in unbound:
-                raise RenderError(f"parameter ${{{pname}}} is not bound",
-                                  SourceLocation(test.path, line, col))
+                raise RenderError(
+                    f"parameter ${{{pname}}} is not bound", SourceLocation(test.path, line, col)
+                )
             parse_query(sql, test.path, "spark", "a test")
             node.sql = sql
             node.depends_on = [node_id("model", r) for r in rendered.refs] + [
-                node_id("source", s) for s in rendered.sources]
+                node_id("source", s) for s in rendered.sources
+            ]
         except RivcError as exc:
             rule = {GraphError: "RV002", SqlError: "RV001"}.get(type(exc), "RV011")
             findings.append(Finding(rule, "error", exc))
@@ -442,8 +635,13 @@ def _test_nodes(project: Project, renderer: Renderer, params: dict[str, Any],
     return out
 
 
-def _generic_test(model: str, column: str, test: str | dict[str, Any], loc: SourceLocation,
-                  nodes: dict[NodeId, Node]) -> Node:
+def _generic_test(
+    model: str,
+    column: str,
+    test: str | dict[str, Any],
+    loc: SourceLocation,
+    nodes: dict[NodeId, Node],
+) -> Node:
     if isinstance(test, str):
         kind, args = test, {}
     elif len(test) == 1:
@@ -462,33 +660,57 @@ def _generic_test(model: str, column: str, test: str | dict[str, Any], loc: Sour
         spec: Any = cls.model_validate(args)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
-        raise RenderError(f"test {kind}: {'.'.join(map(str, err['loc']))}: {err['msg']}",
-                          loc) from None
+        raise RenderError(
+            f"test {kind}: {'.'.join(map(str, err['loc']))}: {err['msg']}", loc
+        ) from None
     rel, col = quote(model), quote(column)
     deps = [node_id("model", model)]
     name = f"{kind}_{model}_{column}"
     if kind == "not_null":
         sql = f"SELECT *\nFROM {rel}\nWHERE {col} IS NULL"
     elif kind == "unique":
-        sql = (f"SELECT {col}, COUNT(*) AS n_records\nFROM {rel}\nWHERE {col} IS NOT NULL\n"
-               f"GROUP BY {col}\nHAVING COUNT(*) > 1")
+        sql = (
+            f"SELECT {col}, COUNT(*) AS n_records\nFROM {rel}\nWHERE {col} IS NOT NULL\n"
+            f"GROUP BY {col}\nHAVING COUNT(*) > 1"
+        )
     elif kind == "accepted_values":
-        values = ", ".join(literal_sql(v if spec.quote else v, "spark") if spec.quote or not
-                           isinstance(v, str) else v for v in spec.values)
-        sql = (f"SELECT {col}, COUNT(*) AS n_records\nFROM {rel}\nWHERE {col} IS NOT NULL "
-               f"AND {col} NOT IN ({values})\nGROUP BY {col}")
+        values = ", ".join(
+            literal_sql(v if spec.quote else v, "spark")
+            if spec.quote or not isinstance(v, str)
+            else v
+            for v in spec.values
+        )
+        sql = (
+            f"SELECT {col}, COUNT(*) AS n_records\nFROM {rel}\nWHERE {col} IS NOT NULL "
+            f"AND {col} NOT IN ({values})\nGROUP BY {col}"
+        )
     else:
         target = _test_target(spec.to, loc, nodes)
         deps.append(target)
         parent = quote(nodes[target].extra.get("relation") or nodes[target].name)
         field_ = quote(spec.field)
-        sql = (f"SELECT child.{col}\nFROM {rel} AS child\nLEFT JOIN {parent} AS parent\n"
-               f"  ON child.{col} = parent.{field_}\nWHERE child.{col} IS NOT NULL "
-               f"AND parent.{field_} IS NULL")
-        name = f"relationships_{model}_{column}__{nodes[target].name.replace('.', '_')}_{spec.field}"
+        sql = (
+            f"SELECT child.{col}\nFROM {rel} AS child\nLEFT JOIN {parent} AS parent\n"
+            f"  ON child.{col} = parent.{field_}\nWHERE child.{col} IS NOT NULL "
+            f"AND parent.{field_} IS NULL"
+        )
+        name = (
+            f"relationships_{model}_{column}__{nodes[target].name.replace('.', '_')}_{spec.field}"
+        )
     config = {"severity": spec.config.severity, "test": kind, "column": column, "model": model}
-    return Node(node_id("test", name), "test", name, loc.path, deps, (), config, "", sql + "\n",
-                checksum=_hash(model, column, test), extra={"spec_path": loc.path.as_posix()})
+    return Node(
+        node_id("test", name),
+        "test",
+        name,
+        loc.path,
+        deps,
+        (),
+        config,
+        "",
+        sql + "\n",
+        checksum=_hash(model, column, test),
+        extra={"spec_path": loc.path.as_posix()},
+    )
 
 
 def _test_target(to: str, loc: SourceLocation, nodes: dict[NodeId, Node]) -> NodeId:
@@ -497,8 +719,9 @@ def _test_target(to: str, loc: SourceLocation, nodes: dict[NodeId, Node]) -> Nod
     if target is None and (s := _SOURCE.match(to)):
         target = node_id("source", f"{s.group(1)}.{s.group(2)}")
     if target is None:
-        raise RenderError(f"relationships: to must be ref('model') or source('src', 'table'), "
-                          f"got {to!r}", loc)
+        raise RenderError(
+            f"relationships: to must be ref('model') or source('src', 'table'), got {to!r}", loc
+        )
     if target not in nodes:
         raise GraphError(f"relationships: {to} names nothing", loc)
     return target
@@ -508,5 +731,11 @@ def spec_json(spec: Spec) -> dict[str, Any]:
     return redact(spec.model_dump(mode="json", by_alias=True))
 
 
-__all__ = ["CompileCache", "CompileOptions", "CompiledProject", "analyze", "compile_project",
-           "RivcError"]
+__all__ = [
+    "CompileCache",
+    "CompileOptions",
+    "CompiledProject",
+    "analyze",
+    "compile_project",
+    "RivcError",
+]

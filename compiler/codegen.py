@@ -28,8 +28,11 @@ def ephemeral_parents(compiled: CompiledProject, nid: NodeId) -> list[Node]:
     stack = list(graph.parents(nid))
     while stack:
         parent = graph.nodes[stack.pop()]
-        if parent.kind == "model" and parent.config.get("materialized") == "ephemeral" and \
-                parent.id not in found:
+        if (
+            parent.kind == "model"
+            and parent.config.get("materialized") == "ephemeral"
+            and parent.id not in found
+        ):
             found.add(parent.id)
             stack += graph.parents(parent.id)
     return [graph.nodes[n] for n in graph.order(found)]
@@ -41,9 +44,13 @@ def final_sql(compiled: CompiledProject, node: Node, sql: str) -> str:
     if not ephemerals:
         return sql
     tree = sqlglot.parse_one(sql, read="spark")
-    ctes = [exp.CTE(this=sqlglot.parse_one(e.sql or "", read="spark"),
-                    alias=exp.TableAlias(this=exp.to_identifier(e.name, quoted=True)))
-            for e in ephemerals]
+    ctes = [
+        exp.CTE(
+            this=sqlglot.parse_one(e.sql or "", read="spark"),
+            alias=exp.TableAlias(this=exp.to_identifier(e.name, quoted=True)),
+        )
+        for e in ephemerals
+    ]
     existing = tree.args.get("with_")
     tree.set("with_", exp.With(expressions=ctes + (existing.expressions if existing else [])))
     return tree.sql(dialect="spark", pretty=True) + "\n"
@@ -58,10 +65,16 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
     for nid in graph.order():
         node = graph.nodes[nid]
         entry: dict[str, Any] = {
-            "kind": node.kind, "name": node.name, "path": node.path.as_posix(),
-            "description": node.description, "tags": list(node.tags), "config": node.config,
-            "depends_on": graph.parents(nid), "checksum": node.checksum,
-            "columns": node.columns, "compiled_path": None,
+            "kind": node.kind,
+            "name": node.name,
+            "path": node.path.as_posix(),
+            "description": node.description,
+            "tags": list(node.tags),
+            "config": node.config,
+            "depends_on": graph.parents(nid),
+            "checksum": node.checksum,
+            "columns": node.columns,
+            "compiled_path": None,
         }
         entry.update({k: v for k, v in node.extra.items() if k != "spec_path"})
         ephemeral = node.kind == "model" and node.config.get("materialized") == "ephemeral"
@@ -83,10 +96,16 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
         "nodes": manifest_nodes,
     }
     files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
-    files["graph.json"] = json.dumps({
-        "nodes": [{"id": n, "kind": graph.nodes[n].kind} for n in graph.order()],
-        "edges": [list(e) for e in graph.edges()],
-    }, indent=2) + "\n"
+    files["graph.json"] = (
+        json.dumps(
+            {
+                "nodes": [{"id": n, "kind": graph.nodes[n].kind} for n in graph.order()],
+                "edges": [list(e) for e in graph.edges()],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return files
 
 

@@ -43,12 +43,22 @@ class RelationalConfig(Spec):
 
 # Columns each datagen pattern produces (Spark SQL types); cdc_mode wraps them in an envelope.
 DATAGEN_COLUMNS: dict[str, dict[str, str]] = {
-    "orders": {"order_id": "bigint", "customer_id": "bigint", "product": "string",
-               "quantity": "int", "total": "decimal(10,2)", "status": "string",
-               "created_at": "timestamp"},
+    "orders": {
+        "order_id": "bigint",
+        "customer_id": "bigint",
+        "product": "string",
+        "quantity": "int",
+        "total": "decimal(10,2)",
+        "status": "string",
+        "created_at": "timestamp",
+    },
     "users": {"user_id": "bigint", "name": "string", "email": "string", "created_at": "timestamp"},
-    "pageviews": {"page_url": "string", "user_id": "bigint", "timestamp": "timestamp",
-                  "referrer": "string"},
+    "pageviews": {
+        "page_url": "string",
+        "user_id": "bigint",
+        "timestamp": "timestamp",
+        "referrer": "string",
+    },
 }
 CDC_COLUMNS = {"op": "string", "ts": "timestamp"}  # plus before/after structs of the pattern
 
@@ -65,8 +75,15 @@ def datagen_columns(config: DatagenConfig) -> dict[str, str]:
 
 Compression = Literal["snappy", "gzip", "lz4", "zstd", "none"]
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B|B)?\s*$", re.I)
-_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1024, "mib": 1024**2,
-          "gib": 1024**3}
+_UNITS = {
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
 
 
 def parse_size(value: int | str) -> int:
@@ -158,7 +175,9 @@ class IcebergCatalog(Spec):
 
 class IcebergPartition(Spec):
     field: str
-    transform: Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"] = "identity"
+    transform: Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"] = (
+        "identity"
+    )
     buckets: int | None = Field(None, gt=0)
     width: int | None = Field(None, gt=0)
 
@@ -218,20 +237,57 @@ class ConnectorInfo:
 CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
     (c.kind, c.name): c
     for c in (
-        ConnectorInfo("postgres", "source", "database", RelationalConfig,
-                      "PostgreSQL tables and queries (JDBC), source-safe modes", relational=True),
-        ConnectorInfo("mysql", "source", "database", RelationalConfig,
-                      "MySQL and MariaDB tables and queries (JDBC)", relational=True),
-        ConnectorInfo("datagen", "source", "generate", DatagenConfig,
-                      "synthetic orders, users or pageviews; batch or stream"),
-        ConnectorInfo("files", "source", "storage", FilesSourceConfig,
-                      "a directory of json, csv or parquet files; batch or stream"),
-        ConnectorInfo("delta", "sink", "lakehouse", DeltaSinkConfig,
-                      "Delta Lake tables (delta-rs), exactly-once per batch"),
-        ConnectorInfo("iceberg", "sink", "lakehouse", IcebergSinkConfig,
-                      "Apache Iceberg tables (pyiceberg), exactly-once per batch"),
-        ConnectorInfo("files", "sink", "storage", FilesSinkConfig,
-                      "parquet, csv, jsonl, json or avro files, local or s3://"),
+        ConnectorInfo(
+            "postgres",
+            "source",
+            "database",
+            RelationalConfig,
+            "PostgreSQL tables and queries (JDBC), source-safe modes",
+            relational=True,
+        ),
+        ConnectorInfo(
+            "mysql",
+            "source",
+            "database",
+            RelationalConfig,
+            "MySQL and MariaDB tables and queries (JDBC)",
+            relational=True,
+        ),
+        ConnectorInfo(
+            "datagen",
+            "source",
+            "generate",
+            DatagenConfig,
+            "synthetic orders, users or pageviews; batch or stream",
+        ),
+        ConnectorInfo(
+            "files",
+            "source",
+            "storage",
+            FilesSourceConfig,
+            "a directory of json, csv or parquet files; batch or stream",
+        ),
+        ConnectorInfo(
+            "delta",
+            "sink",
+            "lakehouse",
+            DeltaSinkConfig,
+            "Delta Lake tables (delta-rs), exactly-once per batch",
+        ),
+        ConnectorInfo(
+            "iceberg",
+            "sink",
+            "lakehouse",
+            IcebergSinkConfig,
+            "Apache Iceberg tables (pyiceberg), exactly-once per batch",
+        ),
+        ConnectorInfo(
+            "files",
+            "sink",
+            "storage",
+            FilesSinkConfig,
+            "parquet, csv, jsonl, json or avro files, local or s3://",
+        ),
         ConnectorInfo("stdout", "sink", "debug", StdoutSinkConfig, "JSON lines on standard output"),
     )
 }

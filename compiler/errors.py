@@ -17,7 +17,9 @@ class SourceLocation:
     col: int | None = None
 
     def __str__(self) -> str:
-        return ":".join(str(p) for p in (self.path.as_posix(), self.line, self.col) if p is not None)
+        return ":".join(
+            str(p) for p in (self.path.as_posix(), self.line, self.col) if p is not None
+        )
 
 
 class RivcError(Exception):
@@ -28,7 +30,9 @@ class RivcError(Exception):
         self.message, self.location = message, location
 
     def __str__(self) -> str:
-        return f"{self.location}: error: {self.message}" if self.location else f"error: {self.message}"
+        return (
+            f"{self.location}: error: {self.message}" if self.location else f"error: {self.message}"
+        )
 
     def __reduce__(self) -> tuple[type, tuple[str, SourceLocation | None]]:  # keep the location
         return (type(self), (self.message, self.location))

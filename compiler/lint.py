@@ -19,21 +19,32 @@ class Rule:
     summary: str
 
 
-RULES = {r.id: r for r in (
-    Rule("RV001", "syntax", "SQL does not parse, or a model is not exactly one SELECT"),
-    Rule("RV002", "unknown-reference", "ref(), source(), a sink's from or a test names nothing"),
-    Rule("RV003", "unbound-parameter", "a ${name} placeholder has no value"),
-    Rule("RV004", "key-column", "a cursor, chunk, time, unique, merge or partition column is not "
-                                "in the query's output"),
-    Rule("RV005", "star-into-sink", "SELECT * in a model that feeds a sink"),
-    Rule("RV006", "merge-without-key", "incremental merge without unique_key"),
-    Rule("RV007", "nondeterministic-incremental-filter",
-         "rand(), now() and friends in an incremental filter"),
-    Rule("RV008", "cross-join", "a join without ON or USING"),
-    Rule("RV009", "unknown-column", "a column that no input relation has"),
-    Rule("RV010", "unsafe-source-query", "a source query that is not one read-only SELECT"),
-    Rule("RV011", "render", "Jinja, var(), env_var() or config() failed"),
-)}
+RULES = {
+    r.id: r
+    for r in (
+        Rule("RV001", "syntax", "SQL does not parse, or a model is not exactly one SELECT"),
+        Rule(
+            "RV002", "unknown-reference", "ref(), source(), a sink's from or a test names nothing"
+        ),
+        Rule("RV003", "unbound-parameter", "a ${name} placeholder has no value"),
+        Rule(
+            "RV004",
+            "key-column",
+            "a cursor, chunk, time, unique, merge or partition column is not in the query's output",
+        ),
+        Rule("RV005", "star-into-sink", "SELECT * in a model that feeds a sink"),
+        Rule("RV006", "merge-without-key", "incremental merge without unique_key"),
+        Rule(
+            "RV007",
+            "nondeterministic-incremental-filter",
+            "rand(), now() and friends in an incremental filter",
+        ),
+        Rule("RV008", "cross-join", "a join without ON or USING"),
+        Rule("RV009", "unknown-column", "a column that no input relation has"),
+        Rule("RV010", "unsafe-source-query", "a source query that is not one read-only SELECT"),
+        Rule("RV011", "render", "Jinja, var(), env_var() or config() failed"),
+    )
+}
 _NOQA = re.compile(r"--\s*noqa(?::\s*(?P<ids>[A-Z0-9, ]+))?", re.I)
 
 
@@ -48,14 +59,20 @@ def lint_findings(compiled: CompiledProject, paths: Iterable[str] = ()) -> list[
         if f.rule in disabled:
             continue
         loc = f.location
-        if wanted and (loc is None or not any(
+        if wanted and (
+            loc is None
+            or not any(
                 loc.path.as_posix() == w or loc.path.as_posix().startswith(w + "/")
-                for w in _relative(wanted, root))):
+                for w in _relative(wanted, root)
+            )
+        ):
             continue
         if loc is not None and loc.line and loc.path.suffix == ".sql":
             if loc.path not in lines_cache:
                 try:
-                    lines_cache[loc.path] = (root / loc.path).read_text(encoding="utf-8").splitlines()
+                    lines_cache[loc.path] = (
+                        (root / loc.path).read_text(encoding="utf-8").splitlines()
+                    )
                 except OSError:
                     lines_cache[loc.path] = []
             lines = lines_cache[loc.path]
@@ -89,13 +106,21 @@ def _suppressed(line: str, rule: str) -> bool:
 def format_findings(findings: list[Finding], fmt: str) -> str:
     """text (path:line:col: severity: message [RVnnn]), json, or GitHub annotations."""
     if fmt == "json":
-        return json.dumps([{
-            "rule": f.rule, "name": RULES[f.rule].name, "severity": f.severity,
-            "message": f.error.message,
-            "path": f.location.path.as_posix() if f.location else None,
-            "line": f.location.line if f.location else None,
-            "col": f.location.col if f.location else None,
-        } for f in findings], indent=2)
+        return json.dumps(
+            [
+                {
+                    "rule": f.rule,
+                    "name": RULES[f.rule].name,
+                    "severity": f.severity,
+                    "message": f.error.message,
+                    "path": f.location.path.as_posix() if f.location else None,
+                    "line": f.location.line if f.location else None,
+                    "col": f.location.col if f.location else None,
+                }
+                for f in findings
+            ],
+            indent=2,
+        )
     if fmt == "github":
         lines = []
         for f in findings:

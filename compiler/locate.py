@@ -9,8 +9,13 @@ from .errors import ProjectError
 
 PROJECT_FILE = "rivc_project.yml"
 PROFILES_FILE = "profiles.yml"
-DEFAULT_PATHS = {"models": "models", "sources": "sources", "sinks": "sinks", "macros": "macros",
-                 "tests": "tests"}
+DEFAULT_PATHS = {
+    "models": "models",
+    "sources": "sources",
+    "sinks": "sinks",
+    "macros": "macros",
+    "tests": "tests",
+}
 
 
 def find_project_root(start: Path) -> Path:
@@ -37,9 +42,13 @@ def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
     if (root / PROFILES_FILE).is_file():
         files.append(Path(PROFILES_FILE))
     yml = ("*.yml", "*.yaml")
-    for key, patterns in (("sources", yml), ("sinks", yml),
-                          ("models", ("**/*.sql", "**/*.yml", "**/*.yaml")),
-                          ("macros", ("**/*.sql",)), ("tests", ("**/*.sql",))):
+    for key, patterns in (
+        ("sources", yml),
+        ("sinks", yml),
+        ("models", ("**/*.sql", "**/*.yml", "**/*.yaml")),
+        ("macros", ("**/*.sql",)),
+        ("tests", ("**/*.sql",)),
+    ):
         base = root / paths[key]
         if base.is_dir():
             for pattern in patterns:

@@ -17,8 +17,10 @@ def resolve_params(defaults: Mapping[str, Any], overrides: Mapping[str, str]) ->
     values = dict(defaults)
     for name, text in overrides.items():
         if name not in defaults:
-            raise RenderError(f"--param {name}: no such parameter in rivc_project.yml params"
-                              f"{did_you_mean(name, defaults)}")
+            raise RenderError(
+                f"--param {name}: no such parameter in rivc_project.yml params"
+                f"{did_you_mean(name, defaults)}"
+            )
         values[name] = convert(name, text, defaults[name])
     return values
 
@@ -40,8 +42,10 @@ def convert(name: str, text: str, default: Any) -> Any:
         if isinstance(default, dt.date):
             return dt.date.fromisoformat(text)
     except ValueError:
-        raise RenderError(f"--param {name}={text!r}: expected {type(default).__name__}, "
-                          f"like the default {default!r}") from None
+        raise RenderError(
+            f"--param {name}={text!r}: expected {type(default).__name__}, "
+            f"like the default {default!r}"
+        ) from None
     return text
 
 
@@ -75,7 +79,9 @@ def placeholders(sql: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def bind(sql: str, params: Mapping[str, Any], dialect: str) -> tuple[str, list[tuple[str, int, int]]]:
+def bind(
+    sql: str, params: Mapping[str, Any], dialect: str
+) -> tuple[str, list[tuple[str, int, int]]]:
     """Replace bound placeholders with literals; return the SQL and the unbound ones."""
     if "${" not in sql:
         return sql, []

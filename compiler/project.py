@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from .connectors import CONNECTORS, ConnectorInfo, DatagenConfig, datagen_columns
-from .locate import PROJECT_FILE, find_profiles, list_project_files
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
+from .locate import PROJECT_FILE, find_profiles, list_project_files
 from .specs import (
     ModelProps,
     ProfileSpec,
     ProjectSpec,
     PropertiesFile,
-    SinkSpec,
     SinksFile,
+    SinkSpec,
     SourcesFile,
     SourceSpec,
     SourceTable,
@@ -26,7 +25,6 @@ from .specs import (
     validate_doc,
 )
 from .yamlio import YamlDoc, YamlPath, load_yaml, parse_yaml
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +109,9 @@ def load_profile(root: Path, name: str, env: Mapping[str, str]) -> tuple[Profile
     data = doc.data or {}
     if not isinstance(data, dict) or name not in data:
         names = list(data) if isinstance(data, dict) else []
-        raise ProjectError(f"profile {name!r} not found in {path}{did_you_mean(name, names)}",
-                           doc.location(()))
+        raise ProjectError(
+            f"profile {name!r} not found in {path}{did_you_mean(name, names)}", doc.location(())
+        )
     return validate_doc(ProfileSpec, doc, (name,), data[name]), path
 
 
@@ -141,9 +140,11 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     tests: dict[str, SqlFile] = {}
     for rel in files:
         top = rel.parts[0]
-        if rel.suffix in (".yml", ".yaml") and top in (p.sources, p.sinks, p.models) and len(
-            rel.parts
-        ) > 1:
+        if (
+            rel.suffix in (".yml", ".yaml")
+            and top in (p.sources, p.sinks, p.models)
+            and len(rel.parts) > 1
+        ):
             doc = attempt(load_yaml, root, rel, env)
             if doc is None:
                 continue
@@ -159,9 +160,12 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             sql = SqlFile(rel.stem, rel, text)
             if top == p.models:
                 if rel.stem in models:
-                    errors.append(ProjectError(
-                        f"model {rel.stem!r} is also defined in {models[rel.stem].path}",
-                        SourceLocation(rel)))
+                    errors.append(
+                        ProjectError(
+                            f"model {rel.stem!r} is also defined in {models[rel.stem].path}",
+                            SourceLocation(rel),
+                        )
+                    )
                 models[rel.stem] = sql
             elif top == p.macros:
                 macros.append(sql)
@@ -169,17 +173,32 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                 tests[rel.stem] = sql
     for name, (_, where) in properties.items():
         if name not in models:
-            errors.append(ProjectError(
-                f"properties for unknown model {name!r}{did_you_mean(name, models)}",
-                where.location("name")))
+            errors.append(
+                ProjectError(
+                    f"properties for unknown model {name!r}{did_you_mean(name, models)}",
+                    where.location("name"),
+                )
+            )
     if errors:
         raise CompileFailed(errors)
-    return Project(root, spec, profile, profile_path, sources, sinks, models, properties,
-                   tuple(macros), tests, env_used)
+    return Project(
+        root,
+        spec,
+        profile,
+        profile_path,
+        sources,
+        sinks,
+        models,
+        properties,
+        tuple(macros),
+        tests,
+        env_used,
+    )
 
 
-def _add_sources(doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None,
-                 out: dict[str, SourceTableDef]) -> None:
+def _add_sources(
+    doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None, out: dict[str, SourceTableDef]
+) -> None:
     parsed: SourcesFile = validate_doc(SourcesFile, doc)
     for i, source in enumerate(parsed.sources):
         at: YamlPath = ("sources", i)
@@ -188,32 +207,42 @@ def _add_sources(doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None,
             known = sorted(n for k, n in CONNECTORS if k == "source")
             raise ProjectError(
                 f"unknown source connector {source.connector!r}{did_you_mean(source.connector, known)}"
-                f" (known: {', '.join(known)})", doc.location((*at, "connector")))
+                f" (known: {', '.join(known)})",
+                doc.location((*at, "connector")),
+            )
         if info.relational:
             if not source.connection:
-                raise ProjectError(f"source {source.name!r}: connector {source.connector} needs "
-                                   "connection", doc.location((*at, "connector")))
+                raise ProjectError(
+                    f"source {source.name!r}: connector {source.connector} needs connection",
+                    doc.location((*at, "connector")),
+                )
             if profile_path is not None and source.connection not in profile.connections:
                 raise ProjectError(
                     f"connection {source.connection!r} is not in {profile_path}"
                     f"{did_you_mean(source.connection, profile.connections)}",
-                    doc.location((*at, "connection")))
+                    doc.location((*at, "connection")),
+                )
         for j, table in enumerate(source.tables):
             tat: YamlPath = (*at, "tables", j)
             if info.relational and not (table.table or table.query):
-                raise ProjectError(f"source table {source.name}.{table.name} needs table or query",
-                                   doc.location((*tat, "name")))
+                raise ProjectError(
+                    f"source table {source.name}.{table.name} needs table or query",
+                    doc.location((*tat, "name")),
+                )
             if not info.relational:
                 for key in ("table", "query", "cursor_column", "chunk_column", "time_column"):
                     if getattr(table, key):
-                        raise ProjectError(f"{key} is for postgres and mysql sources; "
-                                           f"{source.connector} takes its settings under config",
-                                           doc.location((*tat, key)))
+                        raise ProjectError(
+                            f"{key} is for postgres and mysql sources; "
+                            f"{source.connector} takes its settings under config",
+                            doc.location((*tat, key)),
+                        )
             config = validate_doc(info.config, doc, (*tat, "config"), table.config)
             fqn = f"{source.name}.{table.name}"
             if fqn in out:
-                raise ProjectError(f"source table {fqn!r} is defined twice",
-                                   doc.location((*tat, "name")))
+                raise ProjectError(
+                    f"source table {fqn!r} is defined twice", doc.location((*tat, "name"))
+                )
             out[fqn] = SourceTableDef(source, table, info, config, Located(doc, tat))
 
 
@@ -226,7 +255,9 @@ def _add_sinks(doc: YamlDoc, out: dict[str, SinkDef]) -> None:
             known = sorted(n for k, n in CONNECTORS if k == "sink")
             raise ProjectError(
                 f"unknown sink connector {sink.connector!r}{did_you_mean(sink.connector, known)}"
-                f" (known: {', '.join(known)})", doc.location((*at, "connector")))
+                f" (known: {', '.join(known)})",
+                doc.location((*at, "connector")),
+            )
         if sink.name in out:
             raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
         config = validate_doc(info.config, doc, (*at, "config"), sink.config)
@@ -237,7 +268,8 @@ def _add_properties(doc: YamlDoc, out: dict[str, tuple[ModelProps, Located]]) ->
     parsed: PropertiesFile = validate_doc(PropertiesFile, doc)
     for i, props in enumerate(parsed.models):
         if props.name in out:
-            raise ProjectError(f"properties for model {props.name!r} are given twice",
-                               doc.location(("models", i, "name")))
+            raise ProjectError(
+                f"properties for model {props.name!r} are given twice",
+                doc.location(("models", i, "name")),
+            )
         out[props.name] = (props, Located(doc, ("models", i)))
-

@@ -10,7 +10,9 @@ _SECRET_KEY = re.compile(
     r"(^|_)(password|passwd|pwd|secret|token|credentials?|api_key|private_key)$|_key$", re.I
 )
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
-_URL_QUERY_SECRET = re.compile(r"(?P<k>[?&](?:password|token|secret|access_token|api_key)=)[^&\s]+", re.I)
+_URL_QUERY_SECRET = re.compile(
+    r"(?P<k>[?&](?:password|token|secret|access_token|api_key)=)[^&\s]+", re.I
+)
 
 
 def is_secret_key(key: str) -> bool:

@@ -72,8 +72,10 @@ class _State:
     def source(self, source: str, table: str) -> str:
         fqn = f"{source}.{table}"
         if fqn not in self.ctx.sources:
-            raise GraphError(f"source({source!r}, {table!r}): no such source table"
-                             f"{did_you_mean(fqn, self.ctx.sources)}")
+            raise GraphError(
+                f"source({source!r}, {table!r}): no such source table"
+                f"{did_you_mean(fqn, self.ctx.sources)}"
+            )
         if fqn not in self.out.sources:
             self.out.sources.append(fqn)
         return quote(source_relation(source, table))
@@ -82,8 +84,10 @@ class _State:
         if name in self.ctx.vars:
             return self.ctx.vars[name]
         if default is ...:
-            raise RenderError(f"var({name!r}) is not defined in rivc_project.yml vars or --vars"
-                              f"{did_you_mean(name, self.ctx.vars)}")
+            raise RenderError(
+                f"var({name!r}) is not defined in rivc_project.yml vars or --vars"
+                f"{did_you_mean(name, self.ctx.vars)}"
+            )
         return default
 
     def env_var(self, name: str, default: Any = ...) -> Any:
@@ -123,7 +127,9 @@ class _Loader(jinja2.BaseLoader):
 
 _FAST_IF = re.compile(
     r"\{%\s*if\s+is_incremental\(\)\s*%\}((?:(?!\{%).)*)"
-    r"(?:\{%\s*else\s*%\}((?:(?!\{%).)*))?\{%\s*endif\s*%\}", re.S)
+    r"(?:\{%\s*else\s*%\}((?:(?!\{%).)*))?\{%\s*endif\s*%\}",
+    re.S,
+)
 _FAST_CALL = re.compile(r"\{\{\s*([a-z_]+)\s*(\((?:[^{}()]|\([^{}()]*\))*\))?\s*\}\}")
 _FAST_FUNCS = frozenset({"ref", "source", "var", "config", "env_var", "is_incremental", "this"})
 
@@ -135,11 +141,22 @@ class Renderer:
         self.ctx = ctx
         self.state = _State(ctx)
         self.loader = _Loader()
-        self.env = jinja2.Environment(loader=self.loader, undefined=jinja2.StrictUndefined,
-                                      autoescape=False, keep_trailing_newline=True, cache_size=0)
+        self.env = jinja2.Environment(
+            loader=self.loader,
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=True,
+            cache_size=0,
+        )
         s = self.state
-        self.env.globals.update(ref=s.ref, source=s.source, var=s.var, env_var=s.env_var,
-                                config=s.config, is_incremental=s.is_incremental)
+        self.env.globals.update(
+            ref=s.ref,
+            source=s.source,
+            var=s.var,
+            env_var=s.env_var,
+            config=s.config,
+            is_incremental=s.is_incremental,
+        )
         self.macro_names: set[str] = set()
         for path, text in ctx.macros:
             self._load_macros(path, text)
@@ -149,7 +166,9 @@ class Renderer:
         try:
             module = self.env.get_template(path).module
         except jinja2.TemplateSyntaxError as exc:
-            raise RenderError(exc.message or str(exc), SourceLocation(Path(path), exc.lineno)) from exc
+            raise RenderError(
+                exc.message or str(exc), SourceLocation(Path(path), exc.lineno)
+            ) from exc
         except (jinja2.UndefinedError, RivcError) as exc:
             raise RenderError(str(exc), SourceLocation(Path(path))) from exc
         for name in dir(module):
@@ -170,14 +189,17 @@ class Renderer:
         try:
             template = self.env.get_template(rel)
         except jinja2.TemplateSyntaxError as exc:
-            raise RenderError(exc.message or "syntax error", SourceLocation(path, exc.lineno)) from exc
+            raise RenderError(
+                exc.message or "syntax error", SourceLocation(path, exc.lineno)
+            ) from exc
         finally:
             del self.loader.texts[rel]
         try:
             s.out.sql = template.render(this=s.this)
         except (jinja2.UndefinedError, jinja2.TemplateError, RivcError, TypeError) as exc:
-            lines = [n for f, n in traceback.walk_tb(exc.__traceback__)
-                     if f.f_code.co_filename == rel]
+            lines = [
+                n for f, n in traceback.walk_tb(exc.__traceback__) if f.f_code.co_filename == rel
+            ]
             loc = SourceLocation(path, lines[-1] if lines else None)
             message = exc.message if isinstance(exc, RivcError) else str(exc)
             cls = type(exc) if isinstance(exc, RivcError) else RenderError
@@ -209,20 +231,27 @@ class Renderer:
         pos = 0
         for m in _FAST_CALL.finditer(text):
             func, args = m.group(1), m.group(2)
-            if func not in _FAST_FUNCS or func in self.macro_names or (func == "this") != (not args):
+            if (
+                func not in _FAST_FUNCS
+                or func in self.macro_names
+                or (func == "this") != (not args)
+            ):
                 return None
             parsed = _literal_args(args) if args else ((), {})
             if parsed is None:
                 return None
             self.state.line = text.count("\n", 0, m.start()) + 1
             try:
-                value = self.state.this if func == "this" else getattr(self.state, func)(
-                    *parsed[0], **parsed[1])
+                value = (
+                    self.state.this
+                    if func == "this"
+                    else getattr(self.state, func)(*parsed[0], **parsed[1])
+                )
             except RivcError as exc:
                 raise type(exc)(exc.message, SourceLocation(path, self.state.line)) from exc
             except TypeError:
                 return None  # let Jinja produce its own message
-            parts += [text[pos:m.start()], str(value)]
+            parts += [text[pos : m.start()], str(value)]
             pos = m.end()
         rest = text[pos:]
         if "{{" in rest or "}}" in rest:
@@ -242,4 +271,3 @@ def _literal_args(args: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     if len(kw) != len(call.keywords):
         return None
     return pos, kw
-

@@ -34,8 +34,9 @@ def parse_atom(text: str) -> Atom:
         raise SelectionError(f"invalid selector {text!r}")
     method = m["method"] or ""
     if method and method.split(".")[0] not in METHODS:
-        raise SelectionError(f"unknown selector method {method!r} in {text!r}"
-                             f"{did_you_mean(method, METHODS)}")
+        raise SelectionError(
+            f"unknown selector method {method!r} in {text!r}{did_you_mean(method, METHODS)}"
+        )
     up = (int(m["up_depth"]) if m["up_depth"] else -1) if m["up"] else None
     down = (int(m["down_depth"]) if m["down_depth"] else -1) if m["down"] else None
     if m["at"] and (up is not None or down is not None):
@@ -43,7 +44,9 @@ def parse_atom(text: str) -> Atom:
     return Atom(method, m["value"], up, down, bool(m["at"]))
 
 
-def select(graph: ProjectGraph, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> set[NodeId]:
+def select(
+    graph: ProjectGraph, include: Iterable[str] = (), exclude: Iterable[str] = ()
+) -> set[NodeId]:
     """Node ids matching the selection (everything when `include` is empty), minus `exclude`.
 
     Tests whose every parent is selected come along, as dbt's indirect selection does.
@@ -54,9 +57,13 @@ def select(graph: ProjectGraph, include: Iterable[str] = (), exclude: Iterable[s
     if exc:
         chosen -= set().union(*(_intersect(graph, t) for t in exc))
     for node in graph.nodes.values():
-        if node.kind == "test" and node.id not in chosen and node.depends_on and all(
-            d in chosen for d in node.depends_on
-        ) and not any(node.id in _intersect(graph, t) for t in exc):
+        if (
+            node.kind == "test"
+            and node.id not in chosen
+            and node.depends_on
+            and all(d in chosen for d in node.depends_on)
+            and not any(node.id in _intersect(graph, t) for t in exc)
+        ):
             chosen.add(node.id)
     return chosen
 
@@ -106,17 +113,29 @@ def _match(graph: ProjectGraph, atom: Atom) -> set[NodeId]:
         candidates = sorted({t for n in nodes for t in n.tags})
     elif method == "path":
         want = PurePosixPath(value.rstrip("/"))
-        found = {n.id for n in nodes
-                 if n.kind != "source" and (PurePosixPath(n.path.as_posix()) == want
-                                            or want in PurePosixPath(n.path.as_posix()).parents)}
+        found = {
+            n.id
+            for n in nodes
+            if n.kind != "source"
+            and (
+                PurePosixPath(n.path.as_posix()) == want
+                or want in PurePosixPath(n.path.as_posix()).parents
+            )
+        }
         candidates = sorted({p.as_posix() for n in nodes for p in (n.path, *n.path.parents[:-1])})
     elif method == "source":
         src, _, table = value.partition(".")
-        found = {n.id for n in nodes if n.kind == "source"
-                 and fnmatch.fnmatchcase(n.name.split(".")[0], src)
-                 and (not table or fnmatch.fnmatchcase(n.name.split(".")[1], table))}
-        candidates = sorted({n.name for n in nodes if n.kind == "source"}
-                            | {n.name.split(".")[0] for n in nodes if n.kind == "source"})
+        found = {
+            n.id
+            for n in nodes
+            if n.kind == "source"
+            and fnmatch.fnmatchcase(n.name.split(".")[0], src)
+            and (not table or fnmatch.fnmatchcase(n.name.split(".")[1], table))
+        }
+        candidates = sorted(
+            {n.name for n in nodes if n.kind == "source"}
+            | {n.name.split(".")[0] for n in nodes if n.kind == "source"}
+        )
     elif method == "sink":
         found = {n.id for n in nodes if n.kind == "sink" and glob(n.name)}
         candidates = [n.name for n in nodes if n.kind == "sink"]

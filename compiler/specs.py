@@ -130,12 +130,30 @@ class ProfileSpec(Spec):
 # --------------------------------------------------------------------------- sources
 
 TUNING_PROFILES: dict[str, dict[str, int]] = {
-    "fast": dict(batch_size=50_000, throttle_ms=0, statement_timeout_s=0, max_retries=1,
-                 retry_backoff_ms=1_000, lock_timeout_s=0),
-    "balanced": dict(batch_size=10_000, throttle_ms=50, statement_timeout_s=300, max_retries=3,
-                     retry_backoff_ms=2_000, lock_timeout_s=30),
-    "safe": dict(batch_size=2_000, throttle_ms=500, statement_timeout_s=120, max_retries=5,
-                 retry_backoff_ms=5_000, lock_timeout_s=10),
+    "fast": dict(
+        batch_size=50_000,
+        throttle_ms=0,
+        statement_timeout_s=0,
+        max_retries=1,
+        retry_backoff_ms=1_000,
+        lock_timeout_s=0,
+    ),
+    "balanced": dict(
+        batch_size=10_000,
+        throttle_ms=50,
+        statement_timeout_s=300,
+        max_retries=3,
+        retry_backoff_ms=2_000,
+        lock_timeout_s=30,
+    ),
+    "safe": dict(
+        batch_size=2_000,
+        throttle_ms=500,
+        statement_timeout_s=120,
+        max_retries=5,
+        retry_backoff_ms=5_000,
+        lock_timeout_s=10,
+    ),
 }
 
 
@@ -151,7 +169,9 @@ class TuningSpec(Spec):
     def resolved(self) -> dict[str, int]:
         """The profile's defaults with this spec's overrides applied."""
         values = dict(TUNING_PROFILES[self.profile])
-        values.update({k: v for k, v in self.model_dump(exclude={"profile"}).items() if v is not None})
+        values.update(
+            {k: v for k, v in self.model_dump(exclude={"profile"}).items() if v is not None}
+        )
         return values
 
 
@@ -184,8 +204,11 @@ class SourceTable(Spec):
 
     @model_validator(mode="after")
     def _mode_fields(self) -> SourceTable:
-        needs = {"incremental": ("cursor_column",), "chunked": ("chunk_column",),
-                 "time_window": ("time_column", "days_window")}
+        needs = {
+            "incremental": ("cursor_column",),
+            "chunked": ("chunk_column",),
+            "time_window": ("time_column", "days_window"),
+        }
         for field in needs.get(self.mode, ()):
             if getattr(self, field) is None:
                 raise ValueError(f"mode {self.mode} needs {field}")
@@ -319,8 +342,10 @@ def spec_error(cls: type[Spec], exc: ValidationError, doc: YamlDoc, at: YamlPath
         message = f"missing required key {key!r}"
     else:
         detail = err["msg"].removeprefix("Value error, ")
-        shown = "" if is_secret_key(last) or isinstance(err.get("input"), dict | list) else (
-            f" (got {err.get('input')!r})"
+        shown = (
+            ""
+            if is_secret_key(last) or isinstance(err.get("input"), dict | list)
+            else (f" (got {err.get('input')!r})")
         )
         message = f"invalid value for {key!r}: {detail}{shown}"
     return ProjectError(message, doc.location(path))

@@ -53,15 +53,17 @@ def position(sql: str, node: exp.Expression) -> tuple[int | None, int | None]:
 def parse_error(exc: ParseError | TokenError, path: Path, line_offset: int = 0) -> SqlError:
     if isinstance(exc, ParseError) and exc.errors:
         first = exc.errors[0]
-        return SqlError(first["description"],
-                        SourceLocation(path, first["line"] + line_offset, first["col"]))
+        return SqlError(
+            first["description"], SourceLocation(path, first["line"] + line_offset, first["col"])
+        )
     m = re.search(r"Line (\d+), Col: (\d+)", str(exc))
     line = int(m.group(1)) + line_offset if m else None
-    return SqlError(str(exc).splitlines()[0], SourceLocation(path, line, int(m.group(2)) if m else None))
+    return SqlError(
+        str(exc).splitlines()[0], SourceLocation(path, line, int(m.group(2)) if m else None)
+    )
 
 
-def parse_query(sql: str, path: Path, dialect: str, what: str,
-                line_offset: int = 0) -> exp.Query:
+def parse_query(sql: str, path: Path, dialect: str, what: str, line_offset: int = 0) -> exp.Query:
     """Exactly one query statement, or SqlError at its position."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
@@ -71,34 +73,54 @@ def parse_query(sql: str, path: Path, dialect: str, what: str,
         raise SqlError(f"{what} is empty", SourceLocation(path, 1 + line_offset))
     if len(statements) > 1:
         line, col = position(sql, statements[1])
-        raise SqlError(f"{what} must be one statement, found {len(statements)}",
-                       SourceLocation(path, (line or 1) + line_offset, col))
+        raise SqlError(
+            f"{what} must be one statement, found {len(statements)}",
+            SourceLocation(path, (line or 1) + line_offset, col),
+        )
     tree = statements[0]
     if not isinstance(tree, exp.Query):
-        raise SqlError(f"{what} must be a SELECT, found {tree.key.upper()}",
-                       SourceLocation(path, 1 + line_offset, 1))
+        raise SqlError(
+            f"{what} must be a SELECT, found {tree.key.upper()}",
+            SourceLocation(path, 1 + line_offset, 1),
+        )
     return tree
 
 
-_WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter,
-           exp.Command, exp.TruncateTable, exp.Lock)
+_WRITES = (
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Merge,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.Command,
+    exp.TruncateTable,
+    exp.Lock,
+)
 
 
 def check_read_only(tree: exp.Query, sql: str, path: Path, line_offset: int = 0) -> None:
     """A source query may only read: no DML or DDL anywhere, no row locks (FOR UPDATE)."""
     for node in tree.walk():
         if isinstance(node, _WRITES) or (isinstance(node, exp.Select) and node.args.get("locks")):
-            what = "a row lock (FOR UPDATE/SHARE)" if isinstance(node, exp.Select | exp.Lock) else (
-                node.key.upper())
+            what = (
+                "a row lock (FOR UPDATE/SHARE)"
+                if isinstance(node, exp.Select | exp.Lock)
+                else (node.key.upper())
+            )
             line, col = position(sql, node)
-            raise SqlError(f"a source query must be a read-only SELECT; found {what}",
-                           SourceLocation(path, (line or 1) + line_offset, col))
+            raise SqlError(
+                f"a source query must be a read-only SELECT; found {what}",
+                SourceLocation(path, (line or 1) + line_offset, col),
+            )
 
 
 def has_star(tree: exp.Query) -> bool:
     """True when the query's output list contains * or t.*."""
-    return any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star)
-               for e in tree.selects)
+    return any(
+        isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star) for e in tree.selects
+    )
 
 
 def output_columns(tree: exp.Query) -> list[str] | None:
@@ -109,8 +131,9 @@ def output_columns(tree: exp.Query) -> list[str] | None:
     return names if all(names) else None
 
 
-def resolve_columns(tree: exp.Query, sql: str, path: Path,
-                    schema: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+def resolve_columns(
+    tree: exp.Query, sql: str, path: Path, schema: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
     """Qualify every column against `schema` (relation -> columns).
 
     Returns the output columns with their type where a column passes through unchanged from
@@ -119,8 +142,9 @@ def resolve_columns(tree: exp.Query, sql: str, path: Path,
     ms = MappingSchema({k: dict(v) for k, v in schema.items()}, dialect="spark", normalize=False)
     try:
         qualified = qualify_tables(tree, dialect="spark")  # in place: the tree is ours to change
-        qualified = qualify_columns(qualified, ms, expand_alias_refs=True, expand_stars=True,
-                                    dialect="spark")
+        qualified = qualify_columns(
+            qualified, ms, expand_alias_refs=True, expand_stars=True, dialect="spark"
+        )
         validate_qualify_columns(qualified)
     except OptimizeError as exc:
         raise _column_error(str(exc), tree, sql, path, schema) from None
@@ -135,26 +159,43 @@ def resolve_columns(tree: exp.Query, sql: str, path: Path,
     return out
 
 
-def _column_error(message: str, tree: exp.Query, sql: str, path: Path,
-                  schema: Mapping[str, Mapping[str, str]]) -> SqlError:
+def _column_error(
+    message: str, tree: exp.Query, sql: str, path: Path, schema: Mapping[str, Mapping[str, str]]
+) -> SqlError:
     m = re.search(r"(?:Column '|Unknown column: )([^'\s]+)", message)
     if m:
-        name = m.group(1).strip("`\"")
+        name = m.group(1).strip('`"')
         for col in tree.find_all(exp.Column):
             if col.name == name:
                 line, c = position(sql, col)
                 known = {c for cols in schema.values() for c in cols}
-                return SqlError(f"unknown column {name!r}{did_you_mean(name, known)}",
-                                SourceLocation(path, line, c))
+                return SqlError(
+                    f"unknown column {name!r}{did_you_mean(name, known)}",
+                    SourceLocation(path, line, c),
+                )
     return SqlError(message.splitlines()[0], SourceLocation(path))
 
 
-NONDETERMINISTIC = frozenset({"rand", "random", "randn", "uuid", "now", "current_timestamp",
-                              "current_date", "localtimestamp", "unix_timestamp", "shuffle",
-                              "monotonically_increasing_id"})
+NONDETERMINISTIC = frozenset(
+    {
+        "rand",
+        "random",
+        "randn",
+        "uuid",
+        "now",
+        "current_timestamp",
+        "current_date",
+        "localtimestamp",
+        "unix_timestamp",
+        "shuffle",
+        "monotonically_increasing_id",
+    }
+)
 
 
-def nondeterministic_in_filters(tree: exp.Query, sql: str) -> list[tuple[str, int | None, int | None]]:
+def nondeterministic_in_filters(
+    tree: exp.Query, sql: str
+) -> list[tuple[str, int | None, int | None]]:
     """(function, line, col) of non-deterministic calls inside WHERE and HAVING clauses."""
     out = []
     for clause in (*tree.find_all(exp.Where), *tree.find_all(exp.Having)):

@@ -112,8 +112,15 @@ class Worker:
             err = exc.errors(include_url=False)[0]
             key = str(err["loc"][0]) if err["loc"] else ""
             line = full.config.get(key, (None, None))[1]
-            res.findings.append(Finding("RV011", "error", ProjectError(
-                f"invalid config {key!r}: {err['msg']}", SourceLocation(path, line))))
+            res.findings.append(
+                Finding(
+                    "RV011",
+                    "error",
+                    ProjectError(
+                        f"invalid config {key!r}: {err['msg']}", SourceLocation(path, line)
+                    ),
+                )
+            )
             return res
         res.config = config.model_dump(mode="json")
         res.sql = self._bind(full.sql, path, res)
@@ -121,13 +128,19 @@ class Worker:
             inc = self.renderer.render(task.name, path, task.text, True)
             res.env_used.update(inc.env_used)
             res.sql_incremental = self._bind(inc.sql, path, res)
-        if res.sql is None or (full.uses_is_incremental and config.materialized == "incremental"
-                               and res.sql_incremental is None):
+        if res.sql is None or (
+            full.uses_is_incremental
+            and config.materialized == "incremental"
+            and res.sql_incremental is None
+        ):
             return res
         try:
             tree = parse_query(res.sql, path, "spark", "a model")
-            tree_inc = (parse_query(res.sql_incremental, path, "spark", "a model")
-                        if res.sql_incremental else None)
+            tree_inc = (
+                parse_query(res.sql_incremental, path, "spark", "a model")
+                if res.sql_incremental
+                else None
+            )
         except SqlError as exc:
             res.findings.append(Finding("RV001", "error", exc))
             return res
@@ -141,25 +154,47 @@ class Worker:
             line, col = position(res.sql, star)
             res.star = (line or 1, col or 1)
         for line, col in unconditioned_joins(tree, res.sql):
-            res.findings.append(Finding("RV008", "warning", SqlError(
-                "join without a condition (a cross join multiplies rows)",
-                SourceLocation(path, line, col))))
+            res.findings.append(
+                Finding(
+                    "RV008",
+                    "warning",
+                    SqlError(
+                        "join without a condition (a cross join multiplies rows)",
+                        SourceLocation(path, line, col),
+                    ),
+                )
+            )
         if tree_inc is not None and res.sql_incremental is not None:
             before = {(n, ln) for n, ln, _ in nondeterministic_in_filters(tree, res.sql)}
             for name, line, col in nondeterministic_in_filters(tree_inc, res.sql_incremental):
                 if (name, line) not in before:
-                    res.findings.append(Finding("RV007", "warning", SqlError(
-                        f"non-deterministic {name}() in an incremental filter: a re-run selects "
-                        "different rows; filter on a column of {{ this }} instead",
-                        SourceLocation(path, line, col))))
+                    res.findings.append(
+                        Finding(
+                            "RV007",
+                            "warning",
+                            SqlError(
+                                f"non-deterministic {name}() in an incremental filter: a re-run selects "
+                                "different rows; filter on a column of {{ this }} instead",
+                                SourceLocation(path, line, col),
+                            ),
+                        )
+                    )
         return res
 
     def _bind(self, sql: str, path: Path, res: ModelResult) -> str | None:
         bound, unbound = bind(sql, self.params, "spark")
         for name, line, col in unbound:
-            res.findings.append(Finding("RV003", "error", RenderError(
-                f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
-                f"or pass --param {name}=...", SourceLocation(path, line, col))))
+            res.findings.append(
+                Finding(
+                    "RV003",
+                    "error",
+                    RenderError(
+                        f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
+                        f"or pass --param {name}=...",
+                        SourceLocation(path, line, col),
+                    ),
+                )
+            )
         return None if unbound else bound
 
     def columns(self, tasks: Sequence[ColumnTask]) -> list[ColumnResult]:
@@ -174,7 +209,8 @@ class Worker:
             if task.sql_incremental:
                 own = {**task.schema, task.name: out.columns}
                 inc = self.trees.get((task.name, True)) or parse_query(
-                    task.sql_incremental, path, "spark", "")
+                    task.sql_incremental, path, "spark", ""
+                )
                 resolve_columns(inc, task.sql_incremental, path, own)
         except SqlError as exc:
             out.findings.append(Finding("RV009", "error", exc))

@@ -19,6 +19,14 @@ def test_every_package_folder_is_listed():
     assert found == listed
 
 
+def test_no_import_by_folder_name():
+    """`import compiler` passes tests from the checkout and fails users: always rivc.compiler."""
+    for top in ("compiler", "adapters", "tests", "bench"):
+        for path in (REPO / top).rglob("*.py"):
+            imports = re.findall(r"^\s*(?:from|import)\s+([\w.]+)", path.read_text(), re.M)
+            assert not [m for m in imports if m.split(".")[0] in ("compiler", "adapters")], path
+
+
 def test_compiler_never_imports_adapters_or_pyspark():
     for path in (REPO / "compiler").rglob("*.py"):
         imports = re.findall(r"^\s*(?:from|import)\s+([\w.]+)", path.read_text(), re.M)

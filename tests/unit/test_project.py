@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from rivc.compiler.errors import CompileFailed, ProjectError
-from rivc.compiler.project import load_project
 from rivc.compiler.locate import find_project_root
+from rivc.compiler.project import load_project
 
 
 def _error(root: Path, env: dict[str, str] | None = None) -> ProjectError:
