@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import pickle
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -82,6 +81,7 @@ def save_fingerprint(
         "outputs": outputs,
         "summary": summary,
     }
+    (target / CACHE_DIR).mkdir(parents=True, exist_ok=True)
     _atomic_write(target / CACHE_DIR / FINGERPRINT, json.dumps(data))
 
 
@@ -108,16 +108,31 @@ def save_cache(target: Path, cache: Any) -> None:
 
 
 def write_artifacts(target: Path, files: Mapping[str, str]) -> None:
-    """Replace target/compiled with `files`, and write the rest; each file atomically."""
+    """Make target/ hold `files`: unchanged files are left alone, stale compiled files removed.
+
+    Creating files dominates a cold compile of a large project, so a recompile after a small
+    change rewrites only what changed.
+    """
     compiled = target / "compiled"
     if compiled.exists():
-        shutil.rmtree(compiled)
+        for old in compiled.rglob("*"):
+            if old.is_file() and old.relative_to(target).as_posix() not in files:
+                old.unlink()
+    made: set[Path] = set()
     for rel, text in files.items():
-        _atomic_write(target / rel, text)
+        path = target / rel
+        try:
+            if path.read_text(encoding="utf-8") == text:
+                continue
+        except OSError:
+            pass
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
+        _atomic_write(path, text)
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

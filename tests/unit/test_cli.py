@@ -173,3 +173,12 @@ def test_compile_and_lint_never_import_pyspark(tmp_path):
 @pytest.mark.parametrize("cmd", [["connectors"], ["--help"], ["connectors", "--category", "lakehouse"]])
 def test_small_commands(cmd):
     assert run(*cmd)[0] == 0
+
+
+def test_recompile_removes_stale_compiled_files(make_project):
+    root = make_project({"models/a.sql": "select order_id from {{ ref('stg') }}\n"})
+    assert run("compile", "--project-dir", str(root))[0] == 0
+    (root / "models/a.sql").unlink()
+    assert run("compile", "--project-dir", str(root))[0] == 0
+    assert not (root / "target/compiled/model/a.sql").exists()
+    assert (root / "target/compiled/model/stg.sql").exists()
