@@ -12,16 +12,31 @@ from pathlib import Path
 from typing import Any
 
 from .connectors import DeltaSinkConfig
-from .errors import CompileFailed, GraphError, RenderError, RivcError, SourceLocation, SqlError
+from .errors import (
+    CompileFailed,
+    GraphError,
+    RenderError,
+    RivcError,
+    SourceLocation,
+    SqlError,
+    did_you_mean,
+)
 from .graph import Node, ProjectGraph, node_id
 from .params import bind, literal_sql, resolve_params
 from .project import Project, SinkDef, SourceTableDef, load_project
 from .redact import redact
 from .render import RenderContext, Renderer, quote, source_relation
 from .selector import select
-from .specs import GENERIC_TESTS, NodeId, Spec
-from .validate import Finding, check_read_only, output_columns, parse_query
-from .version import VERSION  # noqa: E402
+from .specs import GENERIC_TESTS, NodeId
+from .validate import (
+    Finding,
+    check_read_only,
+    finding_for,
+    output_columns,
+    parse_query,
+    unbound_parameter,
+)
+from .version import VERSION
 from .workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
 
 
@@ -333,8 +348,6 @@ def _check_model_keys(
 
 
 def _suggest(name: str, candidates: list[str]) -> str:
-    from .errors import did_you_mean
-
     return did_you_mean(name, candidates) or f" (columns: {', '.join(candidates)})"
 
 
@@ -353,17 +366,7 @@ def _source_node(table: SourceTableDef, params: dict[str, Any], findings: list[F
         offset = (loc.line or 1) - 1
         bound, unbound = bind(raw, params, dialect)
         for name, _, _ in unbound:
-            findings.append(
-                Finding(
-                    "RV003",
-                    "error",
-                    RenderError(
-                        f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
-                        f"or pass --param {name}=...",
-                        loc,
-                    ),
-                )
-            )
+            findings.append(unbound_parameter(name, loc))
         if not unbound:
             try:
                 tree = parse_query(bound, path, dialect, "a source query", offset)
@@ -458,8 +461,6 @@ def _sink_node(
         names = [n.removeprefix("model:") for n in nodes if n.startswith("model:")] + [
             f"source:{n.removeprefix('source:')}" for n in nodes if n.startswith("source:")
         ]
-        from .errors import did_you_mean
-
         findings.append(
             Finding(
                 "RV002",
@@ -580,9 +581,7 @@ def _test_nodes(
                 try:
                     node = _generic_test(model_name, column.name, test, loc, nodes)
                 except RivcError as exc:
-                    findings.append(
-                        Finding("RV002" if isinstance(exc, GraphError) else "RV011", "error", exc)
-                    )
+                    findings.append(finding_for(exc))
                     continue
                 if (
                     model is not None
@@ -619,17 +618,15 @@ def _test_nodes(
             rendered = renderer.render(name, test.path, test.text, False)
             sql, unbound = bind(rendered.sql, params, "spark")
             for pname, line, col in unbound:
-                raise RenderError(
-                    f"parameter ${{{pname}}} is not bound", SourceLocation(test.path, line, col)
-                )
-            parse_query(sql, test.path, "spark", "a test")
-            node.sql = sql
+                findings.append(unbound_parameter(pname, SourceLocation(test.path, line, col)))
+            if not unbound:
+                parse_query(sql, test.path, "spark", "a test")
+                node.sql = sql
             node.depends_on = [node_id("model", r) for r in rendered.refs] + [
                 node_id("source", s) for s in rendered.sources
             ]
         except RivcError as exc:
-            rule = {GraphError: "RV002", SqlError: "RV001"}.get(type(exc), "RV011")
-            findings.append(Finding(rule, "error", exc))
+            findings.append(finding_for(exc))
         seen.add(name)
         out.append(node)
     return out
@@ -651,8 +648,6 @@ def _generic_test(
         raise RenderError(f"a test is a name or a mapping with one key, got {sorted(test)}", loc)
     cls = GENERIC_TESTS.get(kind)
     if cls is None:
-        from .errors import did_you_mean
-
         raise RenderError(f"unknown test {kind!r}{did_you_mean(kind, GENERIC_TESTS)}", loc)
     from pydantic import ValidationError
 
@@ -725,17 +720,3 @@ def _test_target(to: str, loc: SourceLocation, nodes: dict[NodeId, Node]) -> Nod
     if target not in nodes:
         raise GraphError(f"relationships: {to} names nothing", loc)
     return target
-
-
-def spec_json(spec: Spec) -> dict[str, Any]:
-    return redact(spec.model_dump(mode="json", by_alias=True))
-
-
-__all__ = [
-    "CompileCache",
-    "CompileOptions",
-    "CompiledProject",
-    "analyze",
-    "compile_project",
-    "RivcError",
-]

@@ -16,7 +16,7 @@ from sqlglot.optimizer.qualify_columns import qualify_columns, validate_qualify_
 from sqlglot.optimizer.qualify_tables import qualify_tables
 from sqlglot.schema import MappingSchema
 
-from .errors import RivcError, SourceLocation, SqlError, did_you_mean
+from .errors import GraphError, RenderError, RivcError, SourceLocation, SqlError, did_you_mean
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # no "falling back to Command" chatter
 
@@ -38,6 +38,24 @@ class Finding:
     def __str__(self) -> str:
         loc = f"{self.location}: " if self.location else ""
         return f"{loc}{self.severity}: {self.error.message} [{self.rule}]"
+
+
+def finding_for(exc: RivcError) -> Finding:
+    """The error finding for a failure while rendering or parsing one file."""
+    rule = {GraphError: "RV002", SqlError: "RV001"}.get(type(exc), "RV011")
+    return Finding(rule, "error", exc)
+
+
+def unbound_parameter(name: str, location: SourceLocation) -> Finding:
+    return Finding(
+        "RV003",
+        "error",
+        RenderError(
+            f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
+            f"or pass --param {name}=...",
+            location,
+        ),
+    )
 
 
 def position(sql: str, node: exp.Expression) -> tuple[int | None, int | None]:

@@ -17,18 +17,20 @@ from typing import Any
 from pydantic import ValidationError
 from sqlglot import exp
 
-from .errors import GraphError, ProjectError, RenderError, RivcError, SourceLocation, SqlError
+from .errors import ProjectError, RivcError, SourceLocation, SqlError
 from .params import bind
 from .render import RenderContext, Renderer, source_relation
 from .specs import ModelConfig
 from .validate import (
     Finding,
+    finding_for,
     has_star,
     nondeterministic_in_filters,
     output_columns,
     parse_query,
     position,
     resolve_columns,
+    unbound_parameter,
     unconditioned_joins,
 )
 
@@ -79,11 +81,6 @@ class ColumnResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _finding(exc: RivcError) -> Finding:
-    rule = {GraphError: "RV002", SqlError: "RV001"}.get(type(exc), "RV011")
-    return Finding(rule, "error", exc)
-
-
 class Worker:
     """Renders, parses and qualifies the models given to it; keeps their trees in memory."""
 
@@ -101,7 +98,7 @@ class Worker:
         try:
             full = self.renderer.render(task.name, path, task.text, False)
         except RivcError as exc:
-            res.findings.append(_finding(exc))
+            res.findings.append(finding_for(exc))
             return res
         res.refs, res.sources, res.env_used = full.refs, full.sources, dict(full.env_used)
         merged = dict(task.config)
@@ -184,17 +181,7 @@ class Worker:
     def _bind(self, sql: str, path: Path, res: ModelResult) -> str | None:
         bound, unbound = bind(sql, self.params, "spark")
         for name, line, col in unbound:
-            res.findings.append(
-                Finding(
-                    "RV003",
-                    "error",
-                    RenderError(
-                        f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
-                        f"or pass --param {name}=...",
-                        SourceLocation(path, line, col),
-                    ),
-                )
-            )
+            res.findings.append(unbound_parameter(name, SourceLocation(path, line, col)))
         return None if unbound else bound
 
     def columns(self, tasks: Sequence[ColumnTask]) -> list[ColumnResult]:
