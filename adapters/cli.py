@@ -292,6 +292,190 @@ def ls_cmd(
             )
 
 
+def _spark(plan: Any) -> Any:
+    from .spark import get_session
+
+    spark = get_session(plan.profile.spark, app_name=f"rivc {plan.manifest['project']}")
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # logs and CI: wide enough for the summary table
+        console = Console(highlight=False, width=140)
+    return console
+
+
+def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
+
+    from .report import Progress, summary
+    from .runner import RunOptions, execute
+
+    root = _root(kw.pop("project_dir"))
+    options = RunOptions(
+        command,  # type: ignore[arg-type]
+        kw["select"] + selection,
+        kw["exclude"],
+        _params(kw["params"]),
+        _vars(kw["vars_"]),
+        kw.get("full_refresh", False),
+        kw["threads"],
+        kw["fail_fast"],
+    )
+    console = _console()
+    progress = Progress(console)
+    report = execute(root, options, _spark, progress.result, progress.start)
+    summary(console, report)
+    sys.exit(EXIT_FAILED if report.failed else 0)
+
+
+run_options = [
+    click.option("--threads", type=int, default=1, show_default=True, help="Nodes run at once."),
+    click.option("--fail-fast", is_flag=True, help="Stop at the first failure."),
+]
+
+
+@main.command()
+@click.argument("selection", nargs=-1)
+@apply(select_options + compile_options + run_options)
+@click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
+@project_dir_option
+@handle_errors
+def run(selection: tuple[str, ...], **kw: Any) -> None:
+    """Run sources, models and sinks of the selection on Spark, in DAG order."""
+    _execute("run", selection, **kw)
+
+
+@main.command()
+@click.argument("selection", nargs=-1)
+@apply(select_options + compile_options + run_options)
+@project_dir_option
+@handle_errors
+def test(selection: tuple[str, ...], **kw: Any) -> None:
+    """Run generic and singular tests; exit 1 when a test of severity error fails."""
+    _execute("test", selection, **kw)
+
+
+@main.command()
+@click.argument("selection", nargs=-1)
+@apply(select_options + compile_options + run_options)
+@click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
+@project_dir_option
+@handle_errors
+def build(selection: tuple[str, ...], **kw: Any) -> None:
+    """Run and test in DAG order: a failing test skips what depends on its model."""
+    _execute("build", selection, **kw)
+
+
+@main.command()
+@click.argument("node")
+@click.option("--limit", type=int, default=10, show_default=True)
+@project_dir_option
+@handle_errors
+def show(node: str, limit: int, project_dir: str | None) -> None:
+    """Preview rows of a model, source table or sink input."""
+    from rich.table import Table
+
+    from .runner import show as show_rows
+
+    data = show_rows(_root(project_dir), node, limit, _spark)
+    table = Table(show_edge=False)
+    for name in data.column_names:
+        table.add_column(name)
+    for row in data.to_pylist():
+        table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
+    _console().print(table)
+
+
+@main.group()
+def state() -> None:
+    """The state store: cursors, committed batches, written files."""
+
+
+def _store(project_dir: str | None) -> Any:
+    from .state import StateStore
+
+    return StateStore.for_project(_root(project_dir))
+
+
+def _print_rows(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
+    from rich.table import Table
+
+    if as_json:
+        click.echo(json.dumps({title: rows}, indent=2, default=str))
+        return
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for col in rows[0] if rows else ["(none)"]:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    _console().print(table)
+
+
+@state.command("show")
+@click.option("--json", "as_json", is_flag=True)
+@project_dir_option
+@handle_errors
+def state_show(as_json: bool, project_dir: str | None) -> None:
+    """Cursors, the last committed batch of every sink, recent runs."""
+    store = _store(project_dir)
+    for title, rows in store.show().items():
+        _print_rows(title, rows, as_json)
+
+
+@state.command("files")
+@click.argument("selection", nargs=-1)
+@click.option("--json", "as_json", is_flag=True)
+@project_dir_option
+@handle_errors
+def state_files(selection: tuple[str, ...], as_json: bool, project_dir: str | None) -> None:
+    """The file manifest: every file a sink wrote, with its run, batch, rows and bytes."""
+    store = _store(project_dir)
+    nodes = [s if ":" in s else f"sink:{s}" for s in selection] or None
+    _print_rows("files", store.files(nodes), as_json)
+
+
+@state.command("reset")
+@click.argument("selection", nargs=-1)
+@click.option("--yes", is_flag=True, help="Do not ask.")
+@project_dir_option
+@handle_errors
+def state_reset(selection: tuple[str, ...], yes: bool, project_dir: str | None) -> None:
+    """Forget cursors, batches and files of the selection (everything without one)."""
+    root = _root(project_dir)
+    nodes: list[str] | None = None
+    if selection:
+        compiled = _compile(root, selection, (), {}, {}, None)
+        nodes = list(compiled.chosen)
+    what = ", ".join(nodes) if nodes else "every node"
+    if not yes and not click.confirm(f"Forget the state of {what}?"):
+        sys.exit(EXIT_FAILED)
+    from .state import new_run_id, run_lock
+
+    with run_lock(root, new_run_id()):
+        count = _store(project_dir).reset(nodes)
+    click.echo(f"Removed {count} state record(s) of {what}.")
+
+
+@main.command()
+@click.argument("selection", nargs=-1)
+@click.option("--last", type=int, default=5, show_default=True, help="Runs to show.")
+@click.option("--json", "as_json", is_flag=True)
+@project_dir_option
+@handle_errors
+def metrics(selection: tuple[str, ...], last: int, as_json: bool, project_dir: str | None) -> None:
+    """Node results of the last runs: status, rows, files, bytes, duration, peak RSS, schema."""
+    root = _root(project_dir)
+    nodes = None
+    if selection:
+        nodes = list(_compile(root, selection, (), {}, {}, None).chosen)
+    _print_rows("node runs", _store(project_dir).history(nodes, last), as_json)
+
+
 @main.command()
 @click.option("--category", help="Only this category (database, storage, lakehouse, ...).")
 def connectors(category: str | None) -> None:

@@ -63,10 +63,11 @@ class CompileCache:
 class CompiledProject:
     project: Project
     graph: ProjectGraph
-    selected: list[NodeId]  # topological order
+    selected: list[NodeId]  # what the selection needs, upstream included; topological order
     findings: list[Finding]
     params: dict[str, Any]
     env_used: dict[str, str | None]
+    chosen: list[NodeId] = field(default_factory=list)  # what the selection names; topological
 
     @property
     def errors(self) -> list[Finding]:
@@ -158,7 +159,9 @@ def _analyze(
             f.rule,
         )
     )
-    return CompiledProject(project, graph, graph.order(needed), findings, params, env_used)
+    return CompiledProject(
+        project, graph, graph.order(needed), findings, params, env_used, graph.order(chosen)
+    )
 
 
 # --------------------------------------------------------------------------- models

@@ -87,10 +87,13 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
                 files[inc] = final_sql(compiled, node, node.sql_incremental)
                 entry["compiled_incremental_path"] = inc
         manifest_nodes[nid] = entry
+        if nid in selected and node.kind == "sink":
+            files[f"jobs/{node.name}.py"] = sink_job(compiled, node)
     manifest = {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "rivc_version": VERSION,
         "project": compiled.project.name,
+        "profile": compiled.project.spec.profile,
         "params": redact({k: _jsonable(v) for k, v in compiled.params.items()}),
         "selected": compiled.selected,
         "nodes": manifest_nodes,
@@ -107,6 +110,30 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
         + "\n"
     )
     return files
+
+
+def sink_job(compiled: CompiledProject, node: Node) -> str:
+    """`target/jobs/<sink>.py`: a standalone PySpark program that runs one sink, for spark-submit."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("rivc.templates", "jobs"),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+    env.filters["repr"] = repr
+    upstream = [
+        compiled.graph.nodes[n]
+        for n in compiled.graph.order(compiled.graph.with_upstream([node.id]))
+    ]
+    return env.get_template("sink_job.py.j2").render(
+        sink=node.name,
+        source=node.extra.get("from", ""),
+        connector=node.extra.get("connector", ""),
+        upstream=[n.id for n in upstream if n.id != node.id],
+        version=VERSION,
+    )
 
 
 def _jsonable(value: Any) -> Any:

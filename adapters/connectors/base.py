@@ -1,0 +1,88 @@
+"""What a sink connector is: a spec'd config, `committed(batch_id)` and `write(table, batch_id)`."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from rivc.compiler.errors import ConnectorError, did_you_mean
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    root: Path  # the project directory: relative paths in configs are relative to it
+    project: str
+    sink: str
+
+    def path(self, value: str) -> str:
+        """A local path relative to the project, or a URI (s3://...) as it is."""
+        return value if "://" in value else str((self.root / value).resolve())
+
+    @property
+    def app_id(self) -> str:
+        return f"rivc:{self.project}:{self.sink}"
+
+
+@dataclass
+class WriteResult:
+    rows: int = 0
+    bytes: int = 0
+    files: list[tuple[str, int | None, int]] = field(default_factory=list)  # (path, rows, bytes)
+    skipped: bool = False  # the batch was already committed: a replay
+    retries: int = 0
+
+
+class Sink(ABC):
+    """Idempotent per batch id: Spark replays a micro-batch after a failure."""
+
+    def __init__(self, config: Any, ctx: SinkContext) -> None:
+        self.config, self.ctx = config, ctx
+
+    max_rows: int | None = None  # a sink that shows only the first rows asks for no more
+
+    def committed(self, batch_id: int) -> bool:
+        """True when the target already holds this batch (only sinks that can tell)."""
+        return False
+
+    @abstractmethod
+    def write(self, table: pa.Table, batch_id: int) -> WriteResult: ...
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, entry_point_group: str) -> None:
+        self.kind, self.group = kind, entry_point_group
+        self._classes: dict[str, type[T]] = {}
+
+    def register(self, name: str) -> Any:
+        def deco(cls: type[T]) -> type[T]:
+            self._classes[name] = cls
+            return cls
+
+        return deco
+
+    def get(self, name: str) -> type[T]:
+        if name not in self._classes:
+            for ep in entry_points(group=self.group, name=name):
+                self._classes[name] = ep.load()
+        if name not in self._classes:
+            raise ConnectorError(
+                f"no runtime for {self.kind} connector {name!r} yet{did_you_mean(name, self._classes)}"
+            )
+        return self._classes[name]
+
+
+SINKS: Registry[Sink] = Registry("sink", entry_point_group="rivc.sinks")
+
+
+def sink_for(connector: str, config: Any, ctx: SinkContext) -> Sink:
+    from . import delta, files, stdout  # noqa: F401  (registers the built-ins)
+
+    return SINKS.get(connector)(config, ctx)

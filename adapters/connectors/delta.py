@@ -1,0 +1,159 @@
+"""Delta Lake tables through delta-rs: the delta sink and model materializations."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from rivc.compiler.connectors import DeltaSinkConfig
+from rivc.compiler.errors import ConnectorError
+
+from .base import SINKS, Sink, WriteResult
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame, SparkSession
+
+CODECS = {
+    "snappy": "SNAPPY",
+    "gzip": "GZIP",
+    "lz4": "LZ4_RAW",
+    "zstd": "ZSTD",
+    "none": "UNCOMPRESSED",
+}
+RETRY_DELAYS = (0.1, 0.2, 0.4)  # commit conflicts: retried with exponential backoff
+
+
+def open_table(uri: str, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(uri, storage_options=storage_options or None):
+        return None
+    return DeltaTable(uri, storage_options=storage_options or None)
+
+
+def _files(dt: DeltaTable | None) -> dict[str, int]:
+    if dt is None:
+        return {}
+    actions = dt.get_add_actions(flatten=True)
+    paths = actions.column("path").to_pylist()
+    sizes = actions.column("size_bytes").to_pylist()
+    return dict(zip(paths, sizes, strict=True))
+
+
+def write(
+    uri: str,
+    data: pa.Table,
+    mode: str,
+    keys: tuple[str, ...] = (),
+    partition_by: tuple[str, ...] = (),
+    compression: str = "snappy",
+    target_file_size: int | None = None,
+    configuration: dict[str, str] | None = None,
+    schema_mode: str | None = None,
+    storage_options: dict[str, str] | None = None,
+    app: tuple[str, int] | None = None,
+) -> WriteResult:
+    """Append, overwrite or merge `data`; with `app`, record (app_id, batch id) in the same commit."""
+    from deltalake import CommitProperties, Transaction, WriterProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
+
+    props = WriterProperties(compression=CODECS[compression])  # type: ignore[arg-type]
+    commit = CommitProperties(
+        app_transactions=[Transaction(app[0], app[1])] if app else None, max_commit_retries=0
+    )
+    retries = 0
+    while True:
+        dt = open_table(uri, storage_options)
+        before = _files(dt)
+        try:
+            if mode == "merge" and dt is not None:
+                predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+                (
+                    dt.merge(
+                        data,
+                        predicate,
+                        source_alias="s",
+                        target_alias="t",
+                        writer_properties=props,
+                        commit_properties=commit,
+                    )
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
+            else:
+                write_deltalake(
+                    uri,
+                    data,
+                    mode="overwrite" if mode == "overwrite" else "append",
+                    partition_by=list(partition_by) or None,
+                    schema_mode=schema_mode,  # type: ignore[arg-type]
+                    configuration=configuration or None,
+                    target_file_size=target_file_size,
+                    writer_properties=props,
+                    commit_properties=commit,
+                    storage_options=storage_options or None,
+                )
+            break
+        except CommitFailedError as exc:
+            if retries >= len(RETRY_DELAYS):
+                raise ConnectorError(
+                    f"delta commit to {uri} failed after {retries} retries: {exc}"
+                ) from exc
+            time.sleep(RETRY_DELAYS[retries])
+            retries += 1
+        except (DeltaError, SchemaMismatchError) as exc:
+            raise ConnectorError(f"delta write to {uri}: {exc}") from exc
+    after = _files(open_table(uri, storage_options))
+    added = {p: s for p, s in after.items() if p not in before}
+    return WriteResult(
+        rows=data.num_rows,
+        bytes=sum(added.values()),
+        files=[(f"{uri.rstrip('/')}/{p}", None, s) for p, s in sorted(added.items())],
+        retries=retries,
+    )
+
+
+def read(spark: SparkSession, uri: str) -> DataFrame:
+    """The table's current snapshot as a Spark DataFrame (Spark reads the Parquet files itself)."""
+    dt = open_table(uri)
+    if dt is None:
+        raise ConnectorError(f"{uri} is not a Delta table")
+    if dt.metadata().partition_columns or not dt.file_uris():
+        return spark.createDataFrame(dt.to_pyarrow_table())
+    return spark.read.parquet(*dt.file_uris())
+
+
+@SINKS.register("delta")
+class DeltaSink(Sink):
+    config: DeltaSinkConfig
+
+    def committed(self, batch_id: int) -> bool:
+        dt = open_table(self.uri, self.config.storage_options)
+        if dt is None:
+            return False
+        version = dt.transaction_version(self.ctx.app_id)
+        return version is not None and version >= batch_id
+
+    @property
+    def uri(self) -> str:
+        return self.ctx.path(self.config.table_uri)
+
+    def write(self, table: pa.Table, batch_id: int) -> WriteResult:
+        c = self.config
+        schema_mode = "merge" if c.schema_evolution == "add_columns" else None
+        return write(
+            self.uri,
+            table,
+            c.mode,
+            c.merge_keys,
+            c.partition_by,
+            c.compression,
+            c.target_file_size,
+            dict(c.table_properties),
+            schema_mode,
+            dict(c.storage_options),
+            app=(self.ctx.app_id, batch_id),
+        )

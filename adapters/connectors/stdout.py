@@ -1,0 +1,31 @@
+"""The stdout sink: JSON lines (or indented JSON with `pretty`) for a look at a batch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from rivc.compiler.connectors import StdoutSinkConfig
+
+from .base import SINKS, Sink, WriteResult
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@SINKS.register("stdout")
+class StdoutSink(Sink):
+    config: StdoutSinkConfig
+
+    @property
+    def max_rows(self) -> int | None:  # type: ignore[override]
+        return self.config.limit
+
+    def write(self, table: pa.Table, batch_id: int) -> WriteResult:
+        rows = table.to_pylist()
+        indent = 2 if self.config.pretty else None
+        out = "".join(json.dumps(r, default=str, indent=indent) + "\n" for r in rows)
+        sys.stdout.write(out)
+        sys.stdout.flush()
+        return WriteResult(rows=len(rows), bytes=len(out.encode()))

@@ -1,0 +1,215 @@
+"""`rivc run | test | build`: compile, then execute the selection on Spark in DAG order.
+
+Independent branches run concurrently (`--threads`, each thread in its own FAIR pool). A failed
+node marks everything downstream of it skipped; the others go on unless `--fail-fast`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from rivc.compiler.errors import CompileFailed
+
+from .runtime import Plan, Runtime
+from .state import NodeResult, StateStore, new_run_id, now, run_lock
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Command = Literal["run", "test", "build"]
+KINDS: dict[str, set[str]] = {
+    "run": {"source", "model", "sink"},
+    "test": {"test"},
+    "build": {"source", "model", "sink", "test"},
+}
+FAILED = {"error", "fail"}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    command: Command = "run"
+    select: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    params: dict[str, str] = field(default_factory=dict)
+    vars: dict[str, Any] = field(default_factory=dict)
+    full_refresh: bool = False
+    threads: int = 1
+    fail_fast: bool = False
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    command: str
+    results: list[NodeResult]
+    elapsed_s: float
+    started_at: str
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status in FAILED for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "command": self.command,
+            "started_at": self.started_at,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "status": "error" if self.failed else "success",
+            "results": [asdict(r) for r in self.results],
+        }
+
+
+def compile_for_run(root: Path, options: RunOptions) -> Any:
+    """Compile the selection and write target/ (manifest, compiled SQL, jobs)."""
+    from rivc.compiler import CompileOptions, load_project
+    from rivc.compiler.build import analyze
+    from rivc.compiler.codegen import artifacts
+
+    from .target import load_cache, save_cache, write_artifacts
+
+    target = root / "target"
+    cache = load_cache(target)
+    copts = CompileOptions(options.select, options.exclude, options.params, options.vars)
+    compiled = analyze(load_project(root), copts, cache)
+    save_cache(target, cache)
+    if compiled.errors:
+        raise CompileFailed(f.error for f in compiled.errors)
+    write_artifacts(target, artifacts(compiled))
+    return compiled
+
+
+def execute(
+    root: Path,
+    options: RunOptions,
+    spark_factory: Callable[[Plan], SparkSession],
+    on_result: Callable[[int, int, NodeResult], None] = lambda i, n, r: None,
+    on_start: Callable[[str], None] = lambda nid: None,
+) -> RunReport:
+    """Compile, take the run lock, run the chosen nodes and record every result."""
+    started, started_at = time.perf_counter(), now()
+    compiled = compile_for_run(root, options)
+    kinds = KINDS[options.command]
+    todo = [n for n in compiled.chosen if compiled.graph.nodes[n].kind in kinds]
+    run_id = new_run_id()
+    state = StateStore.for_project(root)
+    try:
+        with run_lock(root, run_id):
+            plan = Plan.load(root)
+            spark = spark_factory(plan)
+            state.start_run(run_id, options.command, " ".join(options.select) or "*")
+            runtime = Runtime(spark, plan, run_id, state, options.full_refresh)
+            results: list[NodeResult] = []
+            try:
+                for nid in compiled.selected:  # upstream the selection reads but does not run
+                    if nid not in todo and compiled.graph.nodes[nid].kind != "test":
+                        runtime.bind(nid)
+                results = _schedule(runtime, compiled.graph, todo, options, on_result, on_start)
+            finally:
+                status = "error" if any(r.status in FAILED for r in results) else "success"
+                state.finish_run(run_id, status if len(results) == len(todo) else "error")
+    finally:
+        state.close()
+    report = RunReport(run_id, options.command, results, time.perf_counter() - started, started_at)
+    out = root / "target" / "run_results.json"
+    out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    return report
+
+
+def _schedule(
+    runtime: Runtime,
+    graph: Any,
+    todo: list[str],
+    options: RunOptions,
+    on_result: Callable[[int, int, NodeResult], None],
+    on_start: Callable[[str], None],
+) -> list[NodeResult]:
+    """Run `todo` in dependency order, up to `threads` at a time."""
+    pending = set(todo)
+    parents = {n: {p for p in graph.upstream(n) if p in pending} for n in todo}
+    done: dict[str, NodeResult] = {}
+    order = {n: i for i, n in enumerate(todo)}
+    lock = threading.Lock()
+    stop = False
+
+    def run(nid: str) -> NodeResult:
+        if options.threads > 1 and not runtime.remote:  # Spark Connect has no FAIR pools
+            pool = f"rivc-{threading.get_ident() % 1000}"
+            runtime.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+        on_start(nid)
+        return runtime.execute(nid)
+
+    def finish(result: NodeResult) -> None:
+        with lock:
+            done[result.node] = result
+            on_result(len(done), len(todo), result)
+
+    with ThreadPoolExecutor(max_workers=max(1, options.threads)) as pool:
+        running: dict[Future[NodeResult], str] = {}
+        while len(done) < len(todo):
+            for nid in sorted(pending, key=order.__getitem__):
+                if len(running) >= max(1, options.threads):
+                    break
+                if nid in running.values() or any(p not in done for p in parents[nid]):
+                    continue
+                bad = [p for p in parents[nid] if done[p].status in FAILED | {"skipped"}]
+                if bad or stop:
+                    pending.discard(nid)
+                    why = f"upstream {bad[0]} did not succeed" if bad else "--fail-fast"
+                    finish(NodeResult(nid, graph.nodes[nid].kind, "skipped", message=why))
+                    runtime.state.record(runtime.run_id, done[nid])
+                    continue
+                running[pool.submit(run, nid)] = nid
+            if not running:
+                continue
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                nid = running.pop(fut)
+                pending.discard(nid)
+                result = fut.result()
+                finish(result)
+                if result.status in FAILED and options.fail_fast:
+                    stop = True
+    return [done[n] for n in todo]
+
+
+def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], SparkSession]) -> Any:
+    """Rows of one model, source table or sink input, after binding what it reads."""
+    options = RunOptions(select=(node,))
+    compiled = compile_for_run(root, options)
+    target = [n for n in compiled.chosen if compiled.graph.nodes[n].kind != "test"]
+    if len(target) != 1:
+        from rivc.compiler.errors import SelectionError
+
+        raise SelectionError(f"show takes one model, source table or sink, got {node!r}")
+    plan = Plan.load(root)
+    spark = spark_factory(plan)
+    state = StateStore.for_project(root)
+    try:
+        runtime = Runtime(spark, plan, "show", state)
+        for nid in compiled.selected:
+            if nid != target[0] and compiled.graph.nodes[nid].kind != "test":
+                runtime.bind(nid)
+        nid = target[0]
+        meta = plan.nodes[nid]
+        if meta["kind"] == "source":
+            runtime.bind(nid)
+            df = spark.table(f"`{meta['relation']}`")
+        elif meta["kind"] == "model" and meta["config"].get("materialized") in (
+            "table",
+            "incremental",
+        ):
+            runtime.bind(nid)
+            df = spark.table(f"`{meta['name']}`")
+        else:
+            df = spark.sql(plan.sql(nid))
+        return df.limit(limit).toArrow()
+    finally:
+        state.close()

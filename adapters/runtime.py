@@ -1,0 +1,380 @@
+"""Executing compiled nodes on Spark: the code both `rivc run` and `target/jobs/<sink>.py` call.
+
+It works from `target/manifest.json` and the compiled SQL, never from the project's sources, so a
+generated job on a cluster does exactly what the runner does in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rivc.compiler.connectors import CONNECTORS, DatagenConfig, FilesSourceConfig
+from rivc.compiler.errors import ConnectorError, RivcError, StateError
+from rivc.compiler.project import load_profile
+from rivc.compiler.specs import ProfileSpec
+
+from .connectors import delta
+from .connectors.base import SinkContext, WriteResult, sink_for
+from .state import STATE_DIR, NodeResult, StateStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+CHECKPOINTS = "checkpoints"
+SAMPLE_ROWS = 5  # failing rows a test prints
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled project as the runtime needs it: the manifest, compiled SQL and the profile."""
+
+    root: Path
+    manifest: dict[str, Any]
+    profile: ProfileSpec
+
+    @classmethod
+    def load(cls, root: Path, env: Mapping[str, str] | None = None) -> Plan:
+        path = root / "target" / "manifest.json"
+        try:
+            manifest = json.loads(path.read_text())
+        except OSError:
+            raise StateError(f"{path}: not found; run `rivc compile` first") from None
+        profile, _ = load_profile(root, manifest["profile"], os.environ if env is None else env)
+        return cls(root, manifest, profile)
+
+    @property
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        nodes: dict[str, dict[str, Any]] = self.manifest["nodes"]
+        return nodes
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root / self.profile.warehouse
+
+    def sql(self, nid: str, incremental: bool = False) -> str:
+        node = self.nodes[nid]
+        rel = node.get("compiled_incremental_path" if incremental else "compiled_path")
+        if rel is None:
+            raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
+        return (self.root / "target" / rel).read_text()
+
+    def upstream(self, nid: str) -> list[str]:
+        """Every ancestor of `nid`, in manifest (topological) order."""
+        seen: set[str] = set()
+        stack = [nid]
+        while stack:
+            for dep in self.nodes[stack.pop()]["depends_on"]:
+                if dep not in seen:
+                    seen.add(dep)
+                    stack.append(dep)
+        return [n for n in self.nodes if n in seen]
+
+
+def peak_rss_mb(spark: SparkSession) -> float:
+    """Peak resident memory of this process plus, for local Spark, its JVM."""
+    total = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return round(total, 1)  # the server's memory is not ours to read
+    try:
+        pid = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) / 1024
+    except (AttributeError, OSError, ValueError):
+        pass  # spark-submit started the JVM: only this Python process is counted
+    return round(total, 1)
+
+
+def columns_of(df: DataFrame) -> dict[str, str]:
+    return {f.name: f.dataType.simpleString() for f in df.schema.fields}
+
+
+@dataclass
+class Runtime:
+    spark: SparkSession
+    plan: Plan
+    run_id: str
+    state: StateStore
+    full_refresh: bool = False
+
+    def __post_init__(self) -> None:
+        from .connectors.datagen import DatagenSource
+
+        self.spark.dataSource.register(DatagenSource)
+
+    @property
+    def remote(self) -> bool:
+        """True on Spark Connect, where there is no SparkContext."""
+        return type(self.spark).__module__.startswith("pyspark.sql.connect")
+
+    # ------------------------------------------------------------------ relations
+
+    def bind(self, nid: str) -> None:
+        """Make an unselected upstream node's relation available without running it."""
+        node = self.plan.nodes[nid]
+        if node["kind"] == "source":
+            self._source_df(node).createOrReplaceTempView(node["relation"])
+        elif node["kind"] == "model":
+            mat = node["config"].get("materialized", "view")
+            if mat == "view":
+                self.spark.sql(self.plan.sql(nid)).createOrReplaceTempView(node["name"])
+            elif mat in ("table", "incremental"):
+                uri = self.table_uri(node)
+                if delta.open_table(uri) is None:
+                    raise StateError(
+                        f"model {node['name']!r} has not been built yet; "
+                        f"run `rivc run --select +{node['name']}` first"
+                    )
+                delta.read(self.spark, uri).createOrReplaceTempView(node["name"])
+
+    def table_uri(self, node: dict[str, Any]) -> str:
+        return str(self.plan.warehouse / node["name"])
+
+    def _source_df(self, node: dict[str, Any]) -> DataFrame:
+        table, connector = node["table"], node["connector"]
+        if connector == "datagen":
+            cfg = DatagenConfig.model_validate(table.get("config", {}))
+            reader = self.spark.readStream if cfg.stream else self.spark.read
+            return reader.format("rivc_datagen").option("config", cfg.model_dump_json()).load()
+        if connector == "files":
+            fcfg = FilesSourceConfig.model_validate(table.get("config", {}))
+            path = fcfg.path if "://" in fcfg.path else str(self.plan.root / fcfg.path)
+            from .connectors.files import read_source
+
+            return read_source(self.spark, path, fcfg, table.get("columns", {}), fcfg.stream)
+        raise ConnectorError(f"source {node['name']}: the {connector} connector cannot run yet")
+
+    # ------------------------------------------------------------------ nodes
+
+    def execute(self, nid: str) -> NodeResult:
+        """Run one node and record its result; user and connector errors become an error result."""
+        node = self.plan.nodes[nid]
+        started = time.perf_counter()
+        try:
+            fn = {
+                "source": self._run_source,
+                "model": self._run_model,
+                "sink": self._run_sink,
+                "test": self._run_test,
+            }[node["kind"]]
+            result: NodeResult = fn(nid, node)
+        except (RivcError, *_spark_errors()) as exc:
+            result = NodeResult(nid, node["kind"], "error", error=_one_line(exc))
+        result = NodeResult(
+            **{
+                **result.__dict__,
+                "duration_s": time.perf_counter() - started,
+                "peak_rss_mb": peak_rss_mb(self.spark),
+            }
+        )
+        self.state.record(self.run_id, result)
+        return result
+
+    def _schema(self, nid: str, df: DataFrame) -> str:
+        return self.state.schema_change(self.run_id, nid, columns_of(df))
+
+    def _run_source(self, nid: str, node: dict[str, Any]) -> NodeResult:
+        df = self._source_df(node)
+        df.createOrReplaceTempView(node["relation"])
+        return NodeResult(nid, "source", "success", schema=self._schema(nid, df))
+
+    def _run_model(self, nid: str, node: dict[str, Any]) -> NodeResult:
+        name, mat = node["name"], node["config"].get("materialized", "view")
+        if mat == "ephemeral":
+            return NodeResult(nid, "model", "success", message="ephemeral: inlined")
+        if mat == "view":
+            df = self.spark.sql(self.plan.sql(nid))
+            df.createOrReplaceTempView(name)
+            return NodeResult(nid, "model", "success", schema=self._schema(nid, df), message="view")
+        uri = self.table_uri(node)
+        incremental = (
+            mat == "incremental" and not self.full_refresh and delta.open_table(uri) is not None
+        )
+        if incremental:
+            delta.read(self.spark, uri).createOrReplaceTempView(name)  # {{ this }}
+            df = self.spark.sql(self.plan.sql(nid, incremental=True))
+        else:
+            df = self.spark.sql(self.plan.sql(nid))
+        if df.isStreaming:
+            raise ConnectorError(
+                f"model {name!r} reads a stream: materialize it as a view and deliver it with a sink"
+            )
+        data = df.toArrow()
+        keys = _keys(node["config"].get("unique_key"))
+        if incremental:
+            result = (
+                delta.write(uri, data, "merge" if keys else "append", keys)
+                if data.num_rows
+                else WriteResult()
+            )
+            how = f"incremental {'merge' if keys else 'append'}"
+        else:
+            result = delta.write(uri, data, "overwrite", schema_mode="overwrite")
+            how = "table"
+        delta.read(self.spark, uri).createOrReplaceTempView(name)
+        return NodeResult(
+            nid,
+            "model",
+            "success",
+            rows=data.num_rows,
+            bytes=result.bytes,
+            files=len(result.files),
+            retries=result.retries,
+            schema=self._schema(nid, df),
+            message=how,
+        )
+
+    def _run_sink(self, nid: str, node: dict[str, Any]) -> NodeResult:
+        name, connector = node["name"], node["connector"]
+        info = CONNECTORS[("sink", connector)]
+        config = info.config.model_validate(node["sink_config"])
+        ctx = SinkContext(self.plan.root, self.plan.manifest["project"], name)
+        writer = BatchWriter(nid, connector, config, ctx, self.run_id, self.state.path)
+        df = self.spark.sql(self.plan.sql(nid))
+        schema = self._schema(nid, df)
+        if df.isStreaming:
+            self._stream(df, writer, node)
+        else:
+            writer(df, self.state.next_batch_id(nid))
+        totals = self.state.batch_totals(nid, self.run_id)
+        note = f"{totals['batches']} batch{'es' if totals['batches'] != 1 else ''}"
+        if totals["replayed"]:
+            note += f", {totals['replayed']} replayed and skipped"
+        return NodeResult(
+            nid,
+            "sink",
+            "success",
+            rows=totals["rows"],
+            bytes=totals["bytes"],
+            files=totals["files"],
+            retries=totals["retries"],
+            schema=schema,
+            message=f"{connector}: {note}",
+        )
+
+    def _stream(self, df: DataFrame, writer: BatchWriter, node: dict[str, Any]) -> None:
+        checkpoint = self.plan.root / STATE_DIR / CHECKPOINTS / node["name"]
+        stream = (
+            df.writeStream.foreachBatch(writer)
+            .option("checkpointLocation", str(checkpoint))
+            .queryName(f"rivc_{node['name']}")
+        )
+        trigger = node["trigger"]
+        if trigger == "once":
+            stream = stream.trigger(once=True)
+        elif trigger == "available_now":
+            stream = stream.trigger(availableNow=True)
+        else:
+            stream = stream.trigger(processingTime=trigger["processing_time"])
+        query = stream.start()
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            query.stop()  # Spark finishes or abandons the batch; its checkpoint decides a replay
+            raise
+
+    def _run_test(self, nid: str, node: dict[str, Any]) -> NodeResult:
+        df = self.spark.sql(self.plan.sql(nid))
+        failures = df.count()
+        if not failures:
+            return NodeResult(nid, "test", "pass", rows=0)
+        sample = [r.asDict() for r in df.limit(SAMPLE_ROWS).collect()]
+        shown = "; ".join(json.dumps(r, default=str) for r in sample)
+        severity = node["config"].get("severity", "error")
+        return NodeResult(
+            nid,
+            "test",
+            "fail" if severity == "error" else "warn",
+            rows=failures,
+            error=f"{failures} failing row{'s' if failures != 1 else ''}: {shown}",
+        )
+
+
+class BatchWriter:
+    """The foreachBatch function of a sink: skip a replayed batch, write, then record the commit.
+
+    It holds only picklable values, so Spark Connect can run it in a server-side Python worker.
+    """
+
+    def __init__(
+        self, nid: str, connector: str, config: Any, ctx: SinkContext, run_id: str, state: Path
+    ) -> None:
+        self.nid, self.connector, self.config, self.ctx = nid, connector, config, ctx
+        self.run_id, self.state_path = run_id, state
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        sink = sink_for(self.connector, self.config, self.ctx)
+        state = StateStore(self.state_path)
+        try:
+            if sink.committed(batch_id):
+                state.commit_batch(self.nid, batch_id, self.run_id, 0, 0, [], replayed=True)
+                return
+            if sink.max_rows is not None:
+                df = df.limit(sink.max_rows)
+            result = sink.write(df.toArrow(), batch_id)
+            # State advances only now, after the sink's own commit.
+            state.commit_batch(
+                self.nid,
+                batch_id,
+                self.run_id,
+                result.rows,
+                result.bytes,
+                result.files,
+                result.retries,
+            )
+        finally:
+            state.close()
+
+
+def _keys(value: Any) -> tuple[str, ...]:
+    if not value:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _spark_errors() -> tuple[type[BaseException], ...]:
+    from pyspark.errors import PySparkException
+
+    return (PySparkException,)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:500]
+
+
+def run_sink_job(root: Path, sink: str) -> int:
+    """Entry point of a generated job: bind the sink's upstream, run it, record the run."""
+    from .spark import get_session
+    from .state import new_run_id, run_lock
+
+    plan = Plan.load(root)
+    nid = f"sink:{sink}"
+    run_id = new_run_id()
+    spark = get_session(plan.profile.spark, app_name=f"rivc job {sink}")
+    state = StateStore.for_project(root)
+    try:
+        with run_lock(root, run_id):
+            state.start_run(run_id, f"job {sink}", nid)
+            runtime = Runtime(spark, plan, run_id, state)
+            for up in plan.upstream(nid):
+                runtime.bind(up)
+            result = runtime.execute(nid)
+            state.finish_run(run_id, "success" if result.status == "success" else "error")
+    except RivcError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    finally:
+        state.close()
+    line = f"{sink}: {result.status}, {result.rows} rows, {result.files} files ({result.message})"
+    print(line if result.status == "success" else f"{line}: {result.error}")
+    return 0 if result.status == "success" else 1

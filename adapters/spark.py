@@ -1,0 +1,68 @@
+"""The only place a SparkSession is built: from the profile's `spark:` block."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rivc.compiler.specs import SparkSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JDBC_JARS = ("postgresql.jar", "mariadb-java-client.jar")  # from Debian's JDBC driver packages
+JAVA_DIR = Path("/usr/share/java")
+
+# Fast local defaults; anything in the profile's `conf:` wins.
+LOCAL_DEFAULTS: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.scheduler.mode": "FAIR",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Duser.timezone=UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def jdbc_jars(extra: tuple[str, ...] = (), java_dir: Path = JAVA_DIR) -> list[str]:
+    """Driver jars found on this machine, then the profile's own `jars:`."""
+    found = [str(java_dir / name) for name in JDBC_JARS if (java_dir / name).is_file()]
+    return found + [j for j in extra if j not in found]
+
+
+def session_conf(spec: SparkSpec) -> dict[str, str]:
+    conf = dict(LOCAL_DEFAULTS)
+    jars = jdbc_jars(spec.jars)
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    conf.update(
+        {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spec.conf.items()}
+    )
+    return conf
+
+
+def get_session(spec: SparkSpec, app_name: str = "rivc") -> SparkSession:
+    """One session per process: an active session (a test's, spark-submit's) is reused as is."""
+    from pyspark.sql import SparkSession
+
+    # Python workers (data sources, UDFs) must run this interpreter, with rivc importable.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    remote = spec.remote or os.environ.get("SPARK_REMOTE")
+    if remote:
+        builder = builder.remote(remote)
+        conf = {k: v for k, v in session_conf(spec).items() if k.startswith("spark.sql.")}
+    else:
+        if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
+            builder = builder.master(spec.master or "local[*]")
+        conf = session_conf(spec)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,314 @@
+"""The SQLite state store `.rivc/state.db`: runs, node runs, cursors, schemas, files, batches.
+
+Migrations are append-only and numbered by `PRAGMA user_version`. One run at a time holds
+`.rivc/run.lock` (an flock, so a crashed run never leaves it taken).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rivc.compiler.errors import StateError
+
+STATE_DIR = ".rivc"
+
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY, command TEXT NOT NULL, selection TEXT NOT NULL,
+        started_at TEXT NOT NULL, finished_at TEXT, status TEXT NOT NULL, pid INTEGER
+    );
+    CREATE TABLE node_runs (
+        run_id TEXT NOT NULL REFERENCES runs(run_id), node TEXT NOT NULL, kind TEXT NOT NULL,
+        status TEXT NOT NULL, rows INTEGER, bytes INTEGER, files INTEGER, duration_s REAL,
+        peak_rss_mb REAL, retries INTEGER NOT NULL DEFAULT 0, schema TEXT, error TEXT,
+        finished_at TEXT NOT NULL, PRIMARY KEY (run_id, node)
+    );
+    CREATE INDEX node_runs_node ON node_runs(node, finished_at);
+    CREATE TABLE cursors (
+        node TEXT PRIMARY KEY, value TEXT, run_id TEXT, updated_at TEXT NOT NULL
+    );
+    CREATE TABLE schemas (
+        node TEXT NOT NULL, columns TEXT NOT NULL, run_id TEXT NOT NULL, taken_at TEXT NOT NULL,
+        PRIMARY KEY (node, taken_at)
+    );
+    CREATE TABLE files (
+        run_id TEXT NOT NULL, node TEXT NOT NULL, batch_id INTEGER NOT NULL, path TEXT NOT NULL,
+        rows INTEGER, bytes INTEGER NOT NULL, written_at TEXT NOT NULL,
+        PRIMARY KEY (node, path)
+    );
+    CREATE TABLE batches (
+        sink TEXT NOT NULL, batch_id INTEGER NOT NULL, run_id TEXT NOT NULL, rows INTEGER,
+        bytes INTEGER, retries INTEGER NOT NULL DEFAULT 0, replayed INTEGER NOT NULL DEFAULT 0,
+        committed_at TEXT NOT NULL, PRIMARY KEY (sink, batch_id)
+    );
+    """,
+]
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    for number, ddl in enumerate(MIGRATIONS[version:], start=version + 1):
+        db.executescript(f"BEGIN;\n{ddl}\nPRAGMA user_version = {number};\nCOMMIT;")
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    node: str
+    kind: str
+    status: str  # success | error | skipped | warn | pass | fail
+    rows: int | None = None
+    bytes: int | None = None
+    files: int | None = None
+    duration_s: float = 0.0
+    peak_rss_mb: float | None = None
+    retries: int = 0
+    schema: str | None = None  # NEW | SAME | CHANGED
+    error: str | None = None
+    message: str = ""
+
+
+class StateStore:
+    """Every method commits its own write; threads share one connection under a lock."""
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        migrate(self.db)
+
+    @classmethod
+    def for_project(cls, root: Path) -> StateStore:
+        return cls(root / STATE_DIR / "state.db")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _write(self, sql: str, args: tuple[Any, ...] = ()) -> None:
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute(sql, args)
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self.db.execute(sql, args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    # ---------------------------------------------------------------- runs
+
+    def start_run(self, run_id: str, command: str, selection: str) -> None:
+        self._write(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, NULL, 'running', ?)",
+            (run_id, command, selection, now(), os.getpid()),
+        )
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        self._write(
+            "UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?", (now(), status, run_id)
+        )
+
+    def record(self, run_id: str, r: NodeResult) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO node_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id,
+                r.node,
+                r.kind,
+                r.status,
+                r.rows,
+                r.bytes,
+                r.files,
+                round(r.duration_s, 3),
+                r.peak_rss_mb,
+                r.retries,
+                r.schema,
+                r.error,
+                now(),
+            ),
+        )
+
+    def history(self, nodes: list[str] | None = None, last: int = 5) -> list[dict[str, Any]]:
+        """Node runs of the last `last` runs, newest first."""
+        runs = [
+            r["run_id"]
+            for r in self._rows("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT ?", (last,))
+        ]
+        if not runs:
+            return []
+        marks = ",".join("?" * len(runs))
+        rows = self._rows(
+            f"SELECT * FROM node_runs WHERE run_id IN ({marks}) ORDER BY finished_at DESC",
+            tuple(runs),
+        )
+        return [r for r in rows if nodes is None or r["node"] in nodes]
+
+    # ---------------------------------------------------------------- schemas
+
+    def schema_change(self, run_id: str, node: str, columns: dict[str, str]) -> str:
+        """Record the node's columns; NEW, SAME or CHANGED against the last snapshot."""
+        rows = self._rows(
+            "SELECT columns FROM schemas WHERE node = ? ORDER BY taken_at DESC LIMIT 1", (node,)
+        )
+        text = json.dumps(columns)
+        if rows and rows[0]["columns"] == text:
+            return "SAME"
+        self._write(
+            "INSERT OR REPLACE INTO schemas VALUES (?, ?, ?, ?)", (node, text, run_id, now())
+        )
+        return "CHANGED" if rows else "NEW"
+
+    # ---------------------------------------------------------------- batches and files
+
+    def next_batch_id(self, sink: str) -> int:
+        rows = self._rows("SELECT MAX(batch_id) AS m FROM batches WHERE sink = ?", (sink,))
+        last = rows[0]["m"]
+        return 0 if last is None else int(last) + 1
+
+    def commit_batch(
+        self,
+        sink: str,
+        batch_id: int,
+        run_id: str,
+        rows: int,
+        bytes_: int,
+        files: list[tuple[str, int | None, int]],
+        retries: int = 0,
+        replayed: bool = False,
+    ) -> None:
+        """Record a batch the sink committed, with the files it wrote, in one transaction."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (sink, batch_id, run_id, rows, bytes_, retries, int(replayed), now()),
+                )
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(run_id, sink, batch_id, p, n, b, now()) for p, n, b in files],
+                )
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def batch_totals(self, sink: str, run_id: str) -> dict[str, int]:
+        """What a sink committed during a run: batches, replays skipped, rows, bytes, files, retries."""
+        (b,) = self._rows(
+            "SELECT COUNT(*) AS batches, COALESCE(SUM(replayed), 0) AS replayed, "
+            "COALESCE(SUM(rows), 0) AS rows, COALESCE(SUM(bytes), 0) AS bytes, "
+            "COALESCE(SUM(retries), 0) AS retries FROM batches WHERE sink = ? AND run_id = ?",
+            (sink, run_id),
+        )
+        (f,) = self._rows(
+            "SELECT COUNT(*) AS files FROM files WHERE node = ? AND run_id = ?", (sink, run_id)
+        )
+        return {**b, **f}
+
+    def files(self, nodes: list[str] | None = None) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT * FROM files ORDER BY written_at, path")
+        return [r for r in rows if nodes is None or r["node"] in nodes]
+
+    # ---------------------------------------------------------------- cursors
+
+    def cursor(self, node: str) -> str | None:
+        rows = self._rows("SELECT value FROM cursors WHERE node = ?", (node,))
+        return rows[0]["value"] if rows else None
+
+    def set_cursor(self, node: str, value: str, run_id: str) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO cursors VALUES (?, ?, ?, ?)", (node, value, run_id, now())
+        )
+
+    # ---------------------------------------------------------------- show / reset
+
+    def show(self) -> dict[str, list[dict[str, Any]]]:
+        return {
+            "cursors": self._rows("SELECT * FROM cursors ORDER BY node"),
+            "batches": self._rows(
+                "SELECT sink, MAX(batch_id) AS last_batch_id, COUNT(*) AS batches, "
+                "MAX(committed_at) AS committed_at FROM batches GROUP BY sink ORDER BY sink"
+            ),
+            "runs": self._rows("SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"),
+        }
+
+    def reset(self, nodes: list[str] | None) -> int:
+        """Forget cursors, batches, files and schemas of `nodes` (all when None)."""
+        count = 0
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            for table, col in (
+                ("cursors", "node"),
+                ("batches", "sink"),
+                ("files", "node"),
+                ("schemas", "node"),
+            ):
+                if nodes is None:
+                    count += self.db.execute(f"DELETE FROM {table}").rowcount
+                else:
+                    for n in nodes:
+                        count += self.db.execute(
+                            f"DELETE FROM {table} WHERE {col} = ?", (n,)
+                        ).rowcount
+            self.db.execute("COMMIT")
+        return count
+
+
+@contextmanager
+def run_lock(root: Path, run_id: str) -> Iterator[None]:
+    """Hold the project's run lock; a second run gets a StateError naming the running one."""
+    path = root / STATE_DIR / "run.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            try:
+                info = json.loads(holder)
+                who = f"run {info['run_id']} (pid {info['pid']}, started {info['started_at']})"
+            except (ValueError, KeyError):
+                who = "another run"
+            raise StateError(
+                f"{path.relative_to(root)}: {who} is using this project's state store; "
+                "wait for it to finish"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(
+            fd,
+            json.dumps({"run_id": run_id, "pid": os.getpid(), "started_at": now()}).encode(),
+            0,
+        )
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
