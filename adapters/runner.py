@@ -134,6 +134,13 @@ def _schedule(
     """Run `todo` in dependency order, up to `threads` at a time."""
     pending = set(todo)
     parents = {n: {p for p in graph.upstream(n) if p in pending} for n in todo}
+    # build: a node waits for the tests of what it reads, and a failed test skips it (dbt's way)
+    for test in (n for n in todo if graph.nodes[n].kind == "test"):
+        reads = graph.upstream(test)
+        for tested in graph.nodes[test].depends_on:
+            for child in graph.downstream(tested) - reads:
+                if child in pending and graph.nodes[child].kind != "test":
+                    parents[child].add(test)
     done: dict[str, NodeResult] = {}
     order = {n: i for i, n in enumerate(todo)}
     lock = threading.Lock()

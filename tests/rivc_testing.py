@@ -2,6 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from click.testing import CliRunner, Result
+
+from rivc.adapters.cli import main
 from rivc.compiler import CompileOptions
 from rivc.compiler.build import CompiledProject, analyze
 from rivc.compiler.project import load_project
@@ -20,3 +23,8 @@ def only(items: list[Finding], rule: str) -> Finding:
     picked = [f for f in items if f.rule == rule]
     assert len(picked) == 1, [str(f) for f in items]
     return picked[0]
+
+
+def rivc(root: Path, *args: str) -> Result:
+    """`rivc ARGS --project-dir root` in this process (on the test session's SparkSession)."""
+    return CliRunner().invoke(main, [*args, "--project-dir", str(root)], catch_exceptions=False)

@@ -1,0 +1,219 @@
+"""Incremental merges, exactly-once sinks under replay, failures and skipped downstream nodes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from rivc_testing import rivc
+
+pytestmark = pytest.mark.integration
+
+PROJECT = "name: inc\n"
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def results(root: Path) -> dict[str, dict]:
+    data = json.loads((root / "target" / "run_results.json").read_text())
+    return {r["node"]: r for r in data["results"]}
+
+
+def jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def test_incremental_merge_applies_new_and_changed_rows(spark, tmp_path):
+    root = write(
+        tmp_path / "inc",
+        {
+            "rivc_project.yml": PROJECT,
+            "sources/crm.yml": """
+sources:
+  - name: crm
+    connector: files
+    tables:
+      - name: accounts
+        config: {path: data/accounts, format: jsonl}
+        columns: {id: bigint, plan: string, updated_at: timestamp}
+""",
+            "models/accounts.sql": """{{ config(materialized='incremental', unique_key='id') }}
+select id, plan, updated_at from {{ source('crm', 'accounts') }}
+{% if is_incremental() %}
+where updated_at > (select max(updated_at) from {{ this }})
+{% endif %}
+""",
+            "data/accounts/a.json": jsonl(
+                [
+                    {"id": 1, "plan": "free", "updated_at": "2026-01-01T00:00:00Z"},
+                    {"id": 2, "plan": "free", "updated_at": "2026-01-01T00:00:00Z"},
+                    {"id": 3, "plan": "pro", "updated_at": "2026-01-02T00:00:00Z"},
+                ]
+            ),
+        },
+    )
+    assert rivc(root, "run").exit_code == 0
+    write(
+        root,
+        {
+            "data/accounts/b.json": jsonl(
+                [
+                    {"id": 2, "plan": "team", "updated_at": "2026-01-03T00:00:00Z"},  # changed
+                    {"id": 4, "plan": "free", "updated_at": "2026-01-03T00:00:00Z"},  # new
+                ]
+            )
+        },
+    )
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    assert results(root)["model:accounts"]["rows"] == 2  # only rows newer than the table's max
+    table = DeltaTable(str(root / "warehouse/accounts")).to_pyarrow_table().sort_by("id")
+    assert table.column("id").to_pylist() == [1, 2, 3, 4]
+    assert table.column("plan").to_pylist() == ["free", "team", "pro", "free"]
+
+
+def stream_project(root: Path, max_events: int) -> Path:
+    return write(
+        root,
+        {
+            "rivc_project.yml": "name: stream\n",
+            "sources/gen.yml": f"""
+sources:
+  - name: gen
+    connector: datagen
+    tables:
+      - name: orders
+        config: {{pattern: orders, stream: true, events_per_second: 0, max_events: {max_events}, seed: 3}}
+""",
+            "sinks/lake.yml": """
+sinks:
+  - name: orders_delta
+    from: source:gen.orders
+    connector: delta
+    config: {table_uri: out/orders, mode: append}
+""",
+        },
+    )
+
+
+def test_replayed_stream_batch_is_skipped_not_duplicated(spark, tmp_path):
+    root = stream_project(tmp_path / "s", 50)
+    assert rivc(root, "run").exit_code == 0
+    table = DeltaTable(str(root / "out/orders"))
+    assert table.to_pyarrow_table().num_rows == 50
+    assert table.transaction_version("rivc:stream:orders_delta") == 0
+
+    # Crash after the Delta commit, before Spark's own: Spark's checkpoint has no commit for
+    # batch 0, so the restart replays it, with the same offsets and so the same rows.
+    commits = root / ".rivc/checkpoints/orders_delta/commits"
+    assert (commits / "0").exists()
+    (commits / "0").unlink()
+    (commits / ".0.crc").unlink()
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    assert "1 replayed and skipped" in results(root)["sink:orders_delta"]["message"]
+    table = DeltaTable(str(root / "out/orders"))
+    ids = table.to_pyarrow_table().column("order_id").to_pylist()
+    assert sorted(ids) == list(range(1, 51))
+
+    # More events: the next batch continues from the checkpoint's offset.
+    stream_project(root, 80)
+    assert rivc(root, "run").exit_code == 0
+    ids = DeltaTable(str(root / "out/orders")).to_pyarrow_table().column("order_id").to_pylist()
+    assert sorted(ids) == list(range(1, 81))
+
+
+def test_replayed_batch_run_is_skipped(spark, sample):
+    assert rivc(sample, "run", "--select", "+orders_lake").exit_code == 0
+    lake = sample / "output/delta/orders"
+    version = DeltaTable(str(lake)).version()
+    # Crash after the Delta commit, before the state store recorded the batch.
+    db = sqlite3.connect(sample / ".rivc/state.db")
+    with db:
+        db.execute("DELETE FROM batches WHERE sink = 'sink:orders_lake'")
+    db.close()
+    assert rivc(sample, "run", "--select", "orders_lake").exit_code == 0
+    assert "replayed and skipped" in results(sample)["sink:orders_lake"]["message"]
+    assert DeltaTable(str(lake)).version() == version  # no second commit
+    # The next run is a new batch again.
+    assert rivc(sample, "run", "--select", "orders_lake").exit_code == 0
+    assert DeltaTable(str(lake)).version() == version + 1
+    assert DeltaTable(str(lake)).transaction_version("rivc:shop:orders_lake") == 1
+
+
+def test_failed_node_skips_downstream_others_go_on(spark, tmp_path):
+    root = write(
+        tmp_path / "f",
+        {
+            "rivc_project.yml": "name: f\n",
+            "sources/gen.yml": """
+sources:
+  - name: gen
+    connector: datagen
+    tables:
+      - {name: users, config: {pattern: users, max_events: 10, seed: 1}}
+""",
+            "models/broken.sql": "{{ config(materialized='table') }}\n"
+            "select user_id, 1 / (user_id - user_id) as boom from {{ source('gen', 'users') }}\n",
+            "models/after_broken.sql": "{{ config(materialized='table') }}\n"
+            "select * from {{ ref('broken') }}\n",
+            "models/fine.sql": "{{ config(materialized='table') }}\n"
+            "select user_id, name from {{ source('gen', 'users') }}\n",
+        },
+    )
+    result = rivc(root, "run")
+    assert result.exit_code == 1
+    res = results(root)
+    assert res["model:broken"]["status"] == "error"
+    assert "DIVIDE_BY_ZERO" in res["model:broken"]["error"]
+    assert res["model:after_broken"]["status"] == "skipped"
+    assert res["model:fine"]["status"] == "success"
+    assert DeltaTable(str(root / "warehouse/fine")).to_pyarrow_table().num_rows == 10
+    assert not (root / "warehouse/after_broken").exists()
+
+
+def test_test_severity_and_build_skips_after_failed_test(spark, tmp_path):
+    root = write(
+        tmp_path / "t",
+        {
+            "rivc_project.yml": "name: t\n",
+            "sources/gen.yml": """
+sources:
+  - name: gen
+    connector: datagen
+    tables:
+      - {name: orders, config: {pattern: orders, max_events: 20, seed: 1}}
+""",
+            "models/orders.sql": "{{ config(materialized='table') }}\n"
+            "select order_id, customer_id, status from {{ source('gen', 'orders') }}\n",
+            "models/by_customer.sql": "{{ config(materialized='table') }}\n"
+            "select customer_id, count(*) as n from {{ ref('orders') }} group by customer_id\n",
+            "models/schema.yml": """
+version: 2
+models:
+  - name: orders
+    columns:
+      - name: customer_id
+        tests: [unique]
+      - name: status
+        tests:
+          - accepted_values: {values: [paid], config: {severity: warn}}
+""",
+        },
+    )
+    result = rivc(root, "build")
+    assert result.exit_code == 1
+    res = results(root)
+    assert res["test:unique_orders_customer_id"]["status"] == "fail"
+    assert "failing row" in res["test:unique_orders_customer_id"]["error"]
+    assert res["test:accepted_values_orders_status"]["status"] == "warn"
+    assert res["model:by_customer"]["status"] == "skipped"

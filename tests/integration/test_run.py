@@ -1,0 +1,106 @@
+"""sample_project end to end on local Spark, outputs read back with deltalake and DuckDB."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from deltalake import DeltaTable
+from rivc_testing import rivc
+
+pytestmark = pytest.mark.integration
+
+
+def results(root: Path) -> dict[str, dict]:
+    data = json.loads((root / "target" / "run_results.json").read_text())
+    return {r["node"]: r for r in data["results"]}
+
+
+def parquet_rows(directory: Path, sql: str = "SELECT count(*) FROM t") -> list[tuple]:
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{directory}/*.parquet')")
+    return con.execute(sql).fetchall()
+
+
+def test_sample_project_runs_end_to_end(spark, sample):
+    result = rivc(sample, "run")
+    assert result.exit_code == 0, result.output
+    res = results(sample)
+    assert {r["status"] for r in res.values()} == {"success"}
+    assert res["model:orders_enriched"]["rows"] == 5000
+
+    lake = DeltaTable(str(sample / "output/delta/orders")).to_pyarrow_table()
+    assert lake.num_rows == 5000
+    assert len(set(lake.column("order_id").to_pylist())) == 5000
+    assert set(lake.column("region").to_pylist()) == {"eu"}
+    assert DeltaTable(str(sample / "output/delta/orders")).metadata().partition_columns == [
+        "order_date"
+    ]
+
+    customers = DeltaTable(str(sample / "warehouse/customer_orders")).to_pyarrow_table()
+    files_dir = sample / "output/files/customer_orders"
+    assert parquet_rows(files_dir) == [(customers.num_rows,)]
+    # The files sink holds exactly the model's rows: same customers, same revenue.
+    total = sum(v for v in customers.column("revenue").to_pylist())
+    assert parquet_rows(files_dir, "SELECT sum(revenue) FROM t") == [(total,)]
+
+    # The stdout sink printed its rows as JSON lines.
+    printed = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert printed and set(printed[0]) == {"order_date", "orders", "revenue"}
+    assert len(printed) <= 5
+
+    # The state store has the batch, the file and the schema of every node.
+    shown = rivc(sample, "state", "files", "--json")
+    files = json.loads(shown.output)["files"]
+    assert {f["node"] for f in files} == {"sink:customer_orders_files", "sink:orders_lake"}
+    assert all(Path(f["path"]).exists() for f in files)
+
+    # Tests pass on the built project; build runs nodes and tests together.
+    tested = rivc(sample, "test")
+    assert tested.exit_code == 0, tested.output
+    assert all(r["status"] in ("pass", "warn") for r in results(sample).values())
+    assert any(n.startswith("test:unique_orders_enriched") for n in results(sample))
+
+
+def test_incremental_model_is_not_rebuilt_and_second_run_adds_nothing(spark, sample):
+    assert rivc(sample, "run", "--select", "+orders_enriched").exit_code == 0
+    first = DeltaTable(str(sample / "warehouse/orders_enriched"))
+    version = first.version()
+    assert rivc(sample, "run", "--select", "orders_enriched").exit_code == 0
+    res = results(sample)
+    assert list(res) == ["model:orders_enriched"]  # nothing else ran
+    assert res["model:orders_enriched"]["rows"] == 0  # is_incremental(): no newer orders
+    assert DeltaTable(str(sample / "warehouse/orders_enriched")).version() == version
+    # --full-refresh rebuilds it in one overwrite.
+    assert rivc(sample, "run", "--select", "orders_enriched", "--full-refresh").exit_code == 0
+    again = DeltaTable(str(sample / "warehouse/orders_enriched"))
+    assert again.version() == version + 1
+    assert again.to_pyarrow_table().num_rows == 5000
+
+
+def test_selection_and_params(spark, sample):
+    result = rivc(sample, "run", "--select", "stg_users+", "--param", "region=us")
+    assert result.exit_code == 0, result.output
+    ran = set(results(sample))
+    assert ran == {
+        "model:stg_users",
+        "model:orders_enriched",
+        "model:customer_orders",
+        "model:daily_revenue",
+        "sink:orders_lake",
+        "sink:customer_orders_files",
+        "sink:daily_revenue_console",
+    }
+    assert not (sample / "warehouse/stg_orders").exists()  # a view, bound but not stored
+    lake = DeltaTable(str(sample / "output/delta/orders")).to_pyarrow_table()
+    assert set(lake.column("region").to_pylist()) == {"us"}
+
+
+def test_show_previews_rows(spark, sample):
+    result = rivc(sample, "show", "stg_users", "--limit", "3")
+    assert result.exit_code == 0, result.output
+    assert "customer_id" in result.output
+    assert "example.com" in result.output
+    assert not (sample / "warehouse").exists()  # a preview writes nothing
