@@ -160,7 +160,9 @@ class StateStore:
         """Node runs of the last `last` runs, newest first."""
         runs = [
             r["run_id"]
-            for r in self._rows("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT ?", (last,))
+            for r in self._rows(
+                "SELECT run_id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT ?", (last,)
+            )
         ]
         if not runs:
             return []
@@ -258,7 +260,7 @@ class StateStore:
                 "SELECT sink, MAX(batch_id) AS last_batch_id, COUNT(*) AS batches, "
                 "MAX(committed_at) AS committed_at FROM batches GROUP BY sink ORDER BY sink"
             ),
-            "runs": self._rows("SELECT * FROM runs ORDER BY started_at DESC LIMIT 5"),
+            "runs": self._rows("SELECT * FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 5"),
         }
 
     def reset(self, nodes: list[str] | None) -> int:

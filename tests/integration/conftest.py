@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 

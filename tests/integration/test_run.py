@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from deltalake import DeltaTable
+
 from rivc_testing import rivc
 
 pytestmark = pytest.mark.integration

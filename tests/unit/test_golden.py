@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 from pathlib import Path
@@ -32,3 +33,5 @@ def test_sample_project_golden(tmp_path):
     assert sorted(files) == sorted(expected)
     for rel, text in files.items():
         assert text == expected[rel], rel
+        if rel.endswith(".py"):
+            ast.parse(text, rel)  # generated jobs are valid Python

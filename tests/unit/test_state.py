@@ -1,0 +1,73 @@
+"""The SQLite state store and the run lock, without Spark."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from rivc.adapters.state import MIGRATIONS, NodeResult, StateStore, migrate, run_lock
+from rivc.compiler.errors import StateError
+from rivc_testing import rivc
+
+
+def test_migrations_are_versioned_and_idempotent(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    store.close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    assert db.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    migrate(db)  # nothing left to apply
+    assert db.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
+
+
+def test_batches_files_and_totals(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    assert store.next_batch_id("sink:a") == 0
+    store.start_run("r1", "run", "*")
+    store.commit_batch("sink:a", 0, "r1", 10, 100, [("/x/0.parquet", 10, 100)])
+    store.commit_batch("sink:a", 1, "r1", 0, 0, [], replayed=True)
+    assert store.next_batch_id("sink:a") == 2
+    totals = store.batch_totals("sink:a", "r1")
+    assert totals == {"batches": 2, "replayed": 1, "rows": 10, "bytes": 100, "retries": 0, "files": 1}
+    assert [f["path"] for f in store.files(["sink:a"])] == ["/x/0.parquet"]
+    assert store.files(["sink:b"]) == []
+    assert store.reset(["sink:a"]) == 3  # two batches, one file
+    assert store.next_batch_id("sink:a") == 0
+
+
+def test_schema_snapshots_report_changes(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    assert store.schema_change("r1", "model:m", {"a": "int"}) == "NEW"
+    assert store.schema_change("r2", "model:m", {"a": "int"}) == "SAME"
+    assert store.schema_change("r3", "model:m", {"a": "bigint"}) == "CHANGED"
+    assert store.schema_change("r4", "model:m", {"a": "bigint"}) == "SAME"
+
+
+def test_history_keeps_the_last_runs(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    for i in range(3):
+        store.start_run(f"r{i}", "run", "*")
+        store.record(f"r{i}", NodeResult("model:m", "model", "success", rows=i))
+        store.finish_run(f"r{i}", "success")
+    rows = store.history(["model:m"], last=2)
+    assert sorted(r["rows"] for r in rows) == [1, 2]
+
+
+def test_second_run_is_refused_while_one_holds_the_lock(tmp_path):
+    with run_lock(tmp_path, "20260101T000000Z-aaaaaa"):
+        with pytest.raises(StateError) as err:
+            with run_lock(tmp_path, "other"):
+                pass
+    assert "20260101T000000Z-aaaaaa" in str(err.value)
+    with run_lock(tmp_path, "after"):  # released when the first run ended
+        pass
+
+
+def test_cli_run_exits_2_when_locked(make_project):
+    root = make_project({})
+    with run_lock(root, "20260101T000000Z-bbbbbb"):
+        result = rivc(root, "run")
+    assert result.exit_code == 2
+    assert "20260101T000000Z-bbbbbb" in result.output
+    assert not (root / "warehouse").exists()
