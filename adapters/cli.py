@@ -119,7 +119,7 @@ def init(directory: str | None, template: str) -> None:
         click.echo(f"  created {path}")
     for path in skipped:
         click.echo(f"  kept    {path} (exists)")
-    click.echo(f"Project ready in {target}/. Next: cd {target} && rivc compile")
+    click.echo(f"Project ready in {target}/. Next: cd {target} && rivc run")
 
 
 def _compile(
@@ -328,7 +328,14 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
     )
     console = _console()
     progress = Progress(console)
-    report = execute(root, options, _spark, progress.result, progress.start)
+    report = execute(
+        root,
+        options,
+        _spark,
+        progress.result,
+        progress.start,
+        lambda text: click.echo(redact_text(text), err=True),
+    )
     summary(console, report)
     sys.exit(EXIT_FAILED if report.failed else 0)
 

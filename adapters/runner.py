@@ -67,7 +67,9 @@ class RunReport:
         }
 
 
-def compile_for_run(root: Path, options: RunOptions) -> Any:
+def compile_for_run(
+    root: Path, options: RunOptions, on_warning: Callable[[str], None] = lambda text: None
+) -> Any:
     """Compile the selection and write target/ (manifest, compiled SQL, jobs)."""
     from rivc.compiler import CompileOptions, load_project
     from rivc.compiler.build import analyze
@@ -80,6 +82,8 @@ def compile_for_run(root: Path, options: RunOptions) -> Any:
     copts = CompileOptions(options.select, options.exclude, options.params, options.vars)
     compiled = analyze(load_project(root), copts, cache)
     save_cache(target, cache)
+    for warning in compiled.warnings:
+        on_warning(str(warning))
     if compiled.errors:
         raise CompileFailed(f.error for f in compiled.errors)
     write_artifacts(target, artifacts(compiled))
@@ -92,10 +96,11 @@ def execute(
     spark_factory: Callable[[Plan], SparkSession],
     on_result: Callable[[int, int, NodeResult], None] = lambda i, n, r: None,
     on_start: Callable[[str], None] = lambda nid: None,
+    on_warning: Callable[[str], None] = lambda text: None,
 ) -> RunReport:
     """Compile, take the run lock, run the chosen nodes and record every result."""
     started, started_at = time.perf_counter(), now()
-    compiled = compile_for_run(root, options)
+    compiled = compile_for_run(root, options, on_warning)
     kinds = KINDS[options.command]
     todo = [n for n in compiled.chosen if compiled.graph.nodes[n].kind in kinds]
     run_id = new_run_id()

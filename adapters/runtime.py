@@ -210,12 +210,9 @@ class Runtime:
         data = df.toArrow()
         keys = _keys(node["config"].get("unique_key"))
         if incremental:
-            result = (
-                delta.write(uri, data, "merge" if keys else "append", keys)
-                if data.num_rows
-                else WriteResult()
-            )
-            how = f"incremental {'merge' if keys else 'append'}"
+            strategy = node["config"].get("incremental_strategy") or ("merge" if keys else "append")
+            result = delta.write(uri, data, strategy, keys) if data.num_rows else WriteResult()
+            how = f"incremental {strategy}"
         else:
             result = delta.write(uri, data, "overwrite", schema_mode="overwrite")
             how = "table"

@@ -32,4 +32,3 @@ def sample(tmp_path: Path) -> Path:
         ignore=shutil.ignore_patterns("target", ".rivc", "output", "warehouse"),
     )
     return root
-

@@ -218,3 +218,54 @@ models:
     assert "failing row" in res["test:unique_orders_customer_id"]["error"]
     assert res["test:accepted_values_orders_status"]["status"] == "warn"
     assert res["model:by_customer"]["status"] == "skipped"
+
+
+def test_streaming_files_source_one_file_per_batch(spark, tmp_path):
+    root = write(
+        tmp_path / "fs",
+        {
+            "rivc_project.yml": "name: fs\n",
+            "sources/drop.yml": """
+sources:
+  - name: drop
+    connector: files
+    tables:
+      - name: events
+        config: {path: inbox, format: jsonl, stream: true, max_files_per_trigger: 1}
+        columns: {id: bigint, kind: string}
+""",
+            "sinks/out.yml": """
+sinks:
+  - {name: events_files, from: source:drop.events, connector: files,
+     config: {path: out/events, format: parquet}}
+""",
+            **{
+                f"inbox/{i}.json": jsonl(
+                    [{"id": 2 * i, "kind": "a"}, {"id": 2 * i + 1, "kind": "b"}]
+                )
+                for i in range(3)
+            },
+        },
+    )
+    assert rivc(root, "run").exit_code == 0
+    res = results(root)["sink:events_files"]
+    assert res["rows"] == 6 and res["files"] == 3
+    assert "3 batches" in res["message"]
+    written = sorted(p.name for p in (root / "out/events").iterdir())
+    assert written == [f"batch-{i:06d}-part-0000.parquet" for i in range(3)]
+    # A second run finds nothing new in the inbox and writes nothing.
+    assert rivc(root, "run").exit_code == 0
+    assert results(root)["sink:events_files"]["rows"] == 0
+
+
+def test_init_project_runs_as_is(spark, tmp_path):
+    from click.testing import CliRunner
+
+    from rivc.adapters.cli import main
+
+    target = tmp_path / "fresh"
+    assert CliRunner().invoke(main, ["init", str(target)]).exit_code == 0
+    result = rivc(target, "build", "--threads", "2")
+    assert result.exit_code == 0, result.output
+    statuses = {r["status"] for r in results(target).values()}
+    assert statuses <= {"success", "pass"}

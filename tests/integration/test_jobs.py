@@ -55,7 +55,9 @@ def test_generated_job_runs_under_spark_submit(spark, sample):
     )
     assert got == want
     history = json.loads(rivc(sample, "metrics", "--json").output)["node runs"]
-    assert any(r["node"] == "sink:customer_orders_files" and r["status"] == "success" for r in history)
+    assert any(
+        r["node"] == "sink:customer_orders_files" and r["status"] == "success" for r in history
+    )
 
 
 def test_run_over_spark_connect(tmp_path):

@@ -29,7 +29,14 @@ def test_batches_files_and_totals(tmp_path):
     store.commit_batch("sink:a", 1, "r1", 0, 0, [], replayed=True)
     assert store.next_batch_id("sink:a") == 2
     totals = store.batch_totals("sink:a", "r1")
-    assert totals == {"batches": 2, "replayed": 1, "rows": 10, "bytes": 100, "retries": 0, "files": 1}
+    assert totals == {
+        "batches": 2,
+        "replayed": 1,
+        "rows": 10,
+        "bytes": 100,
+        "retries": 0,
+        "files": 1,
+    }
     assert [f["path"] for f in store.files(["sink:a"])] == ["/x/0.parquet"]
     assert store.files(["sink:b"]) == []
     assert store.reset(["sink:a"]) == 3  # two batches, one file
