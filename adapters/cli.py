@@ -429,9 +429,12 @@ def _print_rows(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
 @handle_errors
 def state_show(as_json: bool, project_dir: str | None) -> None:
     """Cursors, the last committed batch of every sink, recent runs."""
-    store = _store(project_dir)
-    for title, rows in store.show().items():
-        _print_rows(title, rows, as_json)
+    shown = _store(project_dir).show()
+    if as_json:
+        click.echo(json.dumps(shown, indent=2, default=str))
+        return
+    for title, rows in shown.items():
+        _print_rows(title, rows, as_json=False)
 
 
 @state.command("files")
@@ -446,18 +449,29 @@ def state_files(selection: tuple[str, ...], as_json: bool, project_dir: str | No
     _print_rows("files", store.files(nodes), as_json)
 
 
+def _chosen(root: Path, selection: tuple[str, ...], exclude: tuple[str, ...]) -> list[str] | None:
+    """Node ids a selection names; None for no selection (everything)."""
+    if not selection and not exclude:
+        return None
+    return list(_compile(root, selection, exclude, {}, {}, None).chosen)
+
+
 @state.command("reset")
 @click.argument("selection", nargs=-1)
+@apply(select_options)
 @click.option("--yes", is_flag=True, help="Do not ask.")
 @project_dir_option
 @handle_errors
-def state_reset(selection: tuple[str, ...], yes: bool, project_dir: str | None) -> None:
+def state_reset(
+    selection: tuple[str, ...],
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    yes: bool,
+    project_dir: str | None,
+) -> None:
     """Forget cursors, batches and files of the selection (everything without one)."""
     root = _root(project_dir)
-    nodes: list[str] | None = None
-    if selection:
-        compiled = _compile(root, selection, (), {}, {}, None)
-        nodes = list(compiled.chosen)
+    nodes = _chosen(root, selection + select, exclude)
     what = ", ".join(nodes) if nodes else "every node"
     if not yes and not click.confirm(f"Forget the state of {what}?"):
         sys.exit(EXIT_FAILED)
@@ -470,16 +484,22 @@ def state_reset(selection: tuple[str, ...], yes: bool, project_dir: str | None) 
 
 @main.command()
 @click.argument("selection", nargs=-1)
+@apply(select_options)
 @click.option("--last", type=int, default=5, show_default=True, help="Runs to show.")
 @click.option("--json", "as_json", is_flag=True)
 @project_dir_option
 @handle_errors
-def metrics(selection: tuple[str, ...], last: int, as_json: bool, project_dir: str | None) -> None:
+def metrics(
+    selection: tuple[str, ...],
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    last: int,
+    as_json: bool,
+    project_dir: str | None,
+) -> None:
     """Node results of the last runs: status, rows, files, bytes, duration, peak RSS, schema."""
     root = _root(project_dir)
-    nodes = None
-    if selection:
-        nodes = list(_compile(root, selection, (), {}, {}, None).chosen)
+    nodes = _chosen(root, selection + select, exclude)
     _print_rows("node runs", _store(project_dir).history(nodes, last), as_json)
 
 

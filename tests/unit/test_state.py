@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -78,3 +79,23 @@ def test_cli_run_exits_2_when_locked(make_project):
     assert result.exit_code == 2
     assert "20260101T000000Z-bbbbbb" in result.output
     assert not (root / "warehouse").exists()
+
+
+def test_state_and_metrics_commands_without_spark(make_project):
+    root = make_project({})
+    from rivc.adapters.state import StateStore
+
+    store = StateStore.for_project(root)
+    store.start_run("r1", "run", "*")
+    store.record("r1", NodeResult("model:stg", "model", "success", rows=3))
+    store.commit_batch("sink:s", 0, "r1", 3, 30, [("/tmp/x.parquet", 3, 30)])
+    store.close()
+    metrics = rivc(root, "metrics", "--select", "stg", "--json")
+    assert metrics.exit_code == 0, metrics.output
+    assert [r["node"] for r in json.loads(metrics.output)["node runs"]] == ["model:stg"]
+    shown = json.loads(rivc(root, "state", "show", "--json").output)
+    assert [(b["sink"], b["last_batch_id"]) for b in shown["batches"]] == [("sink:s", 0)]
+    assert [r["run_id"] for r in shown["runs"]] == ["r1"]
+    reset = rivc(root, "state", "reset", "--yes")
+    assert reset.exit_code == 0 and "Removed 2" in reset.output
+    assert json.loads(rivc(root, "state", "files", "--json").output) == {"files": []}
