@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connectors import CONNECTORS, DatagenConfig, FilesSourceConfig
+from rivc.compiler.connectors import DatagenConfig, FilesSourceConfig
 from rivc.compiler.errors import ConnectorError, RivcError, StateError
-from rivc.compiler.project import load_profile
+from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec
 
 from .connectors import delta
@@ -38,7 +38,7 @@ class Plan:
 
     root: Path
     manifest: dict[str, Any]
-    profile: ProfileSpec
+    project: Project  # connector configs with their secrets, which the manifest redacts
 
     @classmethod
     def load(cls, root: Path, env: Mapping[str, str] | None = None) -> Plan:
@@ -47,8 +47,11 @@ class Plan:
             manifest = json.loads(path.read_text())
         except OSError:
             raise StateError(f"{path}: not found; run `rivc compile` first") from None
-        profile, _ = load_profile(root, manifest["profile"], os.environ if env is None else env)
-        return cls(root, manifest, profile)
+        return cls(root, manifest, load_project(root, os.environ if env is None else env))
+
+    @property
+    def profile(self) -> ProfileSpec:
+        return self.project.profile
 
     @property
     def nodes(self) -> dict[str, dict[str, Any]]:
@@ -139,18 +142,19 @@ class Runtime:
         return str(self.plan.warehouse / node["name"])
 
     def _source_df(self, node: dict[str, Any]) -> DataFrame:
-        table, connector = node["table"], node["connector"]
-        if connector == "datagen":
-            cfg = DatagenConfig.model_validate(table.get("config", {}))
+        source = self.plan.project.sources[node["name"]]
+        cfg = source.config
+        if isinstance(cfg, DatagenConfig):
             reader = self.spark.readStream if cfg.stream else self.spark.read
             return reader.format("rivc_datagen").option("config", cfg.model_dump_json()).load()
-        if connector == "files":
-            fcfg = FilesSourceConfig.model_validate(table.get("config", {}))
-            path = fcfg.path if "://" in fcfg.path else str(self.plan.root / fcfg.path)
+        if isinstance(cfg, FilesSourceConfig):
             from .connectors.files import read_source
 
-            return read_source(self.spark, path, fcfg, table.get("columns", {}), fcfg.stream)
-        raise ConnectorError(f"source {node['name']}: the {connector} connector cannot run yet")
+            path = cfg.path if "://" in cfg.path else str(self.plan.root / cfg.path)
+            return read_source(self.spark, path, cfg, dict(source.table.columns), cfg.stream)
+        raise ConnectorError(
+            f"source {node['name']}: the {source.source.connector} connector cannot run yet"
+        )
 
     # ------------------------------------------------------------------ nodes
 
@@ -231,8 +235,7 @@ class Runtime:
 
     def _run_sink(self, nid: str, node: dict[str, Any]) -> NodeResult:
         name, connector = node["name"], node["connector"]
-        info = CONNECTORS[("sink", connector)]
-        config = info.config.model_validate(node["sink_config"])
+        config = self.plan.project.sinks[name].config
         ctx = SinkContext(self.plan.root, self.plan.manifest["project"], name)
         writer = BatchWriter(nid, connector, config, ctx, self.run_id, self.state.path)
         df = self.spark.sql(self.plan.sql(nid))

@@ -126,6 +126,8 @@ class CsvOptions(Spec):
 class FilesSinkConfig(Spec):
     path: str
     format: Literal["parquet", "csv", "jsonl", "json", "avro"] = "parquet"
+    # append: every batch adds its files; overwrite: a batch's files replace the earlier ones
+    mode: Literal["append", "overwrite"] = "append"
     compression: Literal["snappy", "zstd", "gzip", "lz4", "brotli", "none"] | None = None
     row_group_size: int | None = Field(None, gt=0)
     partitioning: Literal["none", "day", "hour", "columns"] = "none"

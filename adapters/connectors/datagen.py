@@ -166,7 +166,7 @@ class _BatchReader(DataSourceReader):
         cfg = DatagenConfig.model_validate(json.loads(options["config"]))
         self.count = cfg.max_events or BATCH_DEFAULT_EVENTS
 
-    def partitions(self) -> list[RangePartition]:  # type: ignore[override]
+    def partitions(self) -> list[RangePartition]:
         return ranges(0, self.count) or [RangePartition(0, 0)]
 
     def read(self, partition: RangePartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
@@ -183,7 +183,7 @@ class _StreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, Any]:
         return {"index": 0, "base": time.time()}
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # type: ignore[override]
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         index, base = int(start["index"]), float(start["base"])
         eps, cap = self.cfg.events_per_second, self.cfg.max_events
         due = int((time.time() - base) * eps) if eps else (cap or index)
@@ -193,7 +193,7 @@ class _StreamReader(DataSourceStreamReader):
             due = min(due, index + limit.max_rows)
         return {"index": max(index, due), "base": base}
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:  # type: ignore[override]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
         return ranges(int(start["index"]), int(end["index"]), float(start["base"]))
 
     def read(self, partition: RangePartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]

@@ -89,7 +89,7 @@ def write(
                     data,
                     mode="overwrite" if mode == "overwrite" else "append",
                     partition_by=list(partition_by) or None,
-                    schema_mode=schema_mode,  # type: ignore[arg-type]
+                    schema_mode=schema_mode,
                     configuration=configuration or None,
                     target_file_size=target_file_size,
                     writer_properties=props,

@@ -63,7 +63,7 @@ class FilesSink(Sink):
 
         directory = Path(self.ctx.path(c.path))
         directory.mkdir(parents=True, exist_ok=True)
-        if table.num_rows == 0:
+        if table.num_rows == 0 and c.mode == "append":
             return WriteResult()
         final = directory / f"batch-{batch_id:06d}-part-0000.parquet"
         tmp = directory / f".{final.name}.tmp"
@@ -74,6 +74,10 @@ class FilesSink(Sink):
             row_group_size=c.row_group_size,
         )
         os.replace(tmp, final)
+        if c.mode == "overwrite":  # the new batch is in place; now drop the earlier ones
+            for old in directory.glob("batch-*"):
+                if old != final:
+                    old.unlink()
         size = final.stat().st_size
         return WriteResult(
             rows=table.num_rows, bytes=size, files=[(str(final), table.num_rows, size)]

@@ -58,6 +58,11 @@ def test_sample_project_runs_end_to_end(spark, sample):
     assert {f["node"] for f in files} == {"sink:customer_orders_files", "sink:orders_lake"}
     assert all(Path(f["path"]).exists() for f in files)
 
+    # A second run replaces the files sink's output (mode: overwrite) instead of adding to it.
+    assert rivc(sample, "run", "--select", "customer_orders_files").exit_code == 0
+    assert parquet_rows(files_dir) == [(customers.num_rows,)]
+    assert [p.name for p in files_dir.iterdir()] == ["batch-000001-part-0000.parquet"]
+
     # Tests pass on the built project; build runs nodes and tests together.
     tested = rivc(sample, "test")
     assert tested.exit_code == 0, tested.output
