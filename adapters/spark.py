@@ -34,8 +34,12 @@ def jdbc_jars(extra: tuple[str, ...] = (), java_dir: Path = JAVA_DIR) -> list[st
     return found + [j for j in extra if j not in found]
 
 
+LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
 def session_conf(spec: SparkSpec) -> dict[str, str]:
     conf = dict(LOCAL_DEFAULTS)
+    conf["spark.driver.extraJavaOptions"] += f" -Dlog4j2.configurationFile={LOG4J.as_uri()}"
     jars = jdbc_jars(spec.jars)
     if jars:
         conf["spark.jars"] = ",".join(jars)

@@ -269,3 +269,13 @@ def test_init_project_runs_as_is(spark, tmp_path):
     assert result.exit_code == 0, result.output
     statuses = {r["status"] for r in results(target).values()}
     assert statuses <= {"success", "pass"}
+
+
+def test_trigger_once_runs_one_batch(spark, tmp_path):
+    root = stream_project(tmp_path / "once", 30)
+    spec = root / "sinks/lake.yml"
+    spec.write_text(spec.read_text() + "    trigger: once\n")
+    assert rivc(root, "run").exit_code == 0
+    res = results(root)["sink:orders_delta"]
+    assert res["rows"] == 30 and "1 batch" in res["message"]
+    assert DeltaTable(str(root / "out/orders")).transaction_version("rivc:stream:orders_delta") == 0
