@@ -111,12 +111,16 @@ def execute(
             spark = spark_factory(plan)
             state.start_run(run_id, options.command, " ".join(options.select) or "*")
             runtime = Runtime(spark, plan, run_id, state, options.full_refresh)
+            if options.command != "test":  # what the selection reads from a database is extracted
+                chosen = set(todo)
+                todo = [n for n in compiled.selected if n in chosen or plan.is_extracted(n)]
             results: list[NodeResult] = []
             try:
                 for nid in compiled.selected:  # upstream the selection reads but does not run
                     if nid not in todo and compiled.graph.nodes[nid].kind != "test":
                         runtime.bind(nid)
                 results = _schedule(runtime, compiled.graph, todo, options, on_result, on_start)
+                runtime.finalize(results)
             finally:
                 status = "error" if any(r.status in FAILED for r in results) else "success"
                 state.finish_run(run_id, status if len(results) == len(todo) else "error")

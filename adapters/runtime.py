@@ -12,7 +12,7 @@ import resource
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +58,11 @@ class Plan:
         nodes: dict[str, dict[str, Any]] = self.manifest["nodes"]
         return nodes
 
+    def is_extracted(self, nid: str) -> bool:
+        """A relational source table: run (extracted with its mode) whenever something reads it."""
+        node = self.nodes[nid]
+        return node["kind"] == "source" and self.project.sources[node["name"]].connector.relational
+
     @property
     def warehouse(self) -> Path:
         return self.root / self.profile.warehouse
@@ -68,6 +73,20 @@ class Plan:
         if rel is None:
             raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
         return (self.root / "target" / rel).read_text()
+
+    def downstream(self, nid: str) -> set[str]:
+        children: dict[str, list[str]] = {}
+        for n, node in self.nodes.items():
+            for dep in node["depends_on"]:
+                children.setdefault(dep, []).append(n)
+        seen: set[str] = set()
+        stack = [nid]
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                if child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+        return seen
 
     def upstream(self, nid: str) -> list[str]:
         """Every ancestor of `nid`, in manifest (topological) order."""
@@ -107,6 +126,7 @@ class Runtime:
     run_id: str
     state: StateStore
     full_refresh: bool = False
+    pending: dict[str, Any] = field(default_factory=dict)  # source -> state to commit at the end
 
     def __post_init__(self) -> None:
         from .connectors.datagen import DatagenSource
@@ -147,6 +167,10 @@ class Runtime:
         if isinstance(cfg, DatagenConfig):
             reader = self.spark.readStream if cfg.stream else self.spark.read
             return reader.format("rivc_datagen").option("config", cfg.model_dump_json()).load()
+        if source.connector.relational:  # a plain read of the query, for previews and tests
+            from .extract import lazy_read
+
+            return lazy_read(self, node)
         if isinstance(cfg, FilesSourceConfig):
             from .connectors.files import read_source
 
@@ -186,9 +210,19 @@ class Runtime:
         return self.state.schema_change(self.run_id, nid, columns_of(df))
 
     def _run_source(self, nid: str, node: dict[str, Any]) -> NodeResult:
+        if self.plan.project.sources[node["name"]].connector.relational:
+            from .extract import extract
+
+            return extract(self, nid, node)
         df = self._source_df(node)
         df.createOrReplaceTempView(node["relation"])
         return NodeResult(nid, "source", "success", schema=self._schema(nid, df))
+
+    def finalize(self, results: list[NodeResult]) -> None:
+        """Advance the cursors of extracted sources whose downstream nodes all succeeded."""
+        from .extract import commit_pending
+
+        commit_pending(self, results)
 
     def _run_model(self, nid: str, node: dict[str, Any]) -> NodeResult:
         name, mat = node["name"], node["config"].get("materialized", "view")
@@ -366,9 +400,14 @@ def run_sink_job(root: Path, sink: str) -> int:
         with run_lock(root, run_id):
             state.start_run(run_id, f"job {sink}", nid)
             runtime = Runtime(spark, plan, run_id, state)
+            done = []
             for up in plan.upstream(nid):
-                runtime.bind(up)
+                if plan.is_extracted(up):
+                    done.append(runtime.execute(up))
+                else:
+                    runtime.bind(up)
             result = runtime.execute(nid)
+            runtime.finalize([*done, result])
             state.finish_run(run_id, "success" if result.status == "success" else "error")
     except RivcError as exc:
         print(str(exc), file=sys.stderr)

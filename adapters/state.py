@@ -53,6 +53,12 @@ MIGRATIONS: list[str] = [
         committed_at TEXT NOT NULL, PRIMARY KEY (sink, batch_id)
     );
     """,
+    """
+    CREATE TABLE chunks (
+        node TEXT NOT NULL, plan TEXT NOT NULL, chunk INTEGER NOT NULL, path TEXT NOT NULL,
+        done_at TEXT NOT NULL, PRIMARY KEY (node, plan, chunk)
+    );
+    """,
 ]
 
 
@@ -175,14 +181,24 @@ class StateStore:
 
     # ---------------------------------------------------------------- schemas
 
-    def schema_change(self, run_id: str, node: str, columns: dict[str, str]) -> str:
-        """Record the node's columns; NEW, SAME or CHANGED against the last snapshot."""
+    def last_schema(self, node: str) -> dict[str, str] | None:
+        rows = self._rows(
+            "SELECT columns FROM schemas WHERE node = ? ORDER BY taken_at DESC LIMIT 1", (node,)
+        )
+        return json.loads(rows[0]["columns"]) if rows else None
+
+    def schema_change(
+        self, run_id: str, node: str, columns: dict[str, str], record: bool = True
+    ) -> str:
+        """NEW, SAME or CHANGED against the last snapshot; records a new one unless `record` is off."""
         rows = self._rows(
             "SELECT columns FROM schemas WHERE node = ? ORDER BY taken_at DESC LIMIT 1", (node,)
         )
         text = json.dumps(columns)
         if rows and rows[0]["columns"] == text:
             return "SAME"
+        if not record:
+            return "CHANGED" if rows else "NEW"
         self._write(
             "INSERT OR REPLACE INTO schemas VALUES (?, ?, ?, ?)", (node, text, run_id, now())
         )
@@ -251,6 +267,27 @@ class StateStore:
             "INSERT OR REPLACE INTO cursors VALUES (?, ?, ?, ?)", (node, value, run_id, now())
         )
 
+    # ---------------------------------------------------------------- chunk checkpoints
+
+    def done_chunks(self, node: str, plan: str) -> dict[int, str]:
+        rows = self._rows(
+            "SELECT chunk, path FROM chunks WHERE node = ? AND plan = ?", (node, plan)
+        )
+        return {r["chunk"]: r["path"] for r in rows}
+
+    def chunk_done(self, node: str, plan: str, chunks: list[int], path: str) -> None:
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.execute("DELETE FROM chunks WHERE node = ? AND plan <> ?", (node, plan))
+            self.db.executemany(
+                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)",
+                [(node, plan, c, path, now()) for c in chunks],
+            )
+            self.db.execute("COMMIT")
+
+    def clear_chunks(self, node: str) -> None:
+        self._write("DELETE FROM chunks WHERE node = ?", (node,))
+
     # ---------------------------------------------------------------- show / reset
 
     def show(self) -> dict[str, list[dict[str, Any]]]:
@@ -273,6 +310,7 @@ class StateStore:
                 ("batches", "sink"),
                 ("files", "node"),
                 ("schemas", "node"),
+                ("chunks", "node"),
             ):
                 if nodes is None:
                     count += self.db.execute(f"DELETE FROM {table}").rowcount

@@ -388,6 +388,11 @@ def _source_node(table: SourceTableDef, params: dict[str, Any], findings: list[F
                         exc,
                     )
                 )
+        if columns is not None:
+            if spec.meta_columns.exported_at:
+                columns = {**columns, "_rivc_exported_at": "timestamp"}
+            if spec.meta_columns.row_hash:
+                columns = {**columns, "_rivc_row_hash": "bigint"}
         for key in ("cursor_column", "chunk_column", "time_column", "unique_key"):
             value = getattr(spec, key)
             for col in (value,) if isinstance(value, str) else value or ():

@@ -180,6 +180,32 @@ class MetaColumns(Spec):
     row_hash: bool = False
 
 
+class RowCountGate(Spec):
+    min: int | None = Field(None, ge=0)
+    max: int | None = Field(None, ge=0)
+    severity: Literal["warn", "fail"] = "fail"
+
+
+class NullRatioGate(Spec):
+    columns: dict[str, float]  # column -> highest allowed share of NULLs, 0..1
+    severity: Literal["warn", "fail"] = "warn"
+
+
+class UniqueGate(Spec):
+    columns: StrList
+    severity: Literal["warn", "fail"] = "fail"
+
+    _tuple = field_validator("columns", mode="before")(_as_tuple)
+
+
+class SourceQuality(Spec):
+    """Checks on an extracted batch before anything downstream reads it."""
+
+    row_count: RowCountGate | None = None
+    null_ratio_max: NullRatioGate | None = None
+    unique_columns: UniqueGate | None = None
+
+
 class SourceTable(Spec):
     name: Name
     description: str = ""
@@ -198,6 +224,7 @@ class SourceTable(Spec):
     skip_empty: bool = False
     meta_columns: MetaColumns = MetaColumns()
     on_schema_change: Literal["warn", "fail"] = "warn"
+    quality: SourceQuality = SourceQuality()
 
     _tuple = field_validator("unique_key", mode="before")(_as_tuple)
     _name = field_validator("name")(_identifier)

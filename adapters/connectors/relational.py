@@ -1,0 +1,445 @@
+"""PostgreSQL and MySQL/MariaDB sources: source-safe extraction through Spark JDBC.
+
+Control queries (high-water marks, chunk bounds, EXPLAIN, connection checks) go through the
+Python drivers (psycopg, pymysql); rows go through Spark's JDBC reader. Every extraction is
+written once to a staging Parquet directory, so downstream nodes read one consistent copy and
+the database is queried once per run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from rivc.compiler.errors import ConnectorError
+from rivc.compiler.specs import ConnectionSpec, SourceTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DRIVERS = {"postgres": "org.postgresql.Driver", "mysql": "org.mariadb.jdbc.Driver"}
+DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
+
+
+# --------------------------------------------------------------------------- connections
+
+
+@dataclass(frozen=True)
+class Conn:
+    """Resolved connection settings; `password` never reaches a message (see redact)."""
+
+    kind: str  # postgres | mysql
+    host: str
+    port: int
+    user: str | None
+    password: str | None
+    database: str | None
+
+    @classmethod
+    def resolve(cls, spec: ConnectionSpec, env: dict[str, str] | Any) -> Conn:
+        host, port, user, password, database = (
+            spec.host,
+            spec.port,
+            spec.user,
+            spec.password,
+            spec.database,
+        )
+        url = spec.url or (env.get(spec.url_env) if spec.url_env else None)
+        if spec.url_env and not url:
+            raise ConnectorError(f"connection url_env {spec.url_env} is not set")
+        if url:
+            u = urlparse(url)
+            host, port = u.hostname or host, u.port or port
+            user = unquote(u.username) if u.username else user
+            password = unquote(u.password) if u.password else password
+            database = u.path.lstrip("/") or database
+        if spec.password_env:
+            if spec.password_env not in env:
+                raise ConnectorError(f"connection password_env {spec.password_env} is not set")
+            password = env[spec.password_env]
+        return cls(spec.type, host, port or DEFAULT_PORTS[spec.type], user, password, database)
+
+    @property
+    def jdbc_url(self) -> str:
+        db = self.database or ""
+        if self.kind == "postgres":
+            return f"jdbc:postgresql://{self.host}:{self.port}/{db}"
+        # jdbc:mariadb:// makes Spark quote columns wrongly; the MySQL scheme with
+        # permitMysqlScheme keeps Spark's MySQL dialect and the MariaDB driver.
+        return f"jdbc:mysql://{self.host}:{self.port}/{db}?permitMysqlScheme&tinyInt1isBit=false"
+
+    def connect(self) -> Any:
+        """A Python DB-API connection for control queries, in UTC and read-only."""
+        try:
+            if self.kind == "postgres":
+                import psycopg
+
+                conn = psycopg.connect(
+                    host=self.host,
+                    port=self.port,
+                    user=self.user,
+                    password=self.password,
+                    dbname=self.database,
+                    connect_timeout=10,
+                    autocommit=True,
+                    options="-c TimeZone=UTC -c default_transaction_read_only=on",
+                )
+                return conn
+            import pymysql
+
+            return pymysql.connect(
+                host=self.host,
+                port=self.port,
+                user=self.user or "",
+                password=self.password or "",
+                database=self.database,
+                connect_timeout=10,
+                autocommit=True,
+                init_command="SET time_zone = '+00:00'",
+            )
+        except Exception as exc:  # driver errors have no common base; classify and convert
+            raise ExtractError(classify(str(exc)), str(exc)) from exc
+
+
+def session_init(kind: str, tuning: dict[str, int]) -> str:
+    """Per-session settings for every JDBC connection Spark opens."""
+    if kind == "postgres":
+        parts = ["SET TIME ZONE 'UTC'", "SET default_transaction_read_only = on"]
+        if tuning["statement_timeout_s"]:
+            parts.append(f"SET statement_timeout = '{tuning['statement_timeout_s']}s'")
+        if tuning["lock_timeout_s"]:
+            parts.append(f"SET lock_timeout = '{tuning['lock_timeout_s']}s'")
+        return "; ".join(parts)
+    settings = ["time_zone = '+00:00'"]
+    if tuning["lock_timeout_s"]:
+        settings.append(f"innodb_lock_wait_timeout = {tuning['lock_timeout_s']}")
+    return "SET SESSION " + ", ".join(settings)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+# Rivet's classification: (category, retried, extra delay in seconds, message patterns)
+CATEGORIES: list[tuple[str, bool, float, re.Pattern[str]]] = [
+    (
+        "auth",
+        False,
+        0,
+        re.compile(
+            r"password authentication failed|authentication failed|access denied|permission denied"
+            r"|role .* does not exist|no pg_hba\.conf entry|invalid credentials|28000|28P01|42501",
+            re.I,
+        ),
+    ),
+    (
+        "deadlock",
+        True,
+        1,
+        re.compile(r"deadlock|serialization failure|could not serialize|40001|40P01", re.I),
+    ),
+    (
+        "capacity",
+        True,
+        15,
+        re.compile(
+            r"too many connections|the database system is (starting up|shutting down)"
+            r"|server is starting|53300|57P03",
+            re.I,
+        ),
+    ),
+    (
+        "timeout",
+        True,
+        0,
+        re.compile(
+            r"statement timeout|canceling statement|lock wait timeout|timed out|57014", re.I
+        ),
+    ),
+    (
+        "network",
+        True,
+        0,
+        re.compile(
+            r"connection (reset|refused|closed)|broken pipe|terminating connection|server closed"
+            r"|gone away|lost connection|EOF|SSL|connection attempt failed|I/O error"
+            r"|could not connect|Communications link failure|57P01|08006|08001|08003",
+            re.I,
+        ),
+    ),
+    (
+        "permanent",
+        False,
+        0,
+        re.compile(
+            r"syntax error|does not exist|doesn't exist|unknown column|no such table|42P01|42703"
+            r"|42601|1146|1054|1064",
+            re.I,
+        ),
+    ),
+]
+
+
+def classify(message: str) -> str:
+    for category, _, _, pattern in CATEGORIES:
+        if pattern.search(message):
+            return category
+    return "other"
+
+
+def retried(category: str) -> tuple[bool, float]:
+    for name, retry, extra, _ in CATEGORIES:
+        if name == category:
+            return retry, extra
+    return False, 0
+
+
+class ExtractError(ConnectorError):
+    def __init__(self, category: str, message: str, attempts: int = 1) -> None:
+        first = message.strip().splitlines()[0] if message.strip() else category
+        suffix = f" (after {attempts} attempts)" if attempts > 1 else ""
+        super().__init__(f"{category} error: {first[:300]}{suffix}")
+        self.category, self.attempts = category, attempts
+
+
+def with_retries(
+    fn: Callable[[], Any],
+    tuning: dict[str, int],
+    errors: tuple[type[BaseException], ...],
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[Any, int]:
+    """Run `fn`, retrying classified transient errors with exponential backoff.
+
+    Each attempt runs a new Spark read, so it opens fresh connections. Returns (result, retries).
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return fn(), attempt - 1
+        except errors as exc:
+            message = str(exc)
+            category = exc.category if isinstance(exc, ExtractError) else classify(message)
+            retry, extra = retried(category)
+            if not retry or attempt > tuning["max_retries"]:
+                raise ExtractError(category, message, attempt) from exc
+            sleep(tuning["retry_backoff_ms"] / 1000 * 2 ** (attempt - 1) + extra)
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def literal(value: Any) -> str:
+    """A value from a control query as a literal both databases compare correctly."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float | Decimal):
+        return str(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return f"'{value.isoformat(sep=' ')}'"
+    if isinstance(value, date):
+        return f"'{value.isoformat()}'"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def encode(value: Any) -> Any:
+    """A cursor value for the state store (JSON), typed so it decodes to the same literal."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return {"timestamp": value.isoformat(sep=" ")}
+    if isinstance(value, date):
+        return {"date": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"decimal": str(value)}
+    return value
+
+
+def decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "timestamp" in value:
+            return datetime.fromisoformat(value["timestamp"])
+        if "date" in value:
+            return date.fromisoformat(value["date"])
+        if "decimal" in value:
+            return Decimal(value["decimal"])
+    return value
+
+
+def spark_literal(value: Any) -> str:
+    """The same value as a Spark SQL literal (the session time zone is UTC)."""
+    if isinstance(value, datetime):
+        return f"TIMESTAMP {literal(value)}"
+    if isinstance(value, date):
+        return f"DATE {literal(value)}"
+    return literal(value)
+
+
+def quote_ident(kind: str, name: str) -> str:
+    return f'"{name}"' if kind == "postgres" else f"`{name}`"
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one run of a source table reads, and the cursor state it leaves on commit."""
+
+    predicate: str | None  # on the wrapped query; None: everything
+    cursor: dict[str, Any] | None = None  # state to store after commit
+    chunks: list[tuple[int, str]] | None = None  # chunked: (chunk number, predicate)
+    description: str = ""
+
+
+def scalar(conn: Any, sql: str) -> Any:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+    return row[0] if row else None
+
+
+def plan_window(
+    conn: Any,
+    kind: str,
+    base: str,
+    table: SourceTable,
+    stored: dict[str, Any] | None,
+    now: datetime | None = None,
+) -> Window:
+    """The predicate of this run's extraction, from the mode and the stored cursor."""
+    wrapped = f"({base}) AS _rivc"
+    if table.mode == "incremental":
+        col = quote_ident(kind, table.cursor_column or "")
+        hwm = scalar(conn, f"SELECT MAX({col}) FROM {wrapped}")
+        if hwm is None:
+            return Window("1 = 0", None, description="incremental: the table is empty")
+        last = decode(stored["value"]) if stored else None
+        keys = stored.get("keys", []) if stored else []
+        if table.unique_key:
+            # [last, hwm], minus the rows at `last` whose keys an earlier run delivered: rows that
+            # share the boundary value are neither lost nor delivered twice.
+            low = f"{col} >= {literal(last)} AND " if last is not None else ""
+            seen = ""
+            if last is not None and keys:
+                names = [quote_ident(kind, k) for k in table.unique_key]
+                key = names[0] if len(names) == 1 else f"({', '.join(names)})"
+                values = ", ".join(
+                    literal(decode(k[0]))
+                    if len(names) == 1
+                    else "(" + ", ".join(literal(decode(v)) for v in k) + ")"
+                    for k in keys
+                )
+                seen = f" AND NOT ({col} = {literal(last)} AND {key} IN ({values}))"
+            return Window(
+                f"{low}{col} <= {literal(hwm)}{seen}",
+                {"value": encode(hwm), "keys": keys if hwm == last else []},
+                description=f"incremental {col} in [{last}, {hwm}]",
+            )
+        # No key to deduplicate by: [last, hwm) — every row of one cursor value is read in the
+        # same run; the newest value waits for a newer one.
+        if last is not None and last == hwm:
+            return Window("1 = 0", None, description=f"incremental: nothing below {hwm}")
+        low = f"{col} >= {literal(last)} AND " if last is not None else ""
+        return Window(
+            f"{low}{col} < {literal(hwm)}",
+            {"value": encode(hwm)},
+            description=f"incremental {col} in [{last}, {hwm})",
+        )
+    if table.mode == "time_window":
+        col = quote_ident(kind, table.time_column or "")
+        cutoff = (now or datetime.now(UTC)).replace(tzinfo=None) - timedelta(
+            days=table.days_window or 0
+        )
+        return Window(f"{col} >= {literal(cutoff)}", description=f"time window {col} >= {cutoff}")
+    if table.mode == "chunked":
+        col = quote_ident(kind, table.chunk_column or "")
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT MIN({col}), MAX({col}), COUNT(*) FROM {wrapped}")
+            lo, hi, count = cur.fetchone()
+        if lo is None:
+            return Window("1 = 0", chunks=[], description="chunked: the table is empty")
+        size = table.chunk_size
+        chunks = [
+            (i, f"{col} >= {start} AND {col} < {start + size}")
+            for i, start in enumerate(range(int(lo), int(hi) + 1, size))
+        ]
+        span = int(hi) - int(lo) + 1
+        note = f"chunked {col} [{lo}, {hi}] in {len(chunks)} chunks of {size}"
+        if count and count / span < 0.1:
+            note += f"; sparse key range: {count} rows over a span of {span}"
+        return Window(None, chunks=chunks, description=note)
+    return Window(None, description="full")
+
+
+@contextmanager
+def connection(conn_spec: Conn) -> Iterator[Any]:
+    conn = conn_spec.connect()
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def jdbc_reader(spark: SparkSession, conn: Conn, tuning: dict[str, int], parallel: int = 1) -> Any:
+    reader = (
+        spark.read.format("jdbc")
+        .option("url", conn.jdbc_url)
+        .option("driver", DRIVERS[conn.kind])
+        .option("fetchsize", str(tuning["batch_size"]))  # never 0: that buffers everything
+        .option("sessionInitStatement", session_init(conn.kind, tuning))
+        .option("numPartitions", str(parallel))
+    )
+    if tuning["statement_timeout_s"]:
+        reader = reader.option("queryTimeout", str(tuning["statement_timeout_s"]))
+    if conn.user:
+        reader = reader.option("user", conn.user)
+    if conn.password:
+        reader = reader.option("password", conn.password)
+    return reader
+
+
+def read_query(
+    spark: SparkSession,
+    conn: Conn,
+    tuning: dict[str, int],
+    base: str,
+    predicates: list[str],
+) -> DataFrame:
+    """Rows of `base` under each predicate: one JDBC partition (one query) per predicate."""
+    wrapped = f"({base}) AS _rivc"
+    if len(predicates) <= 1:
+        where = f" WHERE {predicates[0]}" if predicates and predicates[0] else ""
+        return (
+            jdbc_reader(spark, conn, tuning)
+            .option("dbtable", f"(SELECT * FROM {wrapped}{where}) AS _rivc_w")
+            .load()
+        )
+    props = {
+        "driver": DRIVERS[conn.kind],
+        "fetchsize": str(tuning["batch_size"]),
+        "sessionInitStatement": session_init(conn.kind, tuning),
+    }
+    if conn.user:
+        props["user"] = conn.user
+    if conn.password:
+        props["password"] = conn.password
+    if tuning["statement_timeout_s"]:
+        props["queryTimeout"] = str(tuning["statement_timeout_s"])
+    return spark.read.jdbc(conn.jdbc_url, wrapped, predicates=predicates, properties=props)
+
+
+def dump_cursor(cursor: dict[str, Any]) -> str:
+    return json.dumps(cursor, sort_keys=True)
+
+
+def load_cursor(text: str | None) -> dict[str, Any] | None:
+    return json.loads(text) if text else None

@@ -1,0 +1,273 @@
+"""Running a PostgreSQL/MySQL source table: plan the window, extract once, check, commit later.
+
+The rows land in `.rivc/extract/<source.table>/` as Parquet; the source's view reads that copy.
+The cursor (and chunk checkpoints) advance in `commit_pending`, at the end of the run, only
+when every node downstream of the source succeeded: state moves after the data is committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rivc.compiler.errors import ConnectorError
+
+from .connectors.relational import (
+    Conn,
+    ExtractError,
+    Window,
+    connection,
+    decode,
+    dump_cursor,
+    encode,
+    load_cursor,
+    plan_window,
+    read_query,
+    spark_literal,
+    with_retries,
+)
+from .state import STATE_DIR, NodeResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from .runtime import Runtime
+
+EXTRACT = "extract"
+
+
+@dataclass
+class Pending:
+    cursor: dict[str, Any] | None
+    staging: Path
+    chunked: bool
+
+
+def _conn(rt: Runtime, node: dict[str, Any]) -> tuple[Any, Conn, dict[str, int]]:
+    source = rt.plan.project.sources[node["name"]]
+    spec = rt.plan.profile.connections.get(source.source.connection or "")
+    if spec is None:
+        raise ConnectorError(
+            f"source {node['name']}: connection {source.source.connection!r} is not in the profile"
+        )
+    return source, Conn.resolve(spec, os.environ), source.source.tuning.resolved()
+
+
+def lazy_read(rt: Runtime, node: dict[str, Any]) -> DataFrame:
+    """The whole query, read when used: what tests and previews see, with no state involved."""
+    _, conn, tuning = _conn(rt, node)
+    return read_query(rt.spark, conn, tuning, rt.plan.sql(node_id(node)), [])
+
+
+def node_id(node: dict[str, Any]) -> str:
+    return f"source:{node['name']}"
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return (ExtractError, PySparkException, Py4JError)
+
+
+def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
+    source, conn, tuning = _conn(rt, node)
+    table = source.table
+    base = rt.plan.sql(nid)
+    staging = rt.plan.root / STATE_DIR / EXTRACT / node["name"]
+    stored = load_cursor(rt.state.cursor(nid)) if table.mode == "incremental" else None
+    if rt.full_refresh:
+        stored = None
+    exported_at = datetime.now(UTC).replace(tzinfo=None)
+
+    def attempt() -> tuple[Window, DataFrame]:
+        with connection(conn) as db:
+            window = plan_window(db, conn.kind, base, table, stored)
+        if window.chunks is not None:
+            return window, _extract_chunks(rt, nid, conn, tuning, base, window, staging, table)
+        data = staging / "data"
+        df = read_query(rt.spark, conn, tuning, base, [window.predicate or ""])
+        _stage(df, data, table, exported_at)
+        return window, rt.spark.read.parquet(str(data))
+
+    (window, df), retries = with_retries(attempt, tuning, _errors())
+    rows = df.count()
+    notes = [window.description]
+    if retries:
+        notes.append(f"{retries} retr{'y' if retries == 1 else 'ies'}")
+    columns = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    fail_on_change = table.on_schema_change == "fail"
+    before = rt.state.last_schema(nid)
+    schema = rt.state.schema_change(rt.run_id, nid, columns, record=not fail_on_change)
+    if schema == "CHANGED":
+        diff = _schema_diff(before or {}, columns)
+        if fail_on_change:
+            return NodeResult(
+                nid,
+                "source",
+                "error",
+                rows=rows,
+                retries=retries,
+                schema=schema,
+                error=f"schema changed and on_schema_change is fail: {diff}",
+            )
+        notes.append(f"schema changed: {diff}")
+    problems, warnings = _quality(df, table, rows)
+    notes += warnings
+    if problems:
+        return NodeResult(
+            nid,
+            "source",
+            "error",
+            rows=rows,
+            retries=retries,
+            schema=schema,
+            error="quality: " + "; ".join(problems),
+        )
+    if rows == 0 and table.skip_empty:
+        return NodeResult(
+            nid,
+            "source",
+            "skipped",
+            rows=0,
+            retries=retries,
+            schema=schema,
+            message="no rows and skip_empty: downstream skipped, cursor not advanced",
+        )
+    df.createOrReplaceTempView(node["relation"])
+    cursor = window.cursor
+    if cursor is not None and table.unique_key and rows:
+        cursor = {**cursor, "keys": _boundary_keys(df, table, cursor)}
+    rt.pending[nid] = Pending(cursor, staging, window.chunks is not None)
+    return NodeResult(
+        nid,
+        "source",
+        "success",
+        rows=rows,
+        retries=retries,
+        schema=schema,
+        message="; ".join(n for n in notes if n),
+    )
+
+
+def _stage(df: DataFrame, path: Path, table: Any, exported_at: datetime) -> None:
+    from pyspark.sql import functions as F
+
+    cols = df.columns
+    if table.meta_columns.exported_at:
+        df = df.withColumn("_rivc_exported_at", F.lit(exported_at).cast("timestamp"))
+    if table.meta_columns.row_hash:
+        df = df.withColumn("_rivc_row_hash", F.xxhash64(*[F.col(f"`{c}`") for c in cols]))
+    df.write.mode("overwrite").parquet(str(path))
+
+
+def _extract_chunks(
+    rt: Runtime,
+    nid: str,
+    conn: Conn,
+    tuning: dict[str, int],
+    base: str,
+    window: Window,
+    staging: Path,
+    table: Any,
+) -> DataFrame:
+    """Chunks `parallel` at a time; each finished group is checkpointed, so a rerun resumes."""
+    chunks = window.chunks or []
+    plan = hashlib.blake2b(
+        repr((base, table.chunk_column, table.chunk_size, chunks[:1])).encode(), digest_size=8
+    ).hexdigest()
+    done = rt.state.done_chunks(nid, plan)
+    if not done and staging.exists():
+        shutil.rmtree(staging)  # leftovers of another plan
+    exported_at = datetime.now(UTC).replace(tzinfo=None)
+    todo = [c for c in chunks if c[0] not in done]
+    step = max(1, table.parallel)
+    for i in range(0, len(todo), step):
+        group = todo[i : i + step]
+        path = staging / f"chunks-{group[0][0]:06d}-{group[-1][0]:06d}"
+        df = read_query(rt.spark, conn, tuning, base, [p for _, p in group])
+        _stage(df, path, table, exported_at)
+        rt.state.chunk_done(nid, plan, [c for c, _ in group], str(path))
+    paths = sorted(set(rt.state.done_chunks(nid, plan).values()))
+    if not paths:
+        return read_query(rt.spark, conn, tuning, base, ["1 = 0"])
+    return rt.spark.read.parquet(*paths)
+
+
+def _quality(df: DataFrame, table: Any, rows: int) -> tuple[list[str], list[str]]:
+    """Failures (severity fail) and warnings of the table's quality gates."""
+    from pyspark.sql import functions as F
+
+    q = table.quality
+    fails: list[str] = []
+    warns: list[str] = []
+
+    def report(severity: str, text: str) -> None:
+        (fails if severity == "fail" else warns).append(text)
+
+    if q.row_count is not None:
+        lo, hi = q.row_count.min, q.row_count.max
+        if (lo is not None and rows < lo) or (hi is not None and rows > hi):
+            report(q.row_count.severity, f"row_count {rows} outside [{lo}, {hi}]")
+    if q.null_ratio_max is not None and rows:
+        exprs = [
+            F.sum(F.col(f"`{c}`").isNull().cast("int")).alias(c) for c in q.null_ratio_max.columns
+        ]
+        nulls = df.agg(*exprs).first().asDict()
+        for col, limit in q.null_ratio_max.columns.items():
+            ratio = (nulls[col] or 0) / rows
+            if ratio > limit:
+                report(q.null_ratio_max.severity, f"null ratio of {col} {ratio:.3f} > {limit}")
+    if q.unique_columns is not None and rows:
+        cols = [f"`{c}`" for c in q.unique_columns.columns]
+        distinct = df.select(*cols).distinct().count()
+        if distinct != rows:
+            report(
+                q.unique_columns.severity,
+                f"{rows - distinct} duplicate row(s) on {', '.join(q.unique_columns.columns)}",
+            )
+    return fails, warns
+
+
+def _boundary_keys(df: DataFrame, table: Any, cursor: dict[str, Any]) -> list[list[Any]]:
+    """Keys of the extracted rows at the new cursor value (plus those delivered before at it)."""
+    value = decode(cursor["value"])
+    col = f"`{table.cursor_column}`"
+    keys = [f"`{k}`" for k in table.unique_key]
+    rows = df.filter(f"{col} = {spark_literal(value)}").select(*keys).collect()
+    new = [[encode(v) for v in r] for r in rows]
+    old = [k for k in cursor.get("keys", []) if k not in new]
+    return old + new
+
+
+def _schema_diff(before: dict[str, str], columns: dict[str, str]) -> str:
+    added = [c for c in columns if c not in before]
+    removed = [c for c in before if c not in columns]
+    changed = [
+        f"{c} {before[c]} -> {t}" for c, t in columns.items() if c in before and before[c] != t
+    ]
+    parts = [
+        f"added {', '.join(added)}" if added else "",
+        f"removed {', '.join(removed)}" if removed else "",
+        f"changed {', '.join(changed)}" if changed else "",
+    ]
+    return "; ".join(p for p in parts if p) or "column order"
+
+
+def commit_pending(rt: Runtime, results: list[NodeResult]) -> None:
+    status = {r.node: r.status for r in results}
+    for nid, pending in list(rt.pending.items()):
+        downstream = [n for n in rt.plan.downstream(nid) if n in status]
+        if not downstream or any(status[n] not in ("success", "pass", "warn") for n in downstream):
+            continue  # keep the old cursor (and the chunk checkpoints, to resume)
+        if pending.cursor is not None:
+            rt.state.set_cursor(nid, dump_cursor(pending.cursor), rt.run_id)
+        if pending.chunked:
+            rt.state.clear_chunks(nid)
+        shutil.rmtree(pending.staging, ignore_errors=True)
+        del rt.pending[nid]
