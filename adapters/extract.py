@@ -179,7 +179,7 @@ def _extract_chunks(
     """Chunks `parallel` at a time; each finished group is checkpointed, so a rerun resumes."""
     chunks = window.chunks or []
     plan = hashlib.blake2b(
-        repr((base, table.chunk_column, table.chunk_size, chunks[:1])).encode(), digest_size=8
+        repr((base, table.chunk_column, table.chunk_size)).encode(), digest_size=8
     ).hexdigest()
     done = rt.state.done_chunks(nid, plan)
     if not done and staging.exists():
@@ -191,7 +191,11 @@ def _extract_chunks(
         group = todo[i : i + step]
         path = staging / f"chunks-{group[0][0]:06d}-{group[-1][0]:06d}"
         df = read_query(rt.spark, conn, tuning, base, [p for _, p in group])
-        _stage(df, path, table, exported_at)
+        try:
+            _stage(df, path, table, exported_at)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)  # no half-written group left behind
+            raise
         rt.state.chunk_done(nid, plan, [c for c, _ in group], str(path))
     paths = sorted(set(rt.state.done_chunks(nid, plan).values()))
     if not paths:

@@ -187,7 +187,24 @@ CATEGORIES: list[tuple[str, bool, float, re.Pattern[str]]] = [
 ]
 
 
+_SQL_CAUSE = re.compile(r"(?:PSQLException|SQL[A-Za-z]*Exception|mariadb[\w.]*Exception): ([^\n]+)")
+_CAUSE = re.compile(r"^\s*Caused by: [\w.$]+: ([^\n]+)", re.M)
+
+
+def root_cause(message: str) -> str:
+    """The database's own words inside a Spark/py4j error (its stack traces would mislead)."""
+    m = _SQL_CAUSE.search(message)
+    if m:
+        return m.group(1).strip()
+    causes = _CAUSE.findall(message)
+    if causes:
+        return str(causes[-1]).strip()
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    return lines[0].strip() if lines else message
+
+
 def classify(message: str) -> str:
+    message = root_cause(message)
     for category, _, _, pattern in CATEGORIES:
         if pattern.search(message):
             return category
@@ -203,7 +220,7 @@ def retried(category: str) -> tuple[bool, float]:
 
 class ExtractError(ConnectorError):
     def __init__(self, category: str, message: str, attempts: int = 1) -> None:
-        first = message.strip().splitlines()[0] if message.strip() else category
+        first = root_cause(message) or category
         suffix = f" (after {attempts} attempts)" if attempts > 1 else ""
         super().__init__(f"{category} error: {first[:300]}{suffix}")
         self.category, self.attempts = category, attempts
@@ -367,10 +384,12 @@ def plan_window(
             lo, hi, count = cur.fetchone()
         if lo is None:
             return Window("1 = 0", chunks=[], description="chunked: the table is empty")
+        # Windows are aligned to multiples of chunk_size, so chunk k is the same range in every
+        # run: a resumed run knows which windows an earlier one already delivered.
         size = table.chunk_size
         chunks = [
-            (i, f"{col} >= {start} AND {col} < {start + size}")
-            for i, start in enumerate(range(int(lo), int(hi) + 1, size))
+            (k, f"{col} >= {k * size} AND {col} < {(k + 1) * size}")
+            for k in range(int(lo) // size, int(hi) // size + 1)
         ]
         span = int(hi) - int(lo) + 1
         note = f"chunked {col} [{lo}, {hi}] in {len(chunks)} chunks of {size}"
