@@ -381,7 +381,7 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = (exc.message if isinstance(exc, RivcError) else str(exc)).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return first[:500]
 

@@ -190,15 +190,15 @@ class StateStore:
     def schema_change(
         self, run_id: str, node: str, columns: dict[str, str], record: bool = True
     ) -> str:
-        """NEW, SAME or CHANGED against the last snapshot; records a new one unless `record` is off."""
+        """NEW, SAME or CHANGED against the last snapshot; `record=False` keeps a change unrecorded."""
         rows = self._rows(
             "SELECT columns FROM schemas WHERE node = ? ORDER BY taken_at DESC LIMIT 1", (node,)
         )
         text = json.dumps(columns)
         if rows and rows[0]["columns"] == text:
             return "SAME"
-        if not record:
-            return "CHANGED" if rows else "NEW"
+        if rows and not record:  # a change the caller refuses stays unrecorded
+            return "CHANGED"
         self._write(
             "INSERT OR REPLACE INTO schemas VALUES (?, ?, ?, ?)", (node, text, run_id, now())
         )

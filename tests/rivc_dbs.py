@@ -21,7 +21,9 @@ class Db:
 
     def connect(self) -> Any:
         if self.kind == "postgres":
-            return psycopg.connect(host="127.0.0.1", user="postgres", dbname=self.name, autocommit=True)
+            return psycopg.connect(
+                host="127.0.0.1", user="postgres", dbname=self.name, autocommit=True
+            )
         return pymysql.connect(host="127.0.0.1", user="root", database=self.name, autocommit=True)
 
     def execute(self, *statements: str, params: Any = None) -> None:
@@ -54,7 +56,9 @@ class Db:
 def database(kind: str) -> Iterator[Db]:
     name = f"rivc_test_{secrets.token_hex(4)}"
     if kind == "postgres":
-        admin = psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True)
+        admin = psycopg.connect(
+            host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True
+        )
         admin.execute(f"CREATE DATABASE {name}")
         try:
             yield Db(kind, name)

@@ -74,7 +74,7 @@ class Conn:
             return f"jdbc:postgresql://{self.host}:{self.port}/{db}"
         # jdbc:mariadb:// makes Spark quote columns wrongly; the MySQL scheme with
         # permitMysqlScheme keeps Spark's MySQL dialect and the MariaDB driver.
-        return f"jdbc:mysql://{self.host}:{self.port}/{db}?permitMysqlScheme&tinyInt1isBit=false"
+        return f"jdbc:mysql://{self.host}:{self.port}/{db}?permitMysqlScheme"
 
     def connect(self) -> Any:
         """A Python DB-API connection for control queries, in UTC and read-only."""
@@ -220,10 +220,17 @@ def retried(category: str) -> tuple[bool, float]:
 
 class ExtractError(ConnectorError):
     def __init__(self, category: str, message: str, attempts: int = 1) -> None:
-        first = root_cause(message) or category
-        suffix = f" (after {attempts} attempts)" if attempts > 1 else ""
-        super().__init__(f"{category} error: {first[:300]}{suffix}")
-        self.category, self.attempts = category, attempts
+        super().__init__(f"{category} error: {(root_cause(message) or category)[:300]}")
+        self.category, self.attempts = category, 1
+        self.after(attempts)
+
+    def after(self, attempts: int) -> ExtractError:
+        """Say how many attempts were made (once, when retries are over)."""
+        if attempts > 1 and self.attempts == 1:
+            self.message += f" (after {attempts} attempts)"
+            self.args = (self.message,)
+        self.attempts = attempts
+        return self
 
 
 def with_retries(
@@ -246,6 +253,8 @@ def with_retries(
             category = exc.category if isinstance(exc, ExtractError) else classify(message)
             retry, extra = retried(category)
             if not retry or attempt > tuning["max_retries"]:
+                if isinstance(exc, ExtractError):
+                    raise exc.after(attempt)
                 raise ExtractError(category, message, attempt) from exc
             sleep(tuning["retry_backoff_ms"] / 1000 * 2 ** (attempt - 1) + extra)
 

@@ -41,8 +41,11 @@ def test_incremental_boundary_rows_are_neither_lost_nor_duplicated(spark, tmp_pa
         insert = "INSERT INTO events VALUES (%s, %s, %s)"
         db.executemany(
             insert,
-            [(1, "a", "2026-01-01 10:00:00"), (2, "b", "2026-01-01 11:00:00"),
-             (3, "c", "2026-01-01 11:00:00")],
+            [
+                (1, "a", "2026-01-01 10:00:00"),
+                (2, "b", "2026-01-01 11:00:00"),
+                (3, "c", "2026-01-01 11:00:00"),
+            ],
         )
         root = project(
             tmp_path / kind,
@@ -58,14 +61,16 @@ def test_incremental_boundary_rows_are_neither_lost_nor_duplicated(spark, tmp_pa
         assert [r[0] for r in lake(root)] == [1, 2, 3]
         # Run 2: a row arrives at the boundary value (11:00) after it was read, one is updated,
         # one is new.
-        db.executemany(
-            insert, [(4, "d", "2026-01-01 11:00:00"), (5, "e", "2026-01-01 12:00:00")]
-        )
+        db.executemany(insert, [(4, "d", "2026-01-01 11:00:00"), (5, "e", "2026-01-01 12:00:00")])
         db.execute("UPDATE events SET v = 'a2', updated_at = '2026-01-01 12:00:00' WHERE id = 1")
         assert rivc(root, "run").exit_code == 0
         assert results(root)["source:src.events"]["rows"] == 3  # 4, 5 and the updated 1
         assert [(r[0], r[1]) for r in lake(root)] == [
-            (1, "a2"), (2, "b"), (3, "c"), (4, "d"), (5, "e")
+            (1, "a2"),
+            (2, "b"),
+            (3, "c"),
+            (4, "d"),
+            (5, "e"),
         ]
         # Run 3: nothing new, then one more row at the current boundary value.
         assert rivc(root, "run").exit_code == 0
@@ -84,8 +89,10 @@ def test_cursor_does_not_advance_when_the_sink_fails(spark, tmp_path):
             tmp_path / "p",
             db,
             "- {name: events, table: events, mode: incremental, cursor_column: updated_at}",
-            {"bad": "{{ config(materialized='table') }}\n"
-             "select id, 1 / (id - id) as boom from {{ source('src', 'events') }}\n"},
+            {
+                "bad": "{{ config(materialized='table') }}\n"
+                "select id, 1 / (id - id) as boom from {{ source('src', 'events') }}\n"
+            },
         )
         assert rivc(root, "run").exit_code == 1
         shown = json.loads(rivc(root, "state", "show", "--json").output)
@@ -111,8 +118,10 @@ def test_chunked_run_resumes_after_a_failure(spark, tmp_path, kind):
             db,
             f"- {{name: payments, query: 'SELECT id, {divide} AS amount FROM payments',"
             " mode: chunked, chunk_column: id, chunk_size: 25, parallel: 2}",
-            {"payments_copy": "{{ config(materialized='table') }}\n"
-             "select id, amount from {{ source('src', 'payments') }}\n"},
+            {
+                "payments_copy": "{{ config(materialized='table') }}\n"
+                "select id, amount from {{ source('src', 'payments') }}\n"
+            },
         )
         # Chunks 0-1 (ids 1-49) are read; chunks 2-3 fail on id 80's division by zero.
         assert rivc(root, "run").exit_code == 1
@@ -130,3 +139,234 @@ def test_chunked_run_resumes_after_a_failure(spark, tmp_path, kind):
         assert sorted(table.column("id").to_pylist()) == [*range(1, 101), 1000]
         assert "sparse key range" in results(root)["source:src.payments"]["message"]
         assert not (root / ".rivc/extract/src.payments").exists()  # committed: cleaned up
+
+
+PG_TYPES = """
+CREATE TABLE typed (
+    id bigint primary key, small smallint, i int, big bigint, r real, d double precision,
+    n numeric(12, 3), n_free numeric, t text, vc varchar(10), b bytea, dt date,
+    ts timestamp, tstz timestamptz, flag boolean, j json, jb jsonb, u uuid, arr int[]
+)
+"""
+PG_ROW = (
+    "INSERT INTO typed VALUES (1, 7, 42, 9000000000, 1.5, 2.25, 12345.678, 1.5, 'text', 'vc',"
+    " '\\x0102', '2026-03-04', '2026-03-04 05:06:07.123456', '2026-03-04 05:06:07+02', true,"
+    " '{\"a\": 1}', '{\"b\": 2}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{1,2,3}')"
+)
+MY_TYPES = """
+CREATE TABLE typed (
+    id bigint primary key, small smallint, i int, big bigint, r float, d double,
+    n decimal(12, 3), t text, vc varchar(10), b blob, dt date, ts datetime(6),
+    tsz timestamp(6) NULL, flag boolean, j json
+)
+"""
+MY_ROW = (
+    "INSERT INTO typed VALUES (1, 7, 42, 9000000000, 1.5, 2.25, 12345.678, 'text', 'vc',"
+    " x'0102', '2026-03-04', '2026-03-04 05:06:07.123456', '2026-03-04 03:06:07', true,"
+    " '{\"a\": 1}')"
+)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_types_round_trip_to_delta(spark, tmp_path, kind):
+    from datetime import date, datetime
+    from decimal import Decimal
+
+    with database(kind) as db:
+        db.execute(PG_TYPES if kind == "postgres" else MY_TYPES)
+        db.execute(PG_ROW if kind == "postgres" else MY_ROW)
+        root = project(
+            tmp_path / kind,
+            db,
+            "- {name: typed, table: typed}",
+            {},
+            """
+            sinks:
+              - {name: typed_lake, from: source:src.typed, connector: delta,
+                 config: {table_uri: out/typed, mode: append}}
+            """,
+        )
+        result = rivc(root, "run")
+        assert result.exit_code == 0, result.output
+        table = DeltaTable(str(root / "out/typed")).to_pyarrow_table()
+        row = table.to_pylist()[0]
+        schema = {f.name: str(f.type) for f in table.schema}
+        assert row["small"] == 7 and row["i"] == 42 and row["big"] == 9000000000
+        assert row["r"] == 1.5 and row["d"] == 2.25
+        assert row["n"] == Decimal("12345.678") and schema["n"] == "decimal128(12, 3)"
+        assert row["t"] == "text" and row["vc"] == "vc"
+        assert row["b"] == b"\x01\x02"
+        assert row["dt"] == date(2026, 3, 4)
+        assert row["ts"].replace(tzinfo=None) == datetime(2026, 3, 4, 5, 6, 7, 123456)
+        assert row["flag"] is True
+        if kind == "postgres":
+            assert row["tstz"].replace(tzinfo=None) == datetime(2026, 3, 4, 3, 6, 7)  # in UTC
+            assert json.loads(row["j"]) == {"a": 1} and json.loads(row["jb"]) == {"b": 2}
+            assert row["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+            assert row["arr"] == [1, 2, 3]
+            assert row["n_free"] == Decimal("1.5")
+        else:
+            assert row["tsz"].replace(tzinfo=None) == datetime(2026, 3, 4, 3, 6, 7)
+            assert json.loads(row["j"]) == {"a": 1}
+
+
+def test_connection_killed_mid_read_is_retried(spark, tmp_path):
+    import threading
+    import time
+
+    with database("postgres") as db:
+        db.execute(
+            "CREATE TABLE big (id int primary key, v text)",
+            "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 3000) g",
+            "CREATE FUNCTION slow(i int) RETURNS int AS $$ SELECT i FROM pg_sleep(0.001) $$ "
+            "LANGUAGE sql",
+        )
+        root = project(
+            tmp_path / "kill",
+            db,
+            "- {name: big, query: 'SELECT id, slow(id) AS s, v FROM big'}",
+            {
+                "big_copy": "{{ config(materialized='table') }}\n"
+                "select id, s, v from {{ source('src', 'big') }}\n"
+            },
+        )
+        killed = []
+
+        def killer() -> None:
+            admin = db.connect()
+            deadline = time.time() + 60
+            while time.time() < deadline and not killed:
+                rows = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE query LIKE '%slow(id)%' "
+                    "AND pid <> pg_backend_pid() AND state = 'active'"
+                ).fetchall()
+                for (pid,) in rows:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                    killed.append(pid)
+                time.sleep(0.05)
+            admin.close()
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        result = rivc(root, "run")
+        thread.join()
+        assert killed, "the extraction query was never seen running"
+        assert result.exit_code == 0, result.output
+        res = results(root)["source:src.big"]
+        assert res["retries"] >= 1
+        table = DeltaTable(str(root / "warehouse/big_copy")).to_pyarrow_table()
+        assert sorted(table.column("id").to_pylist()) == list(range(1, 3001))
+
+
+def test_auth_failure_is_not_retried(spark, tmp_path):
+    with database("postgres") as db:
+        db.execute("CREATE TABLE t (id int)")
+        root = project(
+            tmp_path / "auth",
+            db,
+            "- {name: t, table: t}",
+            {
+                "t_copy": "{{ config(materialized='table') }}\nselect id from {{ source('src', 't') }}\n"
+            },
+        )
+        (root / "profiles.yml").write_text(
+            db.profile.replace("user: postgres", "user: rivc_no_such_role")
+        )
+        assert rivc(root, "run").exit_code == 1
+        res = results(root)["source:src.t"]
+        assert res["status"] == "error" and res["error"].startswith("auth error")
+        assert res["retries"] == 0
+        assert "(after" not in res["error"]
+
+
+def test_schema_change_warns_or_fails(spark, tmp_path):
+    with database("postgres") as db:
+        db.execute("CREATE TABLE t (id int, v int)", "INSERT INTO t VALUES (1, 1)")
+        root = project(
+            tmp_path / "schema",
+            db,
+            "- {name: t, table: t, on_schema_change: fail}",
+            {
+                "t_copy": "{{ config(materialized='table') }}\nselect * from {{ source('src', 't') }}\n"
+            },
+        )
+        assert rivc(root, "run").exit_code == 0
+        db.execute(
+            "ALTER TABLE t ADD COLUMN extra text", "ALTER TABLE t ALTER COLUMN v TYPE bigint"
+        )
+        assert rivc(root, "run").exit_code == 1
+        res = results(root)
+        assert res["source:src.t"]["schema"] == "CHANGED"
+        assert "added extra" in res["source:src.t"]["error"]
+        assert "v int -> bigint" in res["source:src.t"]["error"]
+        assert res["model:t_copy"]["status"] == "skipped"
+        # warn: the run goes on and the new schema becomes the reference.
+        spec = root / "sources/src.yml"
+        spec.write_text(
+            spec.read_text().replace("on_schema_change: fail", "on_schema_change: warn")
+        )
+        assert rivc(root, "run").exit_code == 0
+        assert "schema changed" in results(root)["source:src.t"]["message"]
+        assert rivc(root, "run").exit_code == 0
+        assert results(root)["source:src.t"]["schema"] == "SAME"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_time_window_meta_columns_quality_and_skip_empty(spark, tmp_path, kind):
+    with database(kind) as db:
+        ts = "timestamp" if kind == "postgres" else "datetime"
+        db.execute(f"CREATE TABLE ev (id int, email varchar(50), created_at {ts})")
+        now = "now()" if kind == "postgres" else "utc_timestamp()"
+        interval = (
+            (lambda d: f"{now} - interval '{d} days'")
+            if kind == "postgres"
+            else (lambda d: f"{now} - interval {d} day")
+        )
+        db.execute(
+            f"INSERT INTO ev VALUES (1, 'a@x', {interval(1)}), (2, NULL, {interval(2)}),"
+            f" (2, 'c@x', {interval(3)}), (4, 'old@x', {interval(30)})"
+        )
+        root = project(
+            tmp_path / kind,
+            db,
+            """
+            - name: ev
+              table: ev
+              mode: time_window
+              time_column: created_at
+              days_window: 7
+              meta_columns: {exported_at: true, row_hash: true}
+              quality:
+                row_count: {min: 1}
+                null_ratio_max: {columns: {email: 0.1}, severity: warn}
+                unique_columns: {columns: [id], severity: warn}
+            """,
+            {
+                "ev_copy": "{{ config(materialized='table') }}\n"
+                "select id, email, _rivc_exported_at, _rivc_row_hash from {{ source('src', 'ev') }}\n"
+            },
+        )
+        result = rivc(root, "run")
+        assert result.exit_code == 0, result.output
+        res = results(root)["source:src.ev"]
+        assert res["rows"] == 3  # the 30-day-old row is outside the window
+        assert "null ratio of email" in res["message"] and "duplicate" in res["message"]
+        table = DeltaTable(str(root / "warehouse/ev_copy")).to_pyarrow_table()
+        hashes = table.column("_rivc_row_hash").to_pylist()
+        assert len(set(hashes)) == 3 and all(isinstance(h, int) for h in hashes)
+        assert len(set(table.column("_rivc_exported_at").to_pylist())) == 1
+        # A gate at severity fail stops the source and what reads it.
+        spec = root / "sources/src.yml"
+        spec.write_text(spec.read_text().replace("row_count: {min: 1}", "row_count: {min: 10}"))
+        assert rivc(root, "run").exit_code == 1
+        res = results(root)
+        assert "row_count 3 outside" in res["source:src.ev"]["error"]
+        assert res["model:ev_copy"]["status"] == "skipped"
+        # skip_empty: no rows, downstream skipped, exit 0.
+        db.execute("DELETE FROM ev")
+        text = spec.read_text().replace("row_count: {min: 10}", "row_count: {min: 0}")
+        spec.write_text(text.replace("days_window: 7", "days_window: 7\n        skip_empty: true"))
+        assert rivc(root, "run").exit_code == 0
+        res = results(root)
+        assert res["source:src.ev"]["status"] == "skipped"
+        assert res["model:ev_copy"]["status"] == "skipped"
