@@ -254,7 +254,7 @@ def with_retries(
             retry, extra = retried(category)
             if not retry or attempt > tuning["max_retries"]:
                 if isinstance(exc, ExtractError):
-                    raise exc.after(attempt)
+                    raise exc.after(attempt) from exc.__cause__
                 raise ExtractError(category, message, attempt) from exc
             sleep(tuning["retry_backoff_ms"] / 1000 * 2 ** (attempt - 1) + extra)
 
