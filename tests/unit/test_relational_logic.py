@@ -1,0 +1,126 @@
+"""Error classification, retries, literals and connection settings of relational sources."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from decimal import Decimal
+
+import pytest
+
+from rivc.adapters.connectors.relational import (
+    Conn,
+    ExtractError,
+    classify,
+    decode,
+    encode,
+    literal,
+    root_cause,
+    session_init,
+    with_retries,
+)
+from rivc.compiler.errors import ConnectorError
+from rivc.compiler.specs import TUNING_PROFILES, ConnectionSpec
+
+SPARK_ERROR = """An error occurred while calling o76.parquet.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 failed, most recent
+failure: Lost task 1.0: org.postgresql.util.PSQLException: ERROR: division by zero
+	at org.postgresql.core.v3.QueryExecutorImpl.receiveErrorResponse(QueryExecutorImpl.java:2675)
+	at java.base/java.io.EOFException.<init>(EOFException.java:1)
+"""
+
+
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        ('FATAL:  password authentication failed for user "x"', "auth"),
+        ("(1045, \"Access denied for user 'x'@'localhost'\")", "auth"),
+        ("ERROR: deadlock detected", "deadlock"),
+        ("FATAL: sorry, too many connections", "capacity"),
+        ("ERROR: canceling statement due to statement timeout", "timeout"),
+        ("Lock wait timeout exceeded; try restarting transaction", "timeout"),
+        ("FATAL: terminating connection due to administrator command", "network"),
+        ("(2006, 'MySQL server has gone away')", "network"),
+        ("Connection refused", "network"),
+        ('ERROR: relation "nope" does not exist', "permanent"),
+        ('ERROR: syntax error at or near "FORM"', "permanent"),
+        ("something else entirely", "other"),
+        (SPARK_ERROR, "other"),  # the database's words decide, not the stack trace's "EOF"
+    ],
+)
+def test_classify(message, category):
+    assert classify(message) == category
+
+
+def test_root_cause_finds_the_database_message():
+    assert root_cause(SPARK_ERROR) == "ERROR: division by zero"
+    assert root_cause("plain message\nsecond") == "plain message"
+
+
+def test_retries_back_off_exponentially_and_stop_on_permanent_errors():
+    tuning = {**TUNING_PROFILES["balanced"], "max_retries": 3, "retry_backoff_ms": 100}
+    calls, sleeps = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("connection reset by peer")
+        return "rows"
+
+    assert with_retries(flaky, tuning, (RuntimeError,), sleeps.append) == ("rows", 2)
+    assert sleeps == [0.1, 0.2]
+
+    def deadlocked():
+        raise RuntimeError("deadlock detected")
+
+    sleeps.clear()
+    with pytest.raises(ExtractError) as err:
+        with_retries(deadlocked, tuning, (RuntimeError,), sleeps.append)
+    assert sleeps == [1.1, 1.2, 1.4]  # backoff plus Rivet's extra second for deadlocks
+    assert err.value.attempts == 4 and "(after 4 attempts)" in err.value.message
+
+    sleeps.clear()
+    with pytest.raises(ExtractError) as err:
+        with_retries(
+            lambda: (_ for _ in ()).throw(RuntimeError("permission denied")),
+            tuning,
+            (RuntimeError,),
+            sleeps.append,
+        )
+    assert sleeps == [] and err.value.category == "auth"
+
+
+def test_literals_and_cursor_values_round_trip():
+    ts = datetime(2026, 1, 2, 3, 4, 5, 600)
+    for value in (ts, date(2026, 1, 2), Decimal("1.50"), 7, "it's"):
+        assert decode(encode(value)) == value
+    assert literal(ts) == "'2026-01-02 03:04:05.000600'"
+    assert literal("it's") == "'it''s'"
+    assert literal(Decimal("1.50")) == "1.50"
+
+
+def test_connection_from_url_env_and_password_env():
+    spec = ConnectionSpec(type="postgres", url_env="DB_URL", password_env="DB_PASS")
+    conn = Conn.resolve(
+        spec, {"DB_URL": "postgresql://app:old@db.example:6543/shop", "DB_PASS": "s3"}
+    )
+    assert (conn.host, conn.port, conn.user, conn.password, conn.database) == (
+        "db.example",
+        6543,
+        "app",
+        "s3",
+        "shop",
+    )
+    assert conn.jdbc_url == "jdbc:postgresql://db.example:6543/shop"
+    my = Conn.resolve(ConnectionSpec(type="mysql", database="test"), {})
+    assert my.jdbc_url == "jdbc:mysql://127.0.0.1:3306/test?permitMysqlScheme"
+    with pytest.raises(ConnectorError):
+        Conn.resolve(ConnectionSpec(type="mysql", password_env="MISSING"), {})
+
+
+def test_session_settings_follow_the_tuning_profile():
+    safe = session_init("postgres", TUNING_PROFILES["safe"])
+    assert "statement_timeout = '120s'" in safe and "lock_timeout = '10s'" in safe
+    assert "default_transaction_read_only = on" in safe
+    fast = session_init("postgres", TUNING_PROFILES["fast"])
+    assert "statement_timeout" not in fast
+    assert "innodb_lock_wait_timeout = 30" in session_init("mysql", TUNING_PROFILES["balanced"])
