@@ -398,6 +398,75 @@ def show(node: str, limit: int, project_dir: str | None) -> None:
     _console().print(table)
 
 
+@main.command()
+@click.argument("selection", nargs=-1)
+@apply(select_options + compile_options)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@project_dir_option
+@handle_errors
+def check(
+    selection: tuple[str, ...],
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    params: tuple[str, ...],
+    vars_: str | None,
+    fmt: str,
+    project_dir: str | None,
+) -> None:
+    """Preflight: EXPLAIN every selected database extraction; verdict and advice. Exit 1 if
+    a check failed or a verdict is UNSAFE."""
+    from .preflight import check_table, to_json
+    from .state import StateStore
+
+    root = _root(project_dir)
+    compiled = _compile(root, select + selection, exclude, _params(params), _vars(vars_), None)
+    if compiled.errors:
+        raise CompileFailed(f.error for f in compiled.errors)
+    project = compiled.project
+    state = StateStore.for_project(root) if (root / ".rivc" / "state.db").exists() else None
+    checks = []
+    for nid in compiled.selected:
+        node = compiled.graph.nodes[nid]
+        if node.kind == "source" and project.sources[node.name].connector.relational:
+            checks.append(check_table(project, node.name, node.sql or "", state))
+    if fmt == "json":
+        click.echo(to_json(checks))
+    else:
+        if not checks:
+            click.echo("No PostgreSQL or MySQL source tables in the selection.")
+        for c in checks:
+            click.echo(f"{c.table}")
+            click.echo(f"  strategy:    {c.strategy}")
+            if c.error:
+                click.echo(f"  verdict:     FAILED ({redact_text(c.error)})")
+                continue
+            click.echo(f"  rows (est.): {c.row_estimate:,}")
+            click.echo(f"  window:      {c.cursor_range}")
+            click.echo(f"  scan:        {c.scan}")
+            click.echo(f"  verdict:     {c.verdict}")
+            click.echo(f"  recommended: tuning.profile: {c.recommended_profile}")
+            for w in c.warnings:
+                click.echo(f"  warning:     {w}")
+    sys.exit(EXIT_FAILED if any(c.verdict in ("FAILED", "UNSAFE") for c in checks) else 0)
+
+
+@main.command()
+@project_dir_option
+@handle_errors
+def doctor(project_dir: str | None) -> None:
+    """Connect to every connection of the profile and write-probe every sink location."""
+    from rivc.compiler.project import load_project
+
+    from .preflight import doctor as run_doctor
+
+    lines = run_doctor(load_project(_root(project_dir)))
+    for what, ok, detail in lines:
+        click.echo(redact_text(f"[{'OK' if ok else 'FAIL'}] {what}: {detail}"))
+    if not lines:
+        click.echo("Nothing to check: no connections and no sink locations.")
+    sys.exit(0 if all(ok for _, ok, _ in lines) else EXIT_FAILED)
+
+
 @main.group()
 def state() -> None:
     """The state store: cursors, committed batches, written files."""

@@ -105,8 +105,16 @@ class Conn:
                 autocommit=True,
                 init_command="SET time_zone = '+00:00'",
             )
-        except Exception as exc:  # driver errors have no common base; classify and convert
+        except driver_errors() as exc:
             raise ExtractError(classify(str(exc)), str(exc)) from exc
+
+
+def driver_errors() -> tuple[type[BaseException], ...]:
+    """What psycopg and pymysql raise (they share no base class), and socket errors."""
+    import psycopg
+    import pymysql
+
+    return (psycopg.Error, pymysql.err.Error, OSError)
 
 
 def session_init(kind: str, tuning: dict[str, int]) -> str:

@@ -370,3 +370,50 @@ def test_time_window_meta_columns_quality_and_skip_empty(spark, tmp_path, kind):
         res = results(root)
         assert res["source:src.ev"]["status"] == "skipped"
         assert res["model:ev_copy"]["status"] == "skipped"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_check_and_doctor(spark, tmp_path, kind):
+    with database(kind) as db:
+        db.execute("CREATE TABLE ev (id int primary key, created_at date, v int)")
+        db.executemany(
+            "INSERT INTO ev VALUES (%s, %s, %s)", [(i, "2026-01-01", i) for i in range(1, 201)]
+        )
+        root = project(
+            tmp_path / kind,
+            db,
+            """
+            - {name: by_id, table: ev, mode: incremental, cursor_column: id}
+            - {name: by_v, table: ev, mode: incremental, cursor_column: v}
+            - {name: chunks, table: ev, mode: chunked, chunk_column: id, chunk_size: 1000}
+            """,
+            {},
+            """
+            sinks:
+              - {name: lake, from: source:src.by_id, connector: delta,
+                 config: {table_uri: out/lake, mode: append}}
+            """,
+        )
+        db.execute("INSERT INTO ev VALUES (1000000, '2026-01-02', 0)")  # a sparse key range
+        if kind == "postgres":
+            db.execute("ANALYZE ev")
+        result = rivc(root, "check", "--format", "json")
+        assert result.exit_code == 0, result.output
+        checks = {c["table"]: c for c in json.loads(result.output)}
+        assert checks["src.by_id"]["strategy"] == "incremental(id)"
+        assert checks["src.by_v"]["scan"] == "full scan"
+        assert any("unindexed v" in w for w in checks["src.by_v"]["warnings"])
+        assert checks["src.by_v"]["verdict"] == "DEGRADED"
+        assert checks["src.by_v"]["recommended_profile"] == "fast"
+        assert any("sparse key range" in w for w in checks["src.chunks"]["warnings"])
+        text = rivc(root, "check", "--select", "source:src.by_id")
+        assert "verdict:" in text.output and "src.by_v" not in text.output
+
+        doc = rivc(root, "doctor")
+        assert doc.exit_code == 0, doc.output
+        assert f"[OK] connection db ({kind})" in doc.output
+        assert "[OK] sink lake" in doc.output
+        (root / "profiles.yml").write_text(db.profile.replace(db.name, "rivc_no_such_db"))
+        bad = rivc(root, "doctor")
+        assert bad.exit_code == 1
+        assert "[FAIL] connection db" in bad.output and "not found" in bad.output

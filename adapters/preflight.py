@@ -1,0 +1,216 @@
+"""`rivc check` (EXPLAIN each extraction before running it) and `rivc doctor` (reach everything).
+
+Thresholds follow Rivet's preflight tables: verdicts by scan type and row estimate, a tuning
+profile recommendation, and warnings for sparse chunk keys, dense-surrogate sorts, parallel
+memory risk and unindexed cursors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rivc.compiler.connectors import DeltaSinkConfig, FilesSinkConfig
+from rivc.compiler.project import Project
+from rivc.compiler.specs import SourceTable
+
+from .connectors.relational import (
+    Conn,
+    ExtractError,
+    classify,
+    connection,
+    driver_errors,
+    plan_window,
+    root_cause,
+)
+from .state import StateStore
+
+MANY_ROWS = 10_000_000  # index scan beyond this: ACCEPTABLE
+HUGE_ROWS = 50_000_000  # full scan beyond this: UNSAFE
+PARALLEL_RISK_ROWS = 5_000_000
+
+
+@dataclass
+class Check:
+    table: str
+    strategy: str
+    mode: str
+    row_estimate: int | None = None
+    cursor_range: str = ""
+    scan: str = ""  # index | full scan
+    verdict: str = ""  # EFFICIENT | ACCEPTABLE | DEGRADED | UNSAFE | FAILED
+    recommended_profile: str = ""
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def strategy(table: SourceTable) -> str:
+    p = table.parallel
+    if table.mode == "incremental":
+        return f"incremental({table.cursor_column})"
+    if table.mode == "chunked":
+        if p > 1:
+            return f"chunked-parallel({table.chunk_column}, size={table.chunk_size}, p={p})"
+        return f"chunked({table.chunk_column}, size={table.chunk_size})"
+    if table.mode == "time_window":
+        return f"time-window({table.time_column}, {table.days_window}d)"
+    return f"full-parallel({p})" if p > 1 else "full-scan"
+
+
+def verdict(scan: str, rows: int) -> str:
+    if scan == "index":
+        return "EFFICIENT" if rows < MANY_ROWS else "ACCEPTABLE"
+    return "UNSAFE" if rows > HUGE_ROWS else "DEGRADED"
+
+
+def recommend(scan: str, rows: int) -> str:
+    if scan == "index":
+        return "fast" if rows < 1_000_000 else "balanced" if rows <= MANY_ROWS else "safe"
+    return "fast" if rows < 100_000 else "balanced" if rows <= 1_000_000 else "safe"
+
+
+def explain(db: Any, kind: str, sql: str) -> tuple[int, str]:
+    """(row estimate, 'index' or 'full scan') from the database's plan of `sql`."""
+    with db.cursor() as cur:
+        if kind == "postgres":
+            cur.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+            raw = cur.fetchone()[0]
+            plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+            types: list[str] = []
+            stack = [plan]
+            while stack:
+                node = stack.pop()
+                types.append(node["Node Type"])
+                stack += node.get("Plans", [])
+            scan = "full scan" if "Seq Scan" in types else "index"
+            return int(plan["Plan Rows"]), scan
+        cur.execute(f"EXPLAIN {sql}")
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    estimate = max((int(r.get("rows") or 0) for r in rows), default=0)
+    scan = "full scan" if any(r.get("type") == "ALL" for r in rows) else "index"
+    return estimate, scan
+
+
+def check_table(project: Project, fqn: str, sql: str, state: StateStore | None) -> Check:
+    source = project.sources[fqn]
+    table = source.table
+    result = Check(fqn, strategy(table), table.mode)
+    spec = project.profile.connections.get(source.source.connection or "")
+    if spec is None:
+        result.verdict, result.error = "FAILED", "connection is not in the profile"
+        return result
+    try:
+        conn = Conn.resolve(spec, os.environ)
+        stored = None
+        if state is not None and table.mode == "incremental":
+            text = state.cursor(f"source:{fqn}")
+            stored = json.loads(text) if text else None
+        with connection(conn) as db:
+            window = plan_window(db, conn.kind, sql, table, stored)
+            predicate = window.predicate
+            if window.chunks:
+                predicate = window.chunks[0][1]
+            probe = f"SELECT * FROM ({sql}) AS _rivc" + (f" WHERE {predicate}" if predicate else "")
+            rows, scan = explain(db, conn.kind, probe)
+            if window.chunks:
+                rows *= len(window.chunks)
+                if "sparse key range" in window.description:
+                    result.warnings.append(
+                        "sparse key range: most chunk windows are empty; chunk on a dense "
+                        "surrogate or use incremental"
+                    )
+    except ExtractError as exc:
+        result.verdict, result.error = "FAILED", exc.message
+        return result
+    except driver_errors() as exc:  # EXPLAIN refused: report it as a failed check
+        result.verdict = "FAILED"
+        result.error = f"{classify(str(exc))} error: {root_cause(str(exc))}"
+        return result
+    result.row_estimate, result.scan = rows, scan
+    result.cursor_range = window.description
+    result.verdict = verdict(scan, rows)
+    result.recommended_profile = recommend(scan, rows)
+    if re.search(r"row_number\s*\(", sql, re.I) and table.mode == "chunked":
+        result.warnings.append("dense surrogate sort cost: ROW_NUMBER() orders the whole result")
+    if table.parallel > 1 and rows > PARALLEL_RISK_ROWS:
+        result.warnings.append(f"parallel memory risk: parallel {table.parallel} on ~{rows:,} rows")
+    if scan == "full scan":
+        column = {
+            "incremental": table.cursor_column,
+            "chunked": table.chunk_column,
+            "time_window": table.time_column,
+        }.get(table.mode)
+        if column:
+            result.warnings.append(f"unindexed {column}: the plan scans the whole table; index it")
+        else:
+            result.warnings.append("full scan: switch to mode incremental on an indexed column")
+    return result
+
+
+def to_json(checks: list[Check]) -> str:
+    return json.dumps([asdict(c) for c in checks], indent=2)
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def doctor(project: Project) -> list[tuple[str, bool, str]]:
+    """(what, ok, detail) for every connection of the profile and every sink location."""
+    out: list[tuple[str, bool, str]] = []
+    for name, spec in sorted(project.profile.connections.items()):
+        what = f"connection {name} ({spec.type})"
+        try:
+            conn = Conn.resolve(spec, os.environ)
+            with connection(conn) as db, db.cursor() as cur:
+                cur.execute("SELECT 1")
+                cur.fetchone()
+            out.append((what, True, f"{conn.host}:{conn.port}/{conn.database or ''}"))
+        except ExtractError as exc:
+            out.append((what, False, _doctor_category(exc.category, exc.message)))
+    for name, sink in sorted(project.sinks.items()):
+        cfg = sink.config
+        location = None
+        if isinstance(cfg, DeltaSinkConfig):
+            location = cfg.table_uri
+        elif isinstance(cfg, FilesSinkConfig):
+            location = cfg.path
+        if location is None:
+            continue
+        what = f"sink {name} ({sink.spec.connector} {location})"
+        if "://" in location:
+            out.append((what, True, "remote location: not probed"))
+            continue
+        ok, detail = _write_probe(project.root / location)
+        out.append((what, ok, detail))
+    return out
+
+
+def _doctor_category(category: str, message: str) -> str:
+    if category == "auth":
+        return f"auth error: {message}"
+    if category in ("network", "capacity", "timeout"):
+        return f"connectivity error: {message}"
+    if "does not exist" in message or "Unknown database" in message:
+        return f"not found: {message}"
+    return f"other: {message}"
+
+
+def _write_probe(path: Path) -> tuple[bool, str]:
+    """Create the directory's nearest existing parent's child, write a file, remove it."""
+    target = path
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    if not target.is_dir():
+        return False, f"not found: {target} is not a directory"
+    try:
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".rivc-probe-"):
+            pass
+    except OSError as exc:
+        return False, f"other: cannot write in {target}: {exc.strerror}"
+    return True, f"writable ({target})"
