@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,9 +28,11 @@ from .connectors.base import SinkContext, WriteResult, sink_for
 from .state import STATE_DIR, NodeResult, StateStore
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as pads
     from pyspark.sql import DataFrame, SparkSession
 
 CHECKPOINTS = "checkpoints"
+STAGING = "staging"  # batches on their way from Spark to a connector
 SAMPLE_ROWS = 5  # failing rows a test prints
 
 
@@ -245,21 +249,24 @@ class Runtime:
             raise ConnectorError(
                 f"model {name!r} reads a stream: materialize it as a view and deliver it with a sink"
             )
-        data = df.toArrow()
         keys = _keys(node["config"].get("unique_key"))
-        if incremental:
-            strategy = node["config"].get("incremental_strategy") or ("merge" if keys else "append")
-            result = delta.write(uri, data, strategy, keys) if data.num_rows else WriteResult()
-            how = f"incremental {strategy}"
-        else:
-            result = delta.write(uri, data, "overwrite", schema_mode="overwrite")
-            how = "table"
+        with staged(df, self.plan.root / STATE_DIR / STAGING / f"model-{name}") as data:
+            rows = data.count_rows()
+            if incremental:
+                strategy = node["config"].get("incremental_strategy") or (
+                    "merge" if keys else "append"
+                )
+                result = delta.write(uri, data, strategy, keys) if rows else WriteResult()
+                how = f"incremental {strategy}"
+            else:
+                result = delta.write(uri, data, "overwrite", schema_mode="overwrite")
+                how = "table"
         delta.read(self.spark, uri).createOrReplaceTempView(name)
         return NodeResult(
             nid,
             "model",
             "success",
-            rows=data.num_rows,
+            rows=rows,
             bytes=result.bytes,
             files=len(result.files),
             retries=result.retries,
@@ -353,7 +360,9 @@ class BatchWriter:
                 return
             if sink.max_rows is not None:
                 df = df.limit(sink.max_rows)
-            result = sink.write(df.toArrow(), batch_id)
+            where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
+            with staged(df, where) as data:
+                result = sink.write(data, batch_id)
             # State advances only now, after the sink's own commit.
             state.commit_batch(
                 self.nid,
@@ -366,6 +375,20 @@ class BatchWriter:
             )
         finally:
             state.close()
+
+
+@contextmanager
+def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
+    """The batch as an Arrow dataset that Spark wrote as Parquet, in parallel and in bounded
+    memory; connectors stream it in record batches instead of collecting it on the driver."""
+    import pyarrow.dataset as pads
+
+    shutil.rmtree(path, ignore_errors=True)
+    df.write.mode("overwrite").option("compression", "lz4").parquet(str(path))
+    try:
+        yield pads.dataset(str(path), format="parquet")
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _keys(value: Any) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from rivc.compiler.errors import ConnectorError, did_you_mean
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow.dataset as pads
 
 T = TypeVar("T")
 
@@ -53,7 +53,8 @@ class Sink(ABC):
         return False
 
     @abstractmethod
-    def write(self, table: pa.Table, batch_id: int) -> WriteResult: ...
+    def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
+        """Write one batch; `data` is read in record batches, so memory stays bounded."""
 
 
 class Registry(Generic[T]):

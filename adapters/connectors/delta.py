@@ -11,7 +11,7 @@ from rivc.compiler.errors import ConnectorError
 from .base import SINKS, Sink, WriteResult
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow.dataset as pads
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
@@ -44,7 +44,7 @@ def _files(dt: DeltaTable | None) -> dict[str, int]:
 
 def write(
     uri: str,
-    data: pa.Table,
+    data: pads.Dataset,
     mode: str,
     keys: tuple[str, ...] = (),
     partition_by: tuple[str, ...] = (),
@@ -72,7 +72,7 @@ def write(
                 predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
                 (
                     dt.merge(
-                        data,
+                        data.scanner().to_reader(),
                         predicate,
                         source_alias="s",
                         target_alias="t",
@@ -86,7 +86,7 @@ def write(
             else:
                 write_deltalake(
                     uri,
-                    data,
+                    data.scanner().to_reader(),
                     mode="overwrite" if mode == "overwrite" else "append",
                     partition_by=list(partition_by) or None,
                     schema_mode=schema_mode,
@@ -109,7 +109,7 @@ def write(
     after = _files(open_table(uri, storage_options))
     added = {p: s for p, s in after.items() if p not in before}
     return WriteResult(
-        rows=data.num_rows,
+        rows=data.count_rows(),
         bytes=sum(added.values()),
         files=[(f"{uri.rstrip('/')}/{p}", None, s) for p, s in sorted(added.items())],
         retries=retries,
@@ -141,12 +141,12 @@ class DeltaSink(Sink):
     def uri(self) -> str:
         return self.ctx.path(self.config.table_uri)
 
-    def write(self, table: pa.Table, batch_id: int) -> WriteResult:
+    def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
         schema_mode = "merge" if c.schema_evolution == "add_columns" else None
         return write(
             self.uri,
-            table,
+            data,
             c.mode,
             c.merge_keys,
             c.partition_by,

@@ -12,7 +12,7 @@ from rivc.compiler.errors import ConnectorError
 from .base import SINKS, Sink, WriteResult
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow.dataset as pads
     from pyspark.sql import DataFrame, SparkSession
 
 SPARK_FORMATS = {"json": "json", "jsonl": "json", "csv": "csv", "parquet": "parquet"}
@@ -52,7 +52,7 @@ class FilesSink(Sink):
 
     config: FilesSinkConfig
 
-    def write(self, table: pa.Table, batch_id: int) -> WriteResult:
+    def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
         if c.format != "parquet" or c.partitioning != "none" or "://" in c.path:
             raise ConnectorError(
@@ -63,22 +63,18 @@ class FilesSink(Sink):
 
         directory = Path(self.ctx.path(c.path))
         directory.mkdir(parents=True, exist_ok=True)
-        if table.num_rows == 0 and c.mode == "append":
+        rows = data.count_rows()
+        if rows == 0 and c.mode == "append":
             return WriteResult()
         final = directory / f"batch-{batch_id:06d}-part-0000.parquet"
         tmp = directory / f".{final.name}.tmp"
-        pq.write_table(
-            table,
-            tmp,
-            compression=c.compression or "snappy",
-            row_group_size=c.row_group_size,
-        )
+        with pq.ParquetWriter(tmp, data.schema, compression=c.compression or "snappy") as out:
+            for batch in data.to_batches():
+                out.write_batch(batch, row_group_size=c.row_group_size)
         os.replace(tmp, final)
         if c.mode == "overwrite":  # the new batch is in place; now drop the earlier ones
             for old in directory.glob("batch-*"):
                 if old != final:
                     old.unlink()
         size = final.stat().st_size
-        return WriteResult(
-            rows=table.num_rows, bytes=size, files=[(str(final), table.num_rows, size)]
-        )
+        return WriteResult(rows=rows, bytes=size, files=[(str(final), rows, size)])

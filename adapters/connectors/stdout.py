@@ -11,7 +11,7 @@ from rivc.compiler.connectors import StdoutSinkConfig
 from .base import SINKS, Sink, WriteResult
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow.dataset as pads
 
 
 @SINKS.register("stdout")
@@ -22,8 +22,8 @@ class StdoutSink(Sink):
     def max_rows(self) -> int | None:  # type: ignore[override]
         return self.config.limit
 
-    def write(self, table: pa.Table, batch_id: int) -> WriteResult:
-        rows = table.to_pylist()
+    def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
+        rows = data.to_table().to_pylist()  # the runtime already limited the batch
         indent = 2 if self.config.pretty else None
         out = "".join(json.dumps(r, default=str, indent=indent) + "\n" for r in rows)
         sys.stdout.write(out)
