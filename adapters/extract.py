@@ -8,8 +8,10 @@ when every node downstream of the source succeeded: state moves after the data i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +30,7 @@ from .connectors.relational import (
     load_cursor,
     plan_window,
     read_query,
+    session_init,
     spark_literal,
     with_retries,
 )
@@ -85,19 +88,22 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
         stored = None
     exported_at = datetime.now(UTC).replace(tzinfo=None)
 
+    via = ""
+
     def attempt() -> tuple[Window, DataFrame]:
+        nonlocal via
         with connection(conn) as db:
             window = plan_window(db, conn.kind, base, table, stored)
+            read, via = _reader(rt, db, conn, tuning, base)
         if window.chunks is not None:
-            return window, _extract_chunks(rt, nid, conn, tuning, base, window, staging, table)
+            return window, _extract_chunks(rt, nid, read, window, staging, table)
         data = staging / "data"
-        df = read_query(rt.spark, conn, tuning, base, [window.predicate or ""])
-        _stage(df, data, table, exported_at)
+        _stage(read([window.predicate or ""]), data, table, exported_at)
         return window, rt.spark.read.parquet(str(data))
 
     (window, df), retries = with_retries(attempt, tuning, _errors())
     rows = df.count()
-    notes = [window.description]
+    notes = [f"{window.description} via {via}"]
     if retries:
         notes.append(f"{retries} retr{'y' if retries == 1 else 'ies'}")
     columns = {f.name: f.dataType.simpleString() for f in df.schema.fields}
@@ -166,12 +172,44 @@ def _stage(df: DataFrame, path: Path, table: Any, exported_at: datetime) -> None
     df.write.mode("overwrite").parquet(str(path))
 
 
+def _reader(
+    rt: Runtime, db: Any, conn: Conn, tuning: dict[str, int], base: str
+) -> tuple[Callable[[list[str]], DataFrame], str]:
+    """How to read `base` under predicates: COPY for PostgreSQL when every column type allows
+    it, Spark JDBC otherwise. One partition (one query) per predicate."""
+    if conn.kind == "postgres":
+        from .connectors.pgcopy import NAME, PgCopySource, copy_plan
+
+        plan = copy_plan(db, base)
+        if plan is not None:
+            rt.spark.dataSource.register(PgCopySource)
+            public = {
+                "host": conn.host,
+                "port": conn.port,
+                "user": conn.user,
+                "database": conn.database,
+            }
+
+            def copy_read(predicates: list[str]) -> DataFrame:
+                return (
+                    rt.spark.read.format(NAME)
+                    .option("conn", json.dumps(public))
+                    .option("password", conn.password or "")
+                    .option("base", base)
+                    .option("plan", json.dumps(plan.columns))
+                    .option("predicates", json.dumps(predicates))
+                    .option("settings", json.dumps(session_init(conn.kind, tuning).split("; ")))
+                    .load()
+                )
+
+            return copy_read, "COPY"
+    return (lambda predicates: read_query(rt.spark, conn, tuning, base, predicates)), "JDBC"
+
+
 def _extract_chunks(
     rt: Runtime,
     nid: str,
-    conn: Conn,
-    tuning: dict[str, int],
-    base: str,
+    read: Callable[[list[str]], DataFrame],
     window: Window,
     staging: Path,
     table: Any,
@@ -179,7 +217,8 @@ def _extract_chunks(
     """Chunks `parallel` at a time; each finished group is checkpointed, so a rerun resumes."""
     chunks = window.chunks or []
     plan = hashlib.blake2b(
-        repr((base, table.chunk_column, table.chunk_size)).encode(), digest_size=8
+        repr((table.query or table.table, table.chunk_column, table.chunk_size)).encode(),
+        digest_size=8,
     ).hexdigest()
     done = rt.state.done_chunks(nid, plan)
     if not done and staging.exists():
@@ -190,7 +229,7 @@ def _extract_chunks(
     for i in range(0, len(todo), step):
         group = todo[i : i + step]
         path = staging / f"chunks-{group[0][0]:06d}-{group[-1][0]:06d}"
-        df = read_query(rt.spark, conn, tuning, base, [p for _, p in group])
+        df = read([p for _, p in group])
         try:
             _stage(df, path, table, exported_at)
         except BaseException:
@@ -199,7 +238,7 @@ def _extract_chunks(
         rt.state.chunk_done(nid, plan, [c for c, _ in group], str(path))
     paths = sorted(set(rt.state.done_chunks(nid, plan).values()))
     if not paths:
-        return read_query(rt.spark, conn, tuning, base, ["1 = 0"])
+        return read(["1 = 0"])
     return rt.spark.read.parquet(*paths)
 
 

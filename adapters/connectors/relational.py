@@ -197,6 +197,7 @@ CATEGORIES: list[tuple[str, bool, float, re.Pattern[str]]] = [
 
 _SQL_CAUSE = re.compile(r"(?:PSQLException|SQL[A-Za-z]*Exception|mariadb[\w.]*Exception): ([^\n]+)")
 _CAUSE = re.compile(r"^\s*Caused by: [\w.$]+: ([^\n]+)", re.M)
+_PY_CAUSE = re.compile(r"^\s*(?:psycopg|pymysql)[\w.]*: ([^\n]+)", re.M)  # from Python workers
 
 
 def root_cause(message: str) -> str:
@@ -204,6 +205,9 @@ def root_cause(message: str) -> str:
     m = _SQL_CAUSE.search(message)
     if m:
         return m.group(1).strip()
+    py = _PY_CAUSE.findall(message)
+    if py:
+        return str(py[-1]).strip()
     causes = _CAUSE.findall(message)
     if causes:
         return str(causes[-1]).strip()

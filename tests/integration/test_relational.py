@@ -65,6 +65,8 @@ def test_incremental_boundary_rows_are_neither_lost_nor_duplicated(spark, tmp_pa
         db.execute("UPDATE events SET v = 'a2', updated_at = '2026-01-01 12:00:00' WHERE id = 1")
         assert rivc(root, "run").exit_code == 0
         assert results(root)["source:src.events"]["rows"] == 3  # 4, 5 and the updated 1
+        via = "via COPY" if kind == "postgres" else "via JDBC"
+        assert via in results(root)["source:src.events"]["message"]
         assert [(r[0], r[1]) for r in lake(root)] == [
             (1, "a2"),
             (2, "b"),
@@ -417,3 +419,47 @@ def test_check_and_doctor(spark, tmp_path, kind):
         bad = rivc(root, "doctor")
         assert bad.exit_code == 1
         assert "[FAIL] connection db" in bad.output and "not found" in bad.output
+
+
+def test_copy_reader_types_nulls_and_awkward_text(spark, tmp_path):
+    from datetime import date, datetime
+    from decimal import Decimal
+
+    with database("postgres") as db:
+        db.execute(
+            "CREATE TABLE c (id int primary key, small smallint, big bigint, r real, d float8,"
+            " n numeric(12, 3), n_free numeric, t text, flag boolean, dt date, ts timestamp,"
+            " tstz timestamptz, j jsonb, u uuid)",
+            "INSERT INTO c VALUES (1, 7, 9000000000, 1.5, 2.25, 12345.678, 1.5,"
+            " 'a, \"quoted\"\nnew line', true, '2026-03-04', '2026-03-04 05:06:07.123456',"
+            " '2026-03-04 05:06:07+02', '{\"b\": 2}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'),"
+            " (2, NULL, NULL, NULL, NULL, NULL, NULL, '', false, NULL, NULL, NULL, NULL, NULL),"
+            " (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+        )
+        root = project(
+            tmp_path / "copy",
+            db,
+            "- {name: c, table: c}",
+            {},
+            """
+            sinks:
+              - {name: c_lake, from: source:src.c, connector: delta,
+                 config: {table_uri: out/c, mode: append}}
+            """,
+        )
+        assert rivc(root, "run").exit_code == 0
+        assert "via COPY" in results(root)["source:src.c"]["message"]
+        rows = sorted(
+            DeltaTable(str(root / "out/c")).to_pyarrow_table().to_pylist(), key=lambda r: r["id"]
+        )
+        one, two, three = rows
+        assert (one["small"], one["big"], one["r"], one["d"]) == (7, 9000000000, 1.5, 2.25)
+        assert one["n"] == Decimal("12345.678") and one["n_free"] == Decimal("1.5")
+        assert one["t"] == 'a, "quoted"\nnew line'
+        assert one["flag"] is True and two["flag"] is False and three["flag"] is None
+        assert one["dt"] == date(2026, 3, 4)
+        assert one["ts"].replace(tzinfo=None) == datetime(2026, 3, 4, 5, 6, 7, 123456)
+        assert one["tstz"].replace(tzinfo=None) == datetime(2026, 3, 4, 3, 6, 7)
+        assert json.loads(one["j"]) == {"b": 2}
+        assert one["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+        assert two["t"] == "" and three["t"] is None  # empty string and NULL stay apart
