@@ -94,14 +94,15 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
         nonlocal via
         with connection(conn) as db:
             window = plan_window(db, conn.kind, base, table, stored)
-            read, via = _reader(rt, db, conn, tuning, base)
+            stage, via = _stager(rt, db, conn, tuning, base)
         if window.chunks is not None:
-            return window, _extract_chunks(rt, nid, read, window, staging, table)
+            return window, _extract_chunks(rt, nid, stage, window, staging, table)
         data = staging / "data"
-        _stage(read([window.predicate or ""]), data, table, exported_at)
+        stage([window.predicate or ""], data)
         return window, rt.spark.read.parquet(str(data))
 
     (window, df), retries = with_retries(attempt, tuning, _errors())
+    df = _with_meta(df, table, exported_at)
     rows = df.count()
     notes = [f"{window.description} via {via}"]
     if retries:
@@ -161,7 +162,8 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
     )
 
 
-def _stage(df: DataFrame, path: Path, table: Any, exported_at: datetime) -> None:
+def _with_meta(df: DataFrame, table: Any, exported_at: datetime) -> DataFrame:
+    """Meta columns over the staged copy: the hash is of the stored values, so it is stable."""
     from pyspark.sql import functions as F
 
     cols = df.columns
@@ -169,14 +171,20 @@ def _stage(df: DataFrame, path: Path, table: Any, exported_at: datetime) -> None
         df = df.withColumn("_rivc_exported_at", F.lit(exported_at).cast("timestamp"))
     if table.meta_columns.row_hash:
         df = df.withColumn("_rivc_row_hash", F.xxhash64(*[F.col(f"`{c}`") for c in cols]))
-    df.write.mode("overwrite").parquet(str(path))
+    return df
 
 
-def _reader(
+Stage = Callable[[list[str], Path], None]
+
+
+def _stager(
     rt: Runtime, db: Any, conn: Conn, tuning: dict[str, int], base: str
-) -> tuple[Callable[[list[str]], DataFrame], str]:
-    """How to read `base` under predicates: COPY for PostgreSQL when every column type allows
-    it, Spark JDBC otherwise. One partition (one query) per predicate."""
+) -> tuple[Stage, str]:
+    """How to copy `base` under predicates into a Parquet directory, one query per predicate.
+
+    PostgreSQL with COPY-able column types: Spark tasks stream COPY into Arrow and write the
+    Parquet files themselves. Otherwise Spark's JDBC reader and Parquet writer.
+    """
     if conn.kind == "postgres":
         from .connectors.pgcopy import NAME, PgCopySource, copy_plan
 
@@ -190,8 +198,9 @@ def _reader(
                 "database": conn.database,
             }
 
-            def copy_read(predicates: list[str]) -> DataFrame:
-                return (
+            def copy_stage(predicates: list[str], path: Path) -> None:
+                shutil.rmtree(path, ignore_errors=True)
+                (
                     rt.spark.read.format(NAME)
                     .option("conn", json.dumps(public))
                     .option("password", conn.password or "")
@@ -199,17 +208,25 @@ def _reader(
                     .option("plan", json.dumps(plan.columns))
                     .option("predicates", json.dumps(predicates))
                     .option("settings", json.dumps(session_init(conn.kind, tuning).split("; ")))
+                    .option("stage", str(path))
                     .load()
+                    .collect()
                 )
 
-            return copy_read, "COPY"
-    return (lambda predicates: read_query(rt.spark, conn, tuning, base, predicates)), "JDBC"
+            return copy_stage, "COPY"
+
+    def jdbc_stage(predicates: list[str], path: Path) -> None:
+        read_query(rt.spark, conn, tuning, base, predicates).write.mode("overwrite").parquet(
+            str(path)
+        )
+
+    return jdbc_stage, "JDBC"
 
 
 def _extract_chunks(
     rt: Runtime,
     nid: str,
-    read: Callable[[list[str]], DataFrame],
+    stage: Stage,
     window: Window,
     staging: Path,
     table: Any,
@@ -223,22 +240,21 @@ def _extract_chunks(
     done = rt.state.done_chunks(nid, plan)
     if not done and staging.exists():
         shutil.rmtree(staging)  # leftovers of another plan
-    exported_at = datetime.now(UTC).replace(tzinfo=None)
     todo = [c for c in chunks if c[0] not in done]
     step = max(1, table.parallel)
     for i in range(0, len(todo), step):
         group = todo[i : i + step]
         path = staging / f"chunks-{group[0][0]:06d}-{group[-1][0]:06d}"
-        df = read([p for _, p in group])
         try:
-            _stage(df, path, table, exported_at)
+            stage([p for _, p in group], path)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)  # no half-written group left behind
             raise
         rt.state.chunk_done(nid, plan, [c for c, _ in group], str(path))
     paths = sorted(set(rt.state.done_chunks(nid, plan).values()))
     if not paths:
-        return read(["1 = 0"])
+        stage(["1 = 0"], staging / "empty")
+        return rt.spark.read.parquet(str(staging / "empty"))
     return rt.spark.read.parquet(*paths)
 
 

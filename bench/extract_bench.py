@@ -89,7 +89,7 @@ def project(root: Path, db: str, sink: str, parallel: int, rows: int) -> None:
     root.mkdir(parents=True)
     (root / "rivc_project.yml").write_text("name: bench\n")
     (root / "profiles.yml").write_text(
-        "default:\n  spark: {conf: {spark.driver.memory: 2g}}\n  connections:\n"
+        "default:\n  connections:\n"
         f"    db: {{type: postgres, host: 127.0.0.1, user: postgres, database: {db}}}\n"
     )
     (root / "sources").mkdir()

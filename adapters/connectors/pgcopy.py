@@ -96,25 +96,27 @@ class _Stream:
     """A file-like view of psycopg's COPY chunks, for pyarrow's streaming CSV reader."""
 
     def __init__(self, chunks: Iterator[Any]) -> None:
-        self.chunks, self.buffer, self.closed = chunks, b"", False
+        self.chunks, self.pending, self.size, self.closed = chunks, [], 0, False
 
     def read_ahead(self) -> bool:
         """Buffer the first chunk; False when the stream is empty."""
         chunk = next(self.chunks, None)
-        if chunk is not None:
-            self.buffer += bytes(chunk)
-        return bool(self.buffer)
+        if chunk is not None and len(chunk):
+            self.pending.append(bytes(chunk))
+            self.size += len(chunk)
+        return self.size > 0
 
     def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self.buffer) < size:
+        # Gather chunks in a list and join once: appending to a bytes buffer is quadratic.
+        while size < 0 or self.size < size:
             chunk = next(self.chunks, None)
             if chunk is None:
                 break
-            self.buffer += bytes(chunk)
-        if size < 0:
-            out, self.buffer = self.buffer, b""
-        else:
-            out, self.buffer = self.buffer[:size], self.buffer[size:]
+            self.pending.append(bytes(chunk))
+            self.size += len(chunk)
+        data = b"".join(self.pending)
+        out, rest = (data, b"") if size < 0 else (data[:size], data[size:])
+        self.pending, self.size = ([rest] if rest else []), len(rest)
         return out
 
     def close(self) -> None:
@@ -122,9 +124,9 @@ class _Stream:
 
 
 class CopyPartition(InputPartition):
-    def __init__(self, predicate: str) -> None:
-        super().__init__(predicate)
-        self.predicate = predicate
+    def __init__(self, index: int, predicate: str) -> None:
+        super().__init__((index, predicate))
+        self.index, self.predicate = index, predicate
 
 
 class PgCopySource(DataSource):
@@ -136,6 +138,8 @@ class PgCopySource(DataSource):
         return NAME
 
     def schema(self) -> str:
+        if "stage" in self.options:  # tasks write Parquet themselves and report each file
+            return "path string, rows bigint"
         return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])]).ddl  # type: ignore[misc]
 
     def reader(self, schema: Any) -> DataSourceReader:
@@ -147,18 +151,51 @@ class _CopyReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[CopyPartition]:  # type: ignore[override]
-        return [CopyPartition(p) for p in json.loads(self.options["predicates"])]
+        return [CopyPartition(i, p) for i, p in enumerate(json.loads(self.options["predicates"]))]
 
     def read(self, partition: CopyPartition) -> Iterator[Any]:  # type: ignore[override]
+        batches = self._batches(partition)
+        stage = self.options.get("stage")
+        if stage is None:
+            yield from batches
+            return
+        import os
+
+        import pyarrow.parquet as pq
+
+        final = os.path.join(stage, f"part-{partition.index:05d}.parquet")
+        tmp = os.path.join(stage, f".part-{partition.index:05d}.parquet.tmp")
+        os.makedirs(stage, exist_ok=True)
+        rows = 0
+        with pq.ParquetWriter(tmp, self._schema(), compression="lz4") as out:
+            for batch in batches:
+                out.write_batch(batch)
+                rows += batch.num_rows
+        os.replace(tmp, final)
+        yield (final, rows)
+
+    def _plan(self) -> CopyPlan:
+        return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])])  # type: ignore[misc]
+
+    def _schema(self) -> Any:
+        import pyarrow as pa
+
+        def arrow(t: str) -> Any:
+            return pa.timestamp("us", tz="UTC") if t == "timestamp" else _arrow_type(t)
+
+        return pa.schema([(n, arrow(t)) for n, t, _ in self._plan().columns])
+
+    def _batches(self, partition: CopyPartition) -> Iterator[Any]:
         import psycopg
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
         o = self.options
         conn = json.loads(o["conn"])
-        plan = CopyPlan([tuple(c) for c in json.loads(o["plan"])])  # type: ignore[misc]
+        plan = self._plan()
         names = [n for n, _, _ in plan.columns]
         types = {n: _arrow_type(t) for n, t, _ in plan.columns}
+        schema = self._schema()
         with psycopg.connect(
             host=conn["host"],
             port=conn["port"],
@@ -187,9 +224,8 @@ class _CopyReader(DataSourceReader):
                         quoted_strings_can_be_null=False,
                     ),
                 )
-                utc = pa.timestamp("us", tz="UTC")
                 for batch in reader:
-                    arrays = [
-                        a.cast(utc) if pa.types.is_timestamp(a.type) else a for a in batch.columns
-                    ]
-                    yield pa.RecordBatch.from_arrays(arrays, names=names)
+                    yield pa.RecordBatch.from_arrays(
+                        [a.cast(f.type) for a, f in zip(batch.columns, schema, strict=True)],
+                        schema=schema,
+                    )
