@@ -386,7 +386,11 @@ def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
     shutil.rmtree(path, ignore_errors=True)
     df.write.mode("overwrite").option("compression", "lz4").parquet(str(path))
     try:
-        yield pads.dataset(str(path), format="parquet")
+        # pre_buffer would read whole files ahead: memory would then grow with the batch
+        options = pads.ParquetFragmentScanOptions(pre_buffer=False, buffer_size=1 << 20)
+        yield pads.dataset(
+            str(path), format=pads.ParquetFileFormat(default_fragment_scan_options=options)
+        )
     finally:
         shutil.rmtree(path, ignore_errors=True)
 

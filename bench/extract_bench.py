@@ -12,6 +12,7 @@ from /proc every 100 ms.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -135,18 +136,39 @@ def main() -> None:
                 base = Path(tmp)
                 copy = base / "copy.csv"
                 secs, rss = measure(
-                    ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", name, "-c",
-                     f"\\copy (SELECT * FROM events) TO '{copy}' WITH (FORMAT csv)"],
+                    [
+                        "psql",
+                        "-h",
+                        "127.0.0.1",
+                        "-U",
+                        "postgres",
+                        "-d",
+                        name,
+                        "-c",
+                        f"\\copy (SELECT * FROM events) TO '{copy}' WITH (FORMAT csv)",
+                    ],
                     base,
                 )
-                print(f"  psql \\copy to CSV        {secs:7.1f} s {rows / secs:>10,.0f} rows/s {rss:7.0f} MB")
+                print(
+                    f"  psql \\copy to CSV        {secs:7.1f} s {rows / secs:>10,.0f} rows/s {rss:7.0f} MB"
+                )
                 for sink in ("files", "delta"):
                     for parallel in sorted({1, args.parallel}):
                         root = base / f"{sink}-{parallel}"
                         project(root, name, sink, parallel, rows)
                         secs, rss = measure([rivc, "run"], root)
                         label = f"rivc run -> {sink:<5} p={parallel}"
-                        print(f"  {label:<24} {secs:7.1f} s {rows / secs:>10,.0f} rows/s {rss:7.0f} MB")
+                        nodes = {
+                            r["node"]: r["duration_s"]
+                            for r in json.loads((root / "target/run_results.json").read_text())[
+                                "results"
+                            ]
+                        }
+                        src, out = nodes["source:pg.events"], nodes["sink:out"]
+                        print(
+                            f"  {label:<24} {secs:7.1f} s {rows / secs:>10,.0f} rows/s {rss:7.0f} MB"
+                            f"   (extraction {src:.1f} s = {rows / src:,.0f} rows/s; sink {out:.1f} s)"
+                        )
                         shutil.rmtree(root)
     finally:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

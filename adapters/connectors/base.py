@@ -57,6 +57,13 @@ class Sink(ABC):
         """Write one batch; `data` is read in record batches, so memory stays bounded."""
 
 
+def stream(data: pads.Dataset) -> Any:
+    """A RecordBatchReader over `data` that reads ahead little: memory stays near one batch."""
+    return data.scanner(
+        batch_size=65_536, batch_readahead=1, fragment_readahead=1, use_threads=False
+    ).to_reader()
+
+
 class Registry(Generic[T]):
     def __init__(self, kind: str, entry_point_group: str) -> None:
         self.kind, self.group = kind, entry_point_group

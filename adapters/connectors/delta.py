@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rivc.compiler.connectors import DeltaSinkConfig
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult
+from .base import SINKS, Sink, WriteResult, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -72,7 +72,7 @@ def write(
                 predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
                 (
                     dt.merge(
-                        data.scanner().to_reader(),
+                        stream(data),
                         predicate,
                         source_alias="s",
                         target_alias="t",
@@ -86,7 +86,7 @@ def write(
             else:
                 write_deltalake(
                     uri,
-                    data.scanner().to_reader(),
+                    stream(data),
                     mode="overwrite" if mode == "overwrite" else "append",
                     partition_by=list(partition_by) or None,
                     schema_mode=schema_mode,

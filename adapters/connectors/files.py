@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rivc.compiler.connectors import FilesSinkConfig, FilesSourceConfig
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult
+from .base import SINKS, Sink, WriteResult, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -69,7 +69,7 @@ class FilesSink(Sink):
         final = directory / f"batch-{batch_id:06d}-part-0000.parquet"
         tmp = directory / f".{final.name}.tmp"
         with pq.ParquetWriter(tmp, data.schema, compression=c.compression or "snappy") as out:
-            for batch in data.to_batches():
+            for batch in stream(data):
                 out.write_batch(batch, row_group_size=c.row_group_size)
         os.replace(tmp, final)
         if c.mode == "overwrite":  # the new batch is in place; now drop the earlier ones
