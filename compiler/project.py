@@ -12,6 +12,7 @@ from .connectors import CONNECTORS, ConnectorInfo, DatagenConfig, datagen_column
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .locate import PROJECT_FILE, find_profiles, list_project_files
 from .specs import (
+    IDENT,
     ModelProps,
     ProfileSpec,
     ProjectSpec,
@@ -158,6 +159,15 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         elif rel.suffix == ".sql" and len(rel.parts) > 1:
             text = (root / rel).read_text(encoding="utf-8")
             sql = SqlFile(rel.stem, rel, text)
+            if top in (p.models, p.tests) and not IDENT.match(rel.stem):
+                errors.append(
+                    ProjectError(
+                        f"{rel.stem!r} is not a valid model or test name: a file name is the "
+                        "node's name, so use letters, digits and _ only",
+                        SourceLocation(rel),
+                    )
+                )
+                continue
             if top == p.models:
                 if rel.stem in models:
                     errors.append(

@@ -138,3 +138,10 @@ def test_find_project_root_walks_up(make_project):
 def test_invalid_yaml_has_line(make_project):
     exc = _error(make_project({"sinks/s.yml": "sinks:\n  - name: [unclosed\n"}))
     assert exc.location.path == Path("sinks/s.yml") and exc.location.line is not None
+
+
+def test_a_model_file_name_must_be_a_valid_name(make_project):
+    root = make_project({"models/orders.v2.sql": "select 1 as x\n"})
+    with pytest.raises((CompileFailed, ProjectError)) as err:
+        load_project(root, env={})
+    assert "orders.v2" in str(err.value) and "models/orders.v2.sql" in str(err.value)
