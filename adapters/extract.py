@@ -102,6 +102,8 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
         return window, rt.spark.read.parquet(str(data))
 
     (window, df), retries = with_retries(attempt, tuning, _errors())
+    if not (table.meta_columns.exported_at or table.meta_columns.row_hash):
+        rt.staged_files[node["relation"]] = df.inputFiles()  # a sink may take these as they are
     df = _with_meta(df, table, exported_at)
     rows = df.count()
     notes = [f"{window.description} via {via}"]

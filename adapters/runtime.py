@@ -12,8 +12,8 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,6 +131,7 @@ class Runtime:
     state: StateStore
     full_refresh: bool = False
     pending: dict[str, Any] = field(default_factory=dict)  # source -> state to commit at the end
+    staged_files: dict[str, list[str]] = field(default_factory=dict)  # relation -> its Parquet
 
     def __post_init__(self) -> None:
         from .connectors.datagen import DatagenSource
@@ -281,8 +282,11 @@ class Runtime:
         writer = BatchWriter(nid, connector, config, ctx, self.run_id, self.state.path)
         df = self.spark.sql(self.plan.sql(nid))
         schema = self._schema(nid, df)
+        files = self.staged_files.get(node["relation"])
         if df.isStreaming:
             self._stream(df, writer, node)
+        elif files is not None:  # an extracted table, delivered as is: no second copy
+            writer.write_files(files, self.state.next_batch_id(nid))
         else:
             writer(df, self.state.next_batch_id(nid))
         totals = self.state.batch_totals(nid, self.run_id)
@@ -352,17 +356,34 @@ class BatchWriter:
         self.run_id, self.state_path = run_id, state
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
+            limited = df.limit(max_rows) if max_rows is not None else df
+            where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
+            return staged(limited, where)
+
+        self._write(data, batch_id)
+
+    def write_files(self, files: list[str], batch_id: int) -> None:
+        """A batch that is already Parquet on disk (an extracted table)."""
+
+        @contextmanager
+        def data(max_rows: int | None) -> Iterator[pads.Dataset]:
+            dataset = _dataset(files)
+            yield dataset if max_rows is None else _dataset_head(dataset, max_rows)
+
+        self._write(data, batch_id)
+
+    def _write(
+        self, data: Callable[[int | None], AbstractContextManager[pads.Dataset]], batch_id: int
+    ) -> None:
         sink = sink_for(self.connector, self.config, self.ctx)
         state = StateStore(self.state_path)
         try:
             if sink.committed(batch_id):
                 state.commit_batch(self.nid, batch_id, self.run_id, 0, 0, [], replayed=True)
                 return
-            if sink.max_rows is not None:
-                df = df.limit(sink.max_rows)
-            where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
-            with staged(df, where) as data:
-                result = sink.write(data, batch_id)
+            with data(sink.max_rows) as batch:
+                result = sink.write(batch, batch_id)
             # State advances only now, after the sink's own commit.
             state.commit_batch(
                 self.nid,
@@ -381,18 +402,30 @@ class BatchWriter:
 def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
     """The batch as an Arrow dataset that Spark wrote as Parquet, in parallel and in bounded
     memory; connectors stream it in record batches instead of collecting it on the driver."""
-    import pyarrow.dataset as pads
-
     shutil.rmtree(path, ignore_errors=True)
     df.write.mode("overwrite").option("compression", "lz4").parquet(str(path))
     try:
-        # pre_buffer would read whole files ahead: memory would then grow with the batch
-        options = pads.ParquetFragmentScanOptions(pre_buffer=False, buffer_size=1 << 20)
-        yield pads.dataset(
-            str(path), format=pads.ParquetFileFormat(default_fragment_scan_options=options)
-        )
+        yield _dataset([str(path)])
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _dataset(paths: list[str]) -> pads.Dataset:
+    import pyarrow.dataset as pads
+
+    # pre_buffer would read whole files ahead: memory would then grow with the batch
+    options = pads.ParquetFragmentScanOptions(pre_buffer=False, buffer_size=1 << 20)
+    fmt = pads.ParquetFileFormat(default_fragment_scan_options=options)
+    files = [p.removeprefix("file://") for p in paths]
+    return pads.dataset(
+        files[0] if len(files) == 1 and Path(files[0]).is_dir() else files, format=fmt
+    )
+
+
+def _dataset_head(dataset: pads.Dataset, rows: int) -> pads.Dataset:
+    import pyarrow.dataset as pads
+
+    return pads.dataset(dataset.head(rows))
 
 
 def _keys(value: Any) -> tuple[str, ...]:
