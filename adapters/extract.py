@@ -211,6 +211,7 @@ def _stager(
                     .option("predicates", json.dumps(predicates))
                     .option("settings", json.dumps(session_init(conn.kind, tuning).split("; ")))
                     .option("stage", str(path))
+                    .option("throttle_ms", str(tuning["throttle_ms"]))
                     .load()
                     .collect()
                 )

@@ -9,6 +9,7 @@ column type (bytea, arrays, intervals, ...) is read through JDBC instead.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -131,7 +132,8 @@ class CopyPartition(InputPartition):
 
 class PgCopySource(DataSource):
     """Options: conn (JSON without the password), password, base, plan (JSON), predicates
-    (JSON list: one partition each), settings (JSON list of SET statements), batch_size."""
+    (JSON list: one partition each), settings (JSON list of SET statements), throttle_ms,
+    stage (a directory: tasks write Parquet there and return file names)."""
 
     @classmethod
     def name(cls) -> str:
@@ -224,7 +226,10 @@ class _CopyReader(DataSourceReader):
                         quoted_strings_can_be_null=False,
                     ),
                 )
-                for batch in reader:
+                pause = int(o.get("throttle_ms", "0")) / 1000
+                for i, batch in enumerate(reader):
+                    if pause and i:
+                        time.sleep(pause)  # the tuning profile's breather for the server
                     yield pa.RecordBatch.from_arrays(
                         [a.cast(f.type) for a, f in zip(batch.columns, schema, strict=True)],
                         schema=schema,
