@@ -2,6 +2,7 @@
 
     python bench/extract_bench.py                    # 500,000 and 2,000,000 rows
     python bench/extract_bench.py --rows 2000000 --parallel 2
+    python bench/extract_bench.py --dlt-python /tmp/dlt/bin/python   # dlt beside it
 
 The table has Rivet's benchmark shape: a few ids and timestamps plus text-heavy columns. It is
 created in a throwaway database `rivc_bench_<random>` and dropped at the end. Reported: wall
@@ -114,10 +115,27 @@ def project(root: Path, db: str, sink: str, parallel: int, rows: int) -> None:
     )
 
 
+DLT_SCRIPT = """
+import sys
+import dlt
+from dlt.sources.sql_database import sql_table
+db, out = sys.argv[1], sys.argv[2]
+table = sql_table(credentials=f"postgresql://postgres@127.0.0.1:5432/{db}", table="events",
+                  backend="pyarrow", chunk_size=50000)
+pipe = dlt.pipeline(pipeline_name="bench", pipelines_dir=f"{out}/.dlt", dataset_name="bench",
+                    destination=dlt.destinations.filesystem(bucket_url=f"file://{out}"))
+pipe.run(table, loader_file_format="parquet")
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, nargs="*", default=[500_000, 2_000_000])
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument(
+        "--dlt-python",
+        help="a Python with dlt[parquet,filesystem,sql_database] and psycopg installed",
+    )
     args = parser.parse_args()
     rivc = str(Path(sys.executable).parent / "rivc")
     name = f"rivc_bench_{secrets.token_hex(3)}"
@@ -152,6 +170,14 @@ def main() -> None:
                 print(
                     f"  psql \\copy to CSV        {secs:7.1f} s {rows / secs:>10,.0f} rows/s {rss:7.0f} MB"
                 )
+                if args.dlt_python:
+                    script = base / "dlt_bench.py"
+                    script.write_text(DLT_SCRIPT)
+                    secs, rss = measure(
+                        [args.dlt_python, str(script), name, str(base / "dlt")], base
+                    )
+                    label = "dlt (pyarrow) -> parquet"
+                    print(f"  {label:<24} {secs:7.1f} s {rows / secs:>10,.0f} rows/s {rss:7.0f} MB")
                 for sink in ("files", "delta"):
                     for parallel in sorted({1, args.parallel}):
                         root = base / f"{sink}-{parallel}"
