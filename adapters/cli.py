@@ -293,9 +293,17 @@ def ls_cmd(
 
 
 def _spark(plan: Any) -> Any:
+    from pyspark.errors import PySparkException
+
     from .spark import get_session
 
-    spark = get_session(plan.profile.spark, app_name=f"rivc {plan.manifest['project']}")
+    try:
+        spark = get_session(plan.profile.spark, app_name=f"rivc {plan.manifest['project']}")
+    except PySparkException as exc:  # most often: no Java, or a Connect server out of reach
+        raise RivcError(
+            f"Spark did not start ({exc.getCondition() or type(exc).__name__}): check that "
+            "Java 17 is installed (java on PATH or JAVA_HOME) and the profile's spark: settings"
+        ) from exc
     if not type(spark).__module__.startswith("pyspark.sql.connect"):
         spark.sparkContext.setLogLevel("ERROR")
     return spark
