@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
+from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connectors import FilesSinkConfig, FilesSourceConfig
+from rivc.compiler.connectors import FilesSinkConfig, FilesSourceConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
 from .base import SINKS, Sink, WriteResult, stream
@@ -45,36 +49,225 @@ def read_source(
     return reader.load(path)
 
 
+EXTENSIONS = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl", "json": ".json"}
+COMPRESSED = {"gzip": ".gz", "zstd": ".zst"}
+SLICE_ROWS = 1_000  # granularity of max_file_size
+
+
 @SINKS.register("files")
 class FilesSink(Sink):
-    """One file per batch and part, named from the batch id: a replayed batch rewrites the same
-    files instead of adding new ones. Each file is written under a hidden name, then renamed."""
+    """Files named from the batch id (`batch-<id>-part-<n>`): a replayed batch rewrites the same
+    files instead of adding new ones. Each file is written under a hidden name, then renamed, so
+    a reader never sees half a file."""
 
     config: FilesSinkConfig
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
-        if c.format != "parquet" or c.partitioning != "none" or "://" in c.path:
+        if c.format == "avro" or c.partitioning in ("day", "hour") or "://" in c.path:
             raise ConnectorError(
-                f"sink {self.ctx.sink}: files sinks write local parquet without partitioning so far "
-                f"(format {c.format}, partitioning {c.partitioning}, path {c.path})"
+                f"sink {self.ctx.sink}: avro, day/hour partitioning and object storage are not "
+                f"written yet (format {c.format}, partitioning {c.partitioning}, path {c.path})"
             )
-        import pyarrow.parquet as pq
-
         directory = Path(self.ctx.path(c.path))
         directory.mkdir(parents=True, exist_ok=True)
         rows = data.count_rows()
-        if rows == 0 and c.mode == "append":
-            return WriteResult()
-        final = directory / f"batch-{batch_id:06d}-part-0000.parquet"
-        tmp = directory / f".{final.name}.tmp"
-        with pq.ParquetWriter(tmp, data.schema, compression=c.compression or "snappy") as out:
-            for batch in stream(data):
-                out.write_batch(batch, row_group_size=c.row_group_size)
-        os.replace(tmp, final)
+        written: list[tuple[str, int | None, int]] = []
+        if rows or c.mode == "overwrite":
+            limit = parse_size(c.max_file_size) if c.max_file_size is not None else None
+            with _Parts(directory, c, batch_id, data.schema, limit) as parts:
+                for batch in stream(data):
+                    parts.write(batch)
+                if not rows:
+                    parts.write(None)  # an empty result still replaces the old one
+            written = parts.files
         if c.mode == "overwrite":  # the new batch is in place; now drop the earlier ones
-            for old in directory.glob("batch-*"):
-                if old != final:
+            keep = {Path(p) for p, _, _ in written}
+            for old in directory.rglob("batch-*"):
+                if old not in keep:
                     old.unlink()
-        size = final.stat().st_size
-        return WriteResult(rows=rows, bytes=size, files=[(str(final), rows, size)])
+        return WriteResult(rows=rows, bytes=sum(b for _, _, b in written), files=written)
+
+
+class _Parts:
+    """Open files of one batch: one per partition directory, rolled over at max_file_size."""
+
+    def __init__(
+        self, root: Path, config: FilesSinkConfig, batch_id: int, schema: Any, limit: int | None
+    ) -> None:
+        self.root, self.config, self.batch_id, self.limit = root, config, batch_id, limit
+        keys = set(config.partition_by)
+        self.schema = schema
+        self.data_schema = pa_schema([f for f in schema if f.name not in keys])
+        self.open: dict[str, tuple[Any, Path, Path, int]] = {}  # dir -> (writer, tmp, final, rows)
+        self.counters: dict[str, int] = {}
+        self.files: list[tuple[str, int | None, int]] = []
+
+    def __enter__(self) -> _Parts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for key in list(self.open):
+            self._close(key, failed=exc[0] is not None)
+
+    def write(self, batch: Any) -> None:
+        if batch is None:
+            self._writer("").write(None)
+            return
+        for key, part in self._split(batch):
+            # With a size limit, write in slices, so a file ends close to the limit.
+            step = SLICE_ROWS if self.limit is not None else max(1, part.num_rows)
+            for start in range(0, part.num_rows, step):
+                piece = part.slice(start, step)
+                writer = self._writer(key)
+                writer.write(piece)
+                self.open[key] = (*self.open[key][:3], self.open[key][3] + piece.num_rows)
+                if self.limit is not None and writer.size() >= self.limit:
+                    self._close(key)
+
+    def _split(self, batch: Any) -> list[tuple[str, Any]]:
+        keys = self.config.partition_by
+        if not keys:
+            return [("", batch)]
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = pa.Table.from_batches([batch])
+        groups = table.group_by(list(keys)).aggregate([])
+        out = []
+        for values in groups.to_pylist():
+            mask = None
+            for k in keys:
+                cond = pc.is_null(table[k]) if values[k] is None else pc.equal(table[k], values[k])
+                mask = cond if mask is None else pc.and_(mask, cond)
+            part = table.filter(mask).drop_columns(list(keys))
+            key = "/".join(
+                f"{k}={'__HIVE_DEFAULT_PARTITION__' if values[k] is None else values[k]}"
+                for k in keys
+            )
+            out += [(key, b) for b in part.to_batches()]
+        return out
+
+    def _writer(self, key: str) -> Any:
+        if key not in self.open:
+            n = self.counters.get(key, 0)
+            self.counters[key] = n + 1
+            c = self.config
+            ext = EXTENSIONS[c.format] + (
+                COMPRESSED.get(c.compression or "", "") if c.format != "parquet" else ""
+            )
+            directory = self.root / key if key else self.root
+            directory.mkdir(parents=True, exist_ok=True)
+            final = directory / f"batch-{self.batch_id:06d}-part-{n:04d}{ext}"
+            tmp = directory / f".{final.name}.tmp"
+            self.open[key] = (_open_writer(tmp, c, self.data_schema), tmp, final, 0)
+        return self.open[key][0]
+
+    def _close(self, key: str, failed: bool = False) -> None:
+        writer, tmp, final, rows = self.open.pop(key)
+        writer.close()
+        if failed:
+            tmp.unlink(missing_ok=True)
+            return
+        os.replace(tmp, final)
+        self.files.append((str(final), rows, final.stat().st_size))
+
+
+def pa_schema(fields: list[Any]) -> Any:
+    import pyarrow as pa
+
+    return pa.schema(fields)
+
+
+def _open_writer(path: Path, config: FilesSinkConfig, schema: Any) -> Any:
+    if config.format == "parquet":
+        return _ParquetFile(path, config, schema)
+    return _TextFile(path, config, schema)
+
+
+class _ParquetFile:
+    def __init__(self, path: Path, config: FilesSinkConfig, schema: Any) -> None:
+        import pyarrow.parquet as pq
+
+        self.path, self.row_group = path, config.row_group_size
+        self.out = pq.ParquetWriter(path, schema, compression=config.compression or "snappy")
+
+    def write(self, batch: Any) -> None:
+        if batch is not None:
+            self.out.write_batch(batch, row_group_size=self.row_group)
+
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+    def close(self) -> None:
+        self.out.close()
+
+
+class _TextFile:
+    """CSV, JSON lines or one JSON array; gzip or zstd through Arrow's compressed streams.
+    Nested values (structs, lists, maps) are written as JSON text in CSV."""
+
+    def __init__(self, path: Path, config: FilesSinkConfig, schema: Any) -> None:
+        import pyarrow as pa
+
+        self.config, self.names, self.rows = config, schema.names, 0
+        codec = config.compression if config.compression in ("gzip", "zstd") else None
+        raw = pa.OSFile(str(path), "wb")
+        self.raw = raw
+        self.out = pa.CompressedOutputStream(raw, codec) if codec else raw
+        if config.format == "csv" and config.csv.header:
+            self._emit([self.names])
+        if config.format == "json":
+            self.out.write(b"[")
+
+    def write(self, batch: Any) -> None:
+        if batch is None:
+            return
+        rows = batch.to_pylist()
+        fmt = self.config.format
+        if fmt == "csv":
+            self._emit([[self._cell(r[n]) for n in self.names] for r in rows])
+            return
+        text = "".join(
+            ("" if fmt == "jsonl" or (self.rows == 0 and i == 0) else ",")
+            + ("\n" if fmt == "json" else "")
+            + json.dumps(r, default=_jsonable, ensure_ascii=False)
+            + ("\n" if fmt == "jsonl" else "")
+            for i, r in enumerate(rows)
+        )
+        self.rows += len(rows)
+        self.out.write(text.encode())
+
+    def _cell(self, value: Any) -> Any:
+        if value is None:
+            return self.config.csv.null_value
+        if isinstance(value, dict | list):
+            return json.dumps(value, default=_jsonable, ensure_ascii=False)
+        return value
+
+    def _emit(self, rows: list[list[Any]]) -> None:
+        buffer = io.StringIO()
+        writer = csv.writer(
+            buffer,
+            delimiter=self.config.csv.delimiter,
+            quotechar=self.config.csv.quote,
+            lineterminator="\n",
+        )
+        writer.writerows(rows)
+        self.out.write(buffer.getvalue().encode())
+
+    def size(self) -> int:
+        return int(self.raw.tell())
+
+    def close(self) -> None:
+        if self.config.format == "json":
+            self.out.write(b"\n]\n")
+        self.out.close()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)  # Decimal and the rest: their exact text

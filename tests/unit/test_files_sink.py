@@ -1,0 +1,109 @@
+"""The files sink on Arrow data (no Spark needed): formats, compression, partitions, sizes."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pytest
+
+from rivc.adapters.connectors.base import SinkContext
+from rivc.adapters.connectors.files import FilesSink
+from rivc.compiler.connectors import FilesSinkConfig
+
+ROWS = [
+    {
+        "id": i,
+        "day": date(2026, 1, 1 + i % 2),
+        "amount": Decimal(f"{i}.50"),
+        "note": None if i == 3 else f'say "hi", {i}',
+        "tags": {"k": i},
+    }
+    for i in range(6)
+]
+
+
+def data() -> pads.Dataset:
+    return pads.dataset(pa.Table.from_pylist(ROWS))
+
+
+def sink(tmp_path: Path, **config: object) -> FilesSink:
+    cfg = FilesSinkConfig.model_validate({"path": "out", **config})
+    return FilesSink(cfg, SinkContext(tmp_path, "p", "s"))
+
+
+def files(tmp_path: Path) -> list[str]:
+    return sorted(
+        p.relative_to(tmp_path / "out").as_posix()
+        for p in (tmp_path / "out").rglob("*")
+        if p.is_file()
+    )
+
+
+@pytest.mark.parametrize(
+    ("fmt", "compression", "name", "reader"),
+    [
+        ("parquet", "zstd", "batch-000007-part-0000.parquet", "read_parquet"),
+        ("csv", None, "batch-000007-part-0000.csv", "read_csv"),
+        ("csv", "gzip", "batch-000007-part-0000.csv.gz", "read_csv"),
+        ("jsonl", "zstd", "batch-000007-part-0000.jsonl.zst", "read_json"),
+        ("json", None, "batch-000007-part-0000.json", "read_json"),
+    ],
+)
+def test_formats_read_back_with_duckdb(tmp_path, fmt, compression, name, reader):
+    result = sink(tmp_path, format=fmt, compression=compression).write(data(), 7)
+    assert files(tmp_path) == [name]
+    assert result.rows == 6 and result.files[0][2] == (tmp_path / "out" / name).stat().st_size
+    got = duckdb.sql(
+        f"SELECT id, CAST(amount AS DOUBLE), note FROM {reader}('{tmp_path / 'out' / name}') ORDER BY id"
+    ).fetchall()
+    assert [g[0] for g in got] == list(range(6))
+    assert got[1][1] == 1.5 and got[1][2] == 'say "hi", 1'
+    if fmt != "csv":  # CSV writes NULL as the null_value, '' by default
+        assert got[3][2] is None
+
+
+def test_csv_options_and_nested_values(tmp_path):
+    sink(tmp_path, format="csv", csv={"delimiter": ";", "null_value": "NULL"}).write(data(), 0)
+    text = (tmp_path / "out/batch-000000-part-0000.csv").read_text().splitlines()
+    assert text[0] == "id;day;amount;note;tags"
+    assert text[4].startswith("3;2026-01-02;3.50;NULL;")
+    assert json.loads(text[1].split(";", 4)[4].strip('"').replace('""', '"')) == {"k": 0}
+
+
+def test_hive_partitions_and_size_limit(tmp_path):
+    big = pads.dataset(pa.Table.from_pylist(ROWS * 2000))
+    result = sink(
+        tmp_path,
+        format="jsonl",
+        partitioning="columns",
+        partition_by=["day"],
+        max_file_size="100KB",
+    ).write(big, 3)
+    names = files(tmp_path)
+    assert {n.split("/")[0] for n in names} == {"day=2026-01-01", "day=2026-01-02"}
+    assert len(names) > 2 and all(s <= 100_000 + 70_000 for _, _, s in result.files)
+    assert sum(r for _, r, _ in result.files) == 12_000
+    got = duckdb.sql(
+        f"SELECT day, count(*) FROM read_json('{tmp_path}/out/*/*.jsonl', hive_partitioning=true) "
+        "GROUP BY day ORDER BY day"
+    ).fetchall()
+    assert [c for _, c in got] == [6000, 6000]
+
+
+def test_replay_rewrites_and_overwrite_replaces(tmp_path):
+    s = sink(tmp_path, format="parquet", mode="overwrite")
+    s.write(data(), 1)
+    s.write(data(), 1)  # a replayed batch: same name, no duplicate
+    assert files(tmp_path) == ["batch-000001-part-0000.parquet"]
+    s.write(data(), 2)
+    assert files(tmp_path) == ["batch-000002-part-0000.parquet"]
+    empty = pads.dataset(pa.Table.from_pylist(ROWS).slice(0, 0))
+    s.write(empty, 3)  # an empty result replaces the old one too
+    assert files(tmp_path) == ["batch-000003-part-0000.parquet"]
+    assert duckdb.sql(f"SELECT count(*) FROM '{tmp_path}/out/*.parquet'").fetchall() == [(0,)]
