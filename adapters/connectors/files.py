@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import os
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,10 +64,10 @@ class FilesSink(Sink):
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
-        if c.format == "avro" or c.partitioning in ("day", "hour") or "://" in c.path:
+        if c.format == "avro" or "://" in c.path:
             raise ConnectorError(
-                f"sink {self.ctx.sink}: avro, day/hour partitioning and object storage are not "
-                f"written yet (format {c.format}, partitioning {c.partitioning}, path {c.path})"
+                f"sink {self.ctx.sink}: avro files and object storage are not written yet "
+                f"(format {c.format}, path {c.path})"
             )
         directory = Path(self.ctx.path(c.path))
         directory.mkdir(parents=True, exist_ok=True)
@@ -126,25 +126,32 @@ class _Parts:
                     self._close(key)
 
     def _split(self, batch: Any) -> list[tuple[str, Any]]:
-        keys = self.config.partition_by
-        if not keys:
+        """(directory under the sink's path, rows) for each partition the batch touches."""
+        c = self.config
+        if c.partitioning == "none":
             return [("", batch)]
         import pyarrow as pa
         import pyarrow.compute as pc
 
         table = pa.Table.from_batches([batch])
-        groups = table.group_by(list(keys)).aggregate([])
+        if c.partitioning in ("day", "hour"):
+            fmt = "dt=%Y-%m-%d" + ("/hour=%H" if c.partitioning == "hour" else "")
+            if c.time_column:
+                times = table[c.time_column]
+                keys = pc.fill_null(pc.strftime(times, format=fmt), "dt=__HIVE_DEFAULT_PARTITION__")
+            else:  # the batch's own time
+                now = datetime.now(UTC).strftime(fmt)
+                return [(now, batch)]
+        else:
+            parts = []
+            for k in c.partition_by:
+                text = pc.fill_null(pc.cast(table[k], pa.string()), "__HIVE_DEFAULT_PARTITION__")
+                parts.append(pc.binary_join_element_wise(f"{k}=", text, ""))
+            keys = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "/")
+            table = table.drop_columns(list(c.partition_by))
         out = []
-        for values in groups.to_pylist():
-            mask = None
-            for k in keys:
-                cond = pc.is_null(table[k]) if values[k] is None else pc.equal(table[k], values[k])
-                mask = cond if mask is None else pc.and_(mask, cond)
-            part = table.filter(mask).drop_columns(list(keys))
-            key = "/".join(
-                f"{k}={'__HIVE_DEFAULT_PARTITION__' if values[k] is None else values[k]}"
-                for k in keys
-            )
+        for key in pc.unique(keys).to_pylist():
+            part = table.filter(pc.equal(keys, key))
             out += [(key, b) for b in part.to_batches()]
         return out
 

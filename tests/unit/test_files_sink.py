@@ -107,3 +107,24 @@ def test_replay_rewrites_and_overwrite_replaces(tmp_path):
     s.write(empty, 3)  # an empty result replaces the old one too
     assert files(tmp_path) == ["batch-000003-part-0000.parquet"]
     assert duckdb.sql(f"SELECT count(*) FROM '{tmp_path}/out/*.parquet'").fetchall() == [(0,)]
+
+
+def test_day_and_hour_partitions_by_event_time(tmp_path):
+    from datetime import datetime
+
+    rows = [{"id": i, "at": datetime(2026, 1, 1 + i // 4, i % 2)} for i in range(8)]
+    rows.append({"id": 8, "at": None})
+    table = pads.dataset(pa.Table.from_pylist(rows))
+    result = sink(tmp_path, format="parquet", partitioning="hour", time_column="at").write(table, 0)
+    assert {n.rsplit("/", 1)[0] for n in files(tmp_path)} == {
+        "dt=2026-01-01/hour=00",
+        "dt=2026-01-01/hour=01",
+        "dt=2026-01-02/hour=00",
+        "dt=2026-01-02/hour=01",
+        "dt=__HIVE_DEFAULT_PARTITION__",
+    }
+    assert sum(r for _, r, _ in result.files) == 9
+    got = duckdb.sql(
+        f"SELECT count(*) FROM read_parquet('{tmp_path}/out/dt=2026-01-02/*/*.parquet')"
+    ).fetchall()
+    assert got == [(4,)]
