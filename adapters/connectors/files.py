@@ -49,9 +49,16 @@ def read_source(
     return reader.load(path)
 
 
-EXTENSIONS = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl", "json": ".json"}
+EXTENSIONS = {
+    "parquet": ".parquet",
+    "csv": ".csv",
+    "jsonl": ".jsonl",
+    "json": ".json",
+    "avro": ".avro",
+}
 COMPRESSED = {"gzip": ".gz", "zstd": ".zst"}
 SLICE_ROWS = 1_000  # granularity of max_file_size
+BINARY = ("parquet", "avro")  # formats that compress inside the file
 
 
 @SINKS.register("files")
@@ -64,10 +71,9 @@ class FilesSink(Sink):
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
-        if c.format == "avro" or "://" in c.path:
+        if "://" in c.path:
             raise ConnectorError(
-                f"sink {self.ctx.sink}: avro files and object storage are not written yet "
-                f"(format {c.format}, path {c.path})"
+                f"sink {self.ctx.sink}: object storage is not written yet (path {c.path})"
             )
         directory = Path(self.ctx.path(c.path))
         directory.mkdir(parents=True, exist_ok=True)
@@ -75,7 +81,8 @@ class FilesSink(Sink):
         written: list[tuple[str, int | None, int]] = []
         if rows or c.mode == "overwrite":
             limit = parse_size(c.max_file_size) if c.max_file_size is not None else None
-            with _Parts(directory, c, batch_id, data.schema, limit) as parts:
+            name = c.avro_record_name or self.ctx.sink
+            with _Parts(directory, c, batch_id, data.schema, limit, name) as parts:
                 for batch in stream(data):
                     parts.write(batch)
                 if not rows:
@@ -93,9 +100,16 @@ class _Parts:
     """Open files of one batch: one per partition directory, rolled over at max_file_size."""
 
     def __init__(
-        self, root: Path, config: FilesSinkConfig, batch_id: int, schema: Any, limit: int | None
+        self,
+        root: Path,
+        config: FilesSinkConfig,
+        batch_id: int,
+        schema: Any,
+        limit: int | None,
+        record_name: str,
     ) -> None:
         self.root, self.config, self.batch_id, self.limit = root, config, batch_id, limit
+        self.record_name = record_name
         keys = set(config.partition_by)
         self.schema = schema
         self.data_schema = pa_schema([f for f in schema if f.name not in keys])
@@ -161,13 +175,14 @@ class _Parts:
             self.counters[key] = n + 1
             c = self.config
             ext = EXTENSIONS[c.format] + (
-                COMPRESSED.get(c.compression or "", "") if c.format != "parquet" else ""
+                COMPRESSED.get(c.compression or "", "") if c.format not in BINARY else ""
             )
             directory = self.root / key if key else self.root
             directory.mkdir(parents=True, exist_ok=True)
             final = directory / f"batch-{self.batch_id:06d}-part-{n:04d}{ext}"
             tmp = directory / f".{final.name}.tmp"
-            self.open[key] = (_open_writer(tmp, c, self.data_schema), tmp, final, 0)
+            writer = _open_writer(tmp, c, self.data_schema, self.record_name)
+            self.open[key] = (writer, tmp, final, 0)
         return self.open[key][0]
 
     def _close(self, key: str, failed: bool = False) -> None:
@@ -186,10 +201,88 @@ def pa_schema(fields: list[Any]) -> Any:
     return pa.schema(fields)
 
 
-def _open_writer(path: Path, config: FilesSinkConfig, schema: Any) -> Any:
+def _open_writer(path: Path, config: FilesSinkConfig, schema: Any, record_name: str) -> Any:
     if config.format == "parquet":
         return _ParquetFile(path, config, schema)
+    if config.format == "avro":
+        return _AvroFile(path, config, schema, record_name)
     return _TextFile(path, config, schema)
+
+
+AVRO_CODECS = {None: "null", "none": "null", "snappy": "snappy", "zstd": "zstandard"}
+
+
+def avro_schema(schema: Any, name: str, namespace: str) -> dict[str, Any]:
+    """An Avro record schema for an Arrow schema; every field nullable, as Spark's columns are."""
+    import pyarrow as pa
+
+    counter = iter(range(1_000_000))
+
+    def avro(t: Any) -> Any:
+        if pa.types.is_boolean(t):
+            return "boolean"
+        if pa.types.is_integer(t):
+            return "long" if t.bit_width == 64 else "int"
+        if pa.types.is_float32(t):
+            return "float"
+        if pa.types.is_floating(t):
+            return "double"
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return "string"
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return "bytes"
+        if pa.types.is_date(t):
+            return {"type": "int", "logicalType": "date"}
+        if pa.types.is_timestamp(t):
+            return {"type": "long", "logicalType": "timestamp-micros"}
+        if pa.types.is_decimal(t):
+            return {
+                "type": "bytes",
+                "logicalType": "decimal",
+                "precision": t.precision,
+                "scale": t.scale,
+            }
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return {"type": "array", "items": ["null", avro(t.value_type)]}
+        if pa.types.is_struct(t):
+            return record([t.field(i) for i in range(t.num_fields)], f"{name}_{next(counter)}")
+        if pa.types.is_map(t):
+            return {"type": "map", "values": ["null", avro(t.item_type)]}
+        raise ConnectorError(f"no Avro type for the Arrow type {t}")
+
+    def record(fields: list[Any], record_name: str) -> dict[str, Any]:
+        return {
+            "type": "record",
+            "name": record_name,
+            "fields": [
+                {"name": f.name, "type": ["null", avro(f.type)], "default": None} for f in fields
+            ],
+        }
+
+    return {**record(list(schema), name), "namespace": namespace}
+
+
+class _AvroFile:
+    def __init__(self, path: Path, config: FilesSinkConfig, schema: Any, name: str) -> None:
+        import fastavro
+        from fastavro.write import Writer
+
+        self.path, self.fh = path, open(path, "wb")  # noqa: SIM115 - closed in close()
+        parsed = fastavro.parse_schema(avro_schema(schema, name, config.avro_namespace))
+        self.out = Writer(self.fh, parsed, codec=AVRO_CODECS[config.compression])
+
+    def write(self, batch: Any) -> None:
+        if batch is not None:
+            for row in batch.to_pylist():
+                self.out.write(row)
+            self.out.flush()
+
+    def size(self) -> int:
+        return int(self.fh.tell())
+
+    def close(self) -> None:
+        self.out.flush()
+        self.fh.close()
 
 
 class _ParquetFile:

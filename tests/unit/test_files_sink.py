@@ -128,3 +128,20 @@ def test_day_and_hour_partitions_by_event_time(tmp_path):
         f"SELECT count(*) FROM read_parquet('{tmp_path}/out/dt=2026-01-02/*/*.parquet')"
     ).fetchall()
     assert got == [(4,)]
+
+
+@pytest.mark.parametrize("compression", [None, "snappy", "zstd"])
+def test_avro_with_inferred_schema(tmp_path, compression):
+    import fastavro
+
+    sink(tmp_path, format="avro", compression=compression, avro_record_name="order").write(
+        data(), 0
+    )
+    with open(tmp_path / "out/batch-000000-part-0000.avro", "rb") as fh:
+        reader = fastavro.reader(fh)
+        schema = reader.writer_schema
+        rows = list(reader)
+    assert schema["name"] == "rivc.order"
+    assert [r["id"] for r in rows] == list(range(6))
+    assert rows[1]["amount"] == Decimal("1.50") and rows[1]["day"] == date(2026, 1, 2)
+    assert rows[3]["note"] is None and rows[2]["tags"] == {"k": 2}
