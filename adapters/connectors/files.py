@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,29 +72,92 @@ class FilesSink(Sink):
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
-        if "://" in c.path:
-            raise ConnectorError(
-                f"sink {self.ctx.sink}: object storage is not written yet (path {c.path})"
-            )
-        directory = Path(self.ctx.path(c.path))
-        directory.mkdir(parents=True, exist_ok=True)
+        target = Target(c.path, self.ctx.root, c.storage_options)
         rows = data.count_rows()
         written: list[tuple[str, int | None, int]] = []
         if rows or c.mode == "overwrite":
             limit = parse_size(c.max_file_size) if c.max_file_size is not None else None
             name = c.avro_record_name or self.ctx.sink
-            with _Parts(directory, c, batch_id, data.schema, limit, name) as parts:
+            with _Parts(target, c, batch_id, data.schema, limit, name) as parts:
                 for batch in stream(data):
                     parts.write(batch)
                 if not rows:
                     parts.write(None)  # an empty result still replaces the old one
             written = parts.files
         if c.mode == "overwrite":  # the new batch is in place; now drop the earlier ones
-            keep = {Path(p) for p, _, _ in written}
-            for old in directory.rglob("batch-*"):
-                if old not in keep:
-                    old.unlink()
+            keep = {p for p, _, _ in written}
+            target.delete([p for p in target.batch_files() if p not in keep])
         return WriteResult(rows=rows, bytes=sum(b for _, _, b in written), files=written)
+
+
+class Target:
+    """Where a files sink writes. A local directory: each file is written under a hidden name and
+    renamed. s3://bucket/prefix: a multipart upload, which S3 shows only once it is complete.
+
+    S3 settings come from `storage_options` (the keys deltalake uses: AWS_ENDPOINT_URL,
+    AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), then from the same environment
+    variables."""
+
+    def __init__(self, path: str, root: Path, options: dict[str, str]) -> None:
+        import pyarrow.fs as pafs
+
+        self.remote = path.startswith("s3://")
+        if self.remote:
+            opts = {k.upper(): v for k, v in options.items()}
+
+            def get(key: str) -> str | None:
+                return opts.get(key) or os.environ.get(key)
+
+            endpoint = get("AWS_ENDPOINT_URL")
+            self.fs: Any = pafs.S3FileSystem(
+                access_key=get("AWS_ACCESS_KEY_ID"),
+                secret_key=get("AWS_SECRET_ACCESS_KEY"),
+                region=get("AWS_REGION") or "us-east-1",
+                endpoint_override=endpoint,
+                scheme="http" if endpoint and endpoint.startswith("http://") else "https",
+            )
+            self.base = path.removeprefix("s3://").rstrip("/")
+        else:
+            self.fs = pafs.LocalFileSystem()
+            local = Path(path) if Path(path).is_absolute() else root / path
+            self.base = str(local.resolve())
+            local.mkdir(parents=True, exist_ok=True)
+
+    def uri(self, rel: str) -> str:
+        return f"s3://{self.base}/{rel}" if self.remote else f"{self.base}/{rel}"
+
+    def open(self, rel: str) -> tuple[Any, Callable[[], int], Callable[[], None]]:
+        """(stream, commit -> size, abort) for the file `rel` under the target."""
+        final = f"{self.base}/{rel}"
+        if self.remote:
+            out = self.fs.open_output_stream(final)
+            return out, lambda: int(self.fs.get_file_info(final).size), lambda: None
+        Path(final).parent.mkdir(parents=True, exist_ok=True)
+        tmp = str(Path(final).with_name(f".{Path(final).name}.tmp"))
+        out = self.fs.open_output_stream(tmp)
+
+        def commit() -> int:
+            os.replace(tmp, final)
+            return Path(final).stat().st_size
+
+        return out, commit, lambda: Path(tmp).unlink(missing_ok=True)
+
+    def batch_files(self) -> list[str]:
+        import pyarrow.fs as pafs
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.base, recursive=True))
+        except FileNotFoundError:
+            return []
+        return [
+            f"s3://{i.path}" if self.remote else i.path
+            for i in infos
+            if i.type == pafs.FileType.File and i.base_name.startswith("batch-")
+        ]
+
+    def delete(self, uris: list[str]) -> None:
+        for uri in uris:
+            self.fs.delete_file(uri.removeprefix("s3://"))
 
 
 class _Parts:
@@ -101,19 +165,19 @@ class _Parts:
 
     def __init__(
         self,
-        root: Path,
+        target: Target,
         config: FilesSinkConfig,
         batch_id: int,
         schema: Any,
         limit: int | None,
         record_name: str,
     ) -> None:
-        self.root, self.config, self.batch_id, self.limit = root, config, batch_id, limit
+        self.target, self.config, self.batch_id, self.limit = target, config, batch_id, limit
         self.record_name = record_name
         keys = set(config.partition_by)
         self.schema = schema
         self.data_schema = pa_schema([f for f in schema if f.name not in keys])
-        self.open: dict[str, tuple[Any, Path, Path, int]] = {}  # dir -> (writer, tmp, final, rows)
+        self.open: dict[str, tuple[Any, Any, Any, int]] = {}  # dir -> (writer, commit, abort, rows)
         self.counters: dict[str, int] = {}
         self.files: list[tuple[str, int | None, int]] = []
 
@@ -177,22 +241,20 @@ class _Parts:
             ext = EXTENSIONS[c.format] + (
                 COMPRESSED.get(c.compression or "", "") if c.format not in BINARY else ""
             )
-            directory = self.root / key if key else self.root
-            directory.mkdir(parents=True, exist_ok=True)
-            final = directory / f"batch-{self.batch_id:06d}-part-{n:04d}{ext}"
-            tmp = directory / f".{final.name}.tmp"
-            writer = _open_writer(tmp, c, self.data_schema, self.record_name)
-            self.open[key] = (writer, tmp, final, 0)
+            name = f"batch-{self.batch_id:06d}-part-{n:04d}{ext}"
+            rel = f"{key}/{name}" if key else name
+            out, commit, abort = self.target.open(rel)
+            writer = _open_writer(out, c, self.data_schema, self.record_name)
+            self.open[key] = (writer, (commit, rel), abort, 0)
         return self.open[key][0]
 
     def _close(self, key: str, failed: bool = False) -> None:
-        writer, tmp, final, rows = self.open.pop(key)
+        writer, (commit, rel), abort, rows = self.open.pop(key)
         writer.close()
         if failed:
-            tmp.unlink(missing_ok=True)
+            abort()
             return
-        os.replace(tmp, final)
-        self.files.append((str(final), rows, final.stat().st_size))
+        self.files.append((self.target.uri(rel), rows, commit()))
 
 
 def pa_schema(fields: list[Any]) -> Any:
@@ -201,12 +263,12 @@ def pa_schema(fields: list[Any]) -> Any:
     return pa.schema(fields)
 
 
-def _open_writer(path: Path, config: FilesSinkConfig, schema: Any, record_name: str) -> Any:
+def _open_writer(out: Any, config: FilesSinkConfig, schema: Any, record_name: str) -> Any:
     if config.format == "parquet":
-        return _ParquetFile(path, config, schema)
+        return _ParquetFile(out, config, schema)
     if config.format == "avro":
-        return _AvroFile(path, config, schema, record_name)
-    return _TextFile(path, config, schema)
+        return _AvroFile(out, config, schema, record_name)
+    return _TextFile(out, config, schema)
 
 
 AVRO_CODECS = {None: "null", "none": "null", "snappy": "snappy", "zstd": "zstandard"}
@@ -263,11 +325,11 @@ def avro_schema(schema: Any, name: str, namespace: str) -> dict[str, Any]:
 
 
 class _AvroFile:
-    def __init__(self, path: Path, config: FilesSinkConfig, schema: Any, name: str) -> None:
+    def __init__(self, out: Any, config: FilesSinkConfig, schema: Any, name: str) -> None:
         import fastavro
         from fastavro.write import Writer
 
-        self.path, self.fh = path, open(path, "wb")  # noqa: SIM115 - closed in close()
+        self.fh = out
         parsed = fastavro.parse_schema(avro_schema(schema, name, config.avro_namespace))
         self.out = Writer(self.fh, parsed, codec=AVRO_CODECS[config.compression])
 
@@ -286,33 +348,33 @@ class _AvroFile:
 
 
 class _ParquetFile:
-    def __init__(self, path: Path, config: FilesSinkConfig, schema: Any) -> None:
+    def __init__(self, out: Any, config: FilesSinkConfig, schema: Any) -> None:
         import pyarrow.parquet as pq
 
-        self.path, self.row_group = path, config.row_group_size
-        self.out = pq.ParquetWriter(path, schema, compression=config.compression or "snappy")
+        self.raw, self.row_group = out, config.row_group_size
+        self.out = pq.ParquetWriter(out, schema, compression=config.compression or "snappy")
 
     def write(self, batch: Any) -> None:
         if batch is not None:
             self.out.write_batch(batch, row_group_size=self.row_group)
 
     def size(self) -> int:
-        return self.path.stat().st_size
+        return int(self.raw.tell())
 
     def close(self) -> None:
         self.out.close()
+        self.raw.close()
 
 
 class _TextFile:
     """CSV, JSON lines or one JSON array; gzip or zstd through Arrow's compressed streams.
     Nested values (structs, lists, maps) are written as JSON text in CSV."""
 
-    def __init__(self, path: Path, config: FilesSinkConfig, schema: Any) -> None:
+    def __init__(self, raw: Any, config: FilesSinkConfig, schema: Any) -> None:
         import pyarrow as pa
 
         self.config, self.names, self.rows = config, schema.names, 0
         codec = config.compression if config.compression in ("gzip", "zstd") else None
-        raw = pa.OSFile(str(path), "wb")
         self.raw = raw
         self.out = pa.CompressedOutputStream(raw, codec) if codec else raw
         if config.format == "csv" and config.csv.header:
