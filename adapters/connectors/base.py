@@ -91,6 +91,6 @@ SINKS: Registry[Sink] = Registry("sink", entry_point_group="rivc.sinks")
 
 
 def sink_for(connector: str, config: Any, ctx: SinkContext) -> Sink:
-    from . import delta, files, stdout  # noqa: F401  (registers the built-ins)
+    from . import delta, files, iceberg, stdout  # noqa: F401  (registers the built-ins)
 
     return SINKS.get(connector)(config, ctx)

@@ -279,3 +279,30 @@ def test_trigger_once_runs_one_batch(spark, tmp_path):
     res = results(root)["sink:orders_delta"]
     assert res["rows"] == 30 and "1 batch" in res["message"]
     assert DeltaTable(str(root / "out/orders")).transaction_version("rivc:stream:orders_delta") == 0
+
+
+def test_iceberg_sink_skips_a_replayed_stream_batch(spark, tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    root = stream_project(tmp_path / "ice", 40)
+    (root / "sinks/lake.yml").write_text(
+        """
+sinks:
+  - name: orders_ice
+    from: source:gen.orders
+    connector: iceberg
+    config: {namespace: shop, table: orders, partitioning: [{field: created_at, transform: day}]}
+"""
+    )
+    assert rivc(root, "run").exit_code == 0
+    commits = root / ".rivc/checkpoints/orders_ice/commits"
+    (commits / "0").unlink()
+    (commits / ".0.crc").unlink()
+    assert rivc(root, "run").exit_code == 0
+    assert "1 replayed and skipped" in results(root)["sink:orders_ice"]["message"]
+    home = root / ".rivc/iceberg"
+    catalog = SqlCatalog(
+        "rivc", uri=f"sqlite:///{home / 'catalog.db'}", warehouse=(home / "warehouse").as_uri()
+    )
+    ids = catalog.load_table("shop.orders").scan().to_arrow().column("order_id").to_pylist()
+    assert sorted(ids) == list(range(1, 41))

@@ -1,0 +1,154 @@
+"""Apache Iceberg tables through pyiceberg: SQL (SQLite or PostgreSQL) and REST catalogs.
+
+Exactly once per (sink, batch id): the batch id is written in the same commit as the data, as a
+snapshot summary property and as the table property `rivc.batch.<sink>`; a batch whose id the
+table already holds is skipped. pyiceberg's own commit retry is off (it would re-apply an append
+on a stale table and duplicate rows); rivc retries itself after re-reading the committed id.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from rivc.compiler.connectors import IcebergSinkConfig
+from rivc.compiler.errors import ConnectorError
+
+from .base import SINKS, Sink, WriteResult, stream
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
+
+RETRY_DELAYS = (0.1, 0.2, 0.4)
+CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "none": "uncompressed"}
+
+
+@SINKS.register("iceberg")
+class IcebergSink(Sink):
+    config: IcebergSinkConfig
+
+    @property
+    def marker(self) -> str:
+        return f"rivc.batch.{self.ctx.app_id}"
+
+    @property
+    def identifier(self) -> str:
+        return f"{self.config.namespace}.{self.config.table}"
+
+    def catalog(self) -> Any:
+        c = self.config.catalog
+        if c.type == "rest":
+            from pyiceberg.catalog.rest import RestCatalog
+
+            props = {
+                "uri": c.uri,
+                "warehouse": c.warehouse,
+                "credential": c.credential,
+                "token": c.token,
+            }
+            return RestCatalog("rivc", **{k: v for k, v in props.items() if v})
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        home = self.ctx.root / ".rivc" / "iceberg"
+        home.mkdir(parents=True, exist_ok=True)
+        warehouse = c.warehouse or str(home / "warehouse")
+        if "://" not in warehouse:
+            warehouse = (self.ctx.root / warehouse).resolve().as_uri()
+        return SqlCatalog(
+            "rivc", uri=c.uri or f"sqlite:///{home / 'catalog.db'}", warehouse=warehouse
+        )
+
+    def _table(self, catalog: Any) -> Any | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            return None
+
+    def committed(self, batch_id: int) -> bool:
+        table = self._table(self.catalog())
+        return table is not None and int(table.properties.get(self.marker, "-1")) >= batch_id
+
+    def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
+        from pyiceberg.exceptions import CommitFailedException
+
+        c = self.config
+        catalog = self.catalog()
+        catalog.create_namespace_if_not_exists(c.namespace)
+        retries = 0
+        while True:
+            table = self._table(catalog) or self._create(catalog, data.schema)
+            if int(table.properties.get(self.marker, "-1")) >= batch_id:
+                return WriteResult(skipped=True, retries=retries)  # a retry found it committed
+            try:
+                self._commit(table, data, batch_id)
+                break
+            except CommitFailedException as exc:
+                if retries >= len(RETRY_DELAYS):
+                    raise ConnectorError(
+                        f"iceberg commit to {self.identifier} failed: {exc}"
+                    ) from exc
+                time.sleep(RETRY_DELAYS[retries])
+                retries += 1
+        summary = catalog.load_table(self.identifier).current_snapshot().summary
+        added = int(summary.get("added-files-size", "0") or 0)
+        return WriteResult(rows=data.count_rows(), bytes=added, retries=retries)
+
+    def _create(self, catalog: Any, schema: Any) -> Any:
+        from pyiceberg import transforms as T
+
+        c = self.config
+        table = catalog.create_table_if_not_exists(
+            self.identifier,
+            schema=schema,
+            properties={
+                "commit.retry.num-retries": "0",
+                "write.parquet.compression-codec": CODECS[c.compression],
+            },
+        )
+        if c.partitioning and not table.spec().fields:
+            # Create first, then add the spec: a PartitionSpec needs Iceberg field ids, which an
+            # Arrow schema only gets when the table is created.
+            make = {
+                "identity": lambda p: T.IdentityTransform(),
+                "bucket": lambda p: T.BucketTransform(p.buckets),
+                "truncate": lambda p: T.TruncateTransform(p.width),
+                "year": lambda p: T.YearTransform(),
+                "month": lambda p: T.MonthTransform(),
+                "day": lambda p: T.DayTransform(),
+                "hour": lambda p: T.HourTransform(),
+            }
+            with table.update_spec() as spec:
+                for p in c.partitioning:
+                    spec.add_field(p.field, make[p.transform](p), f"{p.field}_{p.transform}")
+            table = catalog.load_table(self.identifier)
+        return table
+
+    def _commit(self, table: Any, data: pads.Dataset, batch_id: int) -> None:
+        c = self.config
+        props = {self.marker: str(batch_id)}
+        # pyiceberg streams a RecordBatchReader only into unpartitioned tables
+        rows = stream(data) if not table.spec().fields else data.to_table()
+        with table.transaction() as tx:
+            self._evolve(tx, table, data.schema)
+            if c.mode == "append":
+                tx.append(rows, snapshot_properties=props)
+            elif c.mode == "overwrite":
+                tx.overwrite(rows, snapshot_properties=props)
+            else:  # upsert compares with the table, so the batch is read into memory
+                tx.upsert(data.to_table(), join_cols=list(c.key_fields), snapshot_properties=props)
+            tx.set_properties(props)  # in the same commit as the data
+
+    def _evolve(self, tx: Any, table: Any, incoming: Any) -> None:
+        current = {f.name for f in table.schema().fields}
+        new = [f.name for f in incoming if f.name not in current]
+        mode = self.config.schema_evolution
+        if not new and mode != "full":
+            return
+        if mode == "strict":
+            raise ConnectorError(
+                f"sink {self.ctx.sink}: new columns {new} and schema_evolution is strict"
+            )
+        with tx.update_schema(allow_incompatible_changes=False) as update:
+            update.union_by_name(incoming)  # add columns; `full` also promotes types safely
