@@ -76,6 +76,7 @@ def write(
                         predicate,
                         source_alias="s",
                         target_alias="t",
+                        merge_schema=schema_mode == "merge",
                         writer_properties=props,
                         commit_properties=commit,
                     )

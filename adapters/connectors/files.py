@@ -58,7 +58,7 @@ EXTENSIONS = {
     "avro": ".avro",
 }
 COMPRESSED = {"gzip": ".gz", "zstd": ".zst"}
-SLICE_ROWS = 1_000  # granularity of max_file_size
+SLICE_ROWS = 1_000  # most rows per write when max_file_size is set
 BINARY = ("parquet", "avro")  # formats that compress inside the file
 
 
@@ -174,6 +174,7 @@ class _Parts:
     ) -> None:
         self.target, self.config, self.batch_id, self.limit = target, config, batch_id, limit
         self.record_name = record_name
+        self.row_bytes = 100  # a first guess, replaced by what the files measure
         keys = set(config.partition_by)
         self.schema = schema
         self.data_schema = pa_schema([f for f in schema if f.name not in keys])
@@ -193,15 +194,25 @@ class _Parts:
             self._writer("").write(None)
             return
         for key, part in self._split(batch):
-            # With a size limit, write in slices, so a file ends close to the limit.
-            step = SLICE_ROWS if self.limit is not None else max(1, part.num_rows)
-            for start in range(0, part.num_rows, step):
-                piece = part.slice(start, step)
+            start = 0
+            while start < part.num_rows:
+                piece = part.slice(start, self._step(part.num_rows))
+                start += piece.num_rows
                 writer = self._writer(key)
                 writer.write(piece)
-                self.open[key] = (*self.open[key][:3], self.open[key][3] + piece.num_rows)
-                if self.limit is not None and writer.size() >= self.limit:
-                    self._close(key)
+                rows = self.open[key][3] + piece.num_rows
+                self.open[key] = (*self.open[key][:3], rows)
+                if self.limit is not None:
+                    self.row_bytes = max(1, writer.size() // max(1, rows))
+                    if writer.size() >= self.limit:
+                        self._close(key)
+
+    def _step(self, rows: int) -> int:
+        """Rows per write: all of them, or with a size limit, a slice that fills a quarter of
+        a file at the measured bytes per row, so a file ends close to the limit."""
+        if self.limit is None:
+            return max(1, rows)
+        return max(1, min(SLICE_ROWS, self.limit // (4 * self.row_bytes)))
 
     def _split(self, batch: Any) -> list[tuple[str, Any]]:
         """(directory under the sink's path, rows) for each partition the batch touches."""

@@ -9,6 +9,7 @@ on a stale table and duplicate rows); rivc retries itself after re-reading the c
 from __future__ import annotations
 
 import time
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connectors import IcebergSinkConfig
@@ -128,27 +129,59 @@ class IcebergSink(Sink):
     def _commit(self, table: Any, data: pads.Dataset, batch_id: int) -> None:
         c = self.config
         props = {self.marker: str(batch_id)}
+        # New columns first, in their own commit: an upsert compares the batch with the table's
+        # schema as it is before the transaction, and added columns are harmless on their own.
+        if self._evolve(table, data.schema):
+            table = table.refresh()
         # pyiceberg streams a RecordBatchReader only into unpartitioned tables
         rows = stream(data) if not table.spec().fields else data.to_table()
         with table.transaction() as tx:
-            self._evolve(tx, table, data.schema)
             if c.mode == "append":
                 tx.append(rows, snapshot_properties=props)
             elif c.mode == "overwrite":
                 tx.overwrite(rows, snapshot_properties=props)
-            else:  # upsert compares with the table, so the batch is read into memory
-                tx.upsert(data.to_table(), join_cols=list(c.key_fields), snapshot_properties=props)
+            else:  # upsert: drop the rows with the batch's keys, then append the batch
+                keys = data.to_table(columns=list(c.key_fields))
+                with warnings.catch_warnings():  # new keys only: nothing to delete is normal
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                    tx.delete(_key_filter(keys), snapshot_properties=props)
+                tx.append(rows, snapshot_properties=props)
             tx.set_properties(props)  # in the same commit as the data
 
-    def _evolve(self, tx: Any, table: Any, incoming: Any) -> None:
-        current = {f.name for f in table.schema().fields}
+    def _evolve(self, table: Any, incoming: Any) -> bool:
+        """Bring the table's schema up to the batch's; True if it changed."""
+        current = {f.name: f for f in table.schema().fields}
         new = [f.name for f in incoming if f.name not in current]
         mode = self.config.schema_evolution
         if not new and mode != "full":
-            return
-        if mode == "strict":
+            return False
+        if new and mode == "strict":
             raise ConnectorError(
                 f"sink {self.ctx.sink}: new columns {new} and schema_evolution is strict"
             )
-        with tx.update_schema(allow_incompatible_changes=False) as update:
+        before = table.schema()
+        with table.update_schema(allow_incompatible_changes=False) as update:
             update.union_by_name(incoming)  # add columns; `full` also promotes types safely
+        return table.refresh().schema() != before
+
+
+def _key_filter(keys: Any) -> Any:
+    """An Iceberg row filter matching every key of the batch (pyiceberg's own upsert cannot
+    compare with a table whose schema evolved since its last snapshot)."""
+    from pyiceberg.expressions import And, EqualTo, In, IsNull, Or
+
+    names = keys.column_names
+    if len(names) == 1:
+        values = [v for v in set(keys.column(0).to_pylist()) if v is not None]
+        return In(names[0], values) if values else IsNull(names[0])
+    rows = {tuple(r.values()) for r in keys.to_pylist()}
+    terms = [
+        And(
+            *[
+                EqualTo(n, v) if v is not None else IsNull(n)
+                for n, v in zip(names, row, strict=True)
+            ]
+        )
+        for row in rows
+    ]
+    return terms[0] if len(terms) == 1 else Or(*terms)
