@@ -1,0 +1,101 @@
+"""Rows/s into each sink for N generated rows (default 5,000,000), from one `rivc run`.
+
+    python bench/sink_bench.py
+    python bench/sink_bench.py --rows 1000000
+
+A table model built from Spark's range() feeds one sink per connector; each sink node's
+duration comes from target/run_results.json. Peak RSS: the rivc driver process alone (where
+connectors run) and the whole process tree (with the JVM), sampled every 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from extract_bench import tree_rss_mb  # noqa: E402
+
+MODEL = """{{{{ config(materialized='table') }}}}
+select id as order_id, id % 50000 as customer_id, concat('status_', id % 7) as status,
+       cast(id % 100000 as decimal(12, 2)) / 100 as total,
+       timestamp '2026-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id % 86400) as created_at,
+       repeat(md5(cast(id as string)), 3) as note
+from range({rows})
+"""
+SINKS = """
+sinks:
+  - {name: parquet, from: orders, connector: files, config: {path: out/parquet, format: parquet}}
+  - {name: csv, from: orders, connector: files, config: {path: out/csv, format: csv}}
+  - {name: jsonl, from: orders, connector: files, config: {path: out/jsonl, format: jsonl}}
+  - {name: avro, from: orders, connector: files, config: {path: out/avro, format: avro}}
+  - {name: delta, from: orders, connector: delta, config: {table_uri: out/delta, mode: append}}
+  - {name: iceberg, from: orders, connector: iceberg, config: {namespace: b, table: orders}}
+"""
+
+
+def own_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    args = parser.parse_args()
+    rivc = str(Path(sys.executable).parent / "rivc")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "models").mkdir()
+        (root / "sinks").mkdir()
+        (root / "rivc_project.yml").write_text("name: sinkbench\n")
+        (root / "models/orders.sql").write_text(MODEL.format(rows=args.rows))
+        (root / "sinks/out.yml").write_text(SINKS)
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [rivc, "run"], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        peak_driver = peak_tree = 0.0
+        done = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak_driver, peak_tree
+            while not done.is_set():
+                peak_driver = max(peak_driver, own_rss_mb(proc.pid))
+                peak_tree = max(peak_tree, tree_rss_mb(proc.pid))
+                time.sleep(0.1)
+
+        thread = threading.Thread(target=sample)
+        thread.start()
+        out, err = proc.communicate()
+        done.set()
+        thread.join()
+        if proc.returncode:
+            raise SystemExit(out.decode()[-3000:] + err.decode()[-3000:])
+        wall = time.perf_counter() - started
+        results = json.loads((root / "target/run_results.json").read_text())["results"]
+        print(
+            f"{args.rows:,} rows; whole run {wall:.1f} s; peak RSS driver {peak_driver:,.0f} MB, "
+            f"process tree {peak_tree:,.0f} MB"
+        )
+        for r in results:
+            secs = r["duration_s"]
+            print(
+                f"  {r['node']:<16} {secs:7.1f} s {args.rows / secs:>12,.0f} rows/s "
+                f"{(r['bytes'] or 0) / 1e6:>9,.1f} MB written"
+            )
+
+
+if __name__ == "__main__":
+    main()
