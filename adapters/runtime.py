@@ -356,6 +356,13 @@ class BatchWriter:
         self.run_id, self.state_path = run_id, state
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        sink = sink_for(self.connector, self.config, self.ctx)
+        if sink.max_rows is None and not sink.committed(batch_id):
+            result = sink.write_spark(df, batch_id)
+            if result is not None:
+                self._record(result, batch_id)
+                return
+
         def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
             limited = df.limit(max_rows) if max_rows is not None else df
             where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
@@ -384,6 +391,13 @@ class BatchWriter:
                 return
             with data(sink.max_rows) as batch:
                 result = sink.write(batch, batch_id)
+        finally:
+            state.close()
+        self._record(result, batch_id)
+
+    def _record(self, result: WriteResult, batch_id: int) -> None:
+        state = StateStore(self.state_path)
+        try:
             # State advances only now, after the sink's own commit.
             state.commit_batch(
                 self.nid,

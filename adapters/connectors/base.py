@@ -52,6 +52,10 @@ class Sink(ABC):
         """True when the target already holds this batch (only sinks that can tell)."""
         return False
 
+    def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
+        """Write through Spark's executors and commit here; None when this sink cannot."""
+        return None
+
     @abstractmethod
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         """Write one batch; `data` is read in record batches, so memory stays bounded."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
-from typing import TYPE_CHECKING
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connectors import DeltaSinkConfig
 from rivc.compiler.errors import ConnectorError
@@ -15,6 +19,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
+SPARK_CODECS = {"snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "zstd": "zstd", "none": "none"}
 CODECS = {
     "snappy": "SNAPPY",
     "gzip": "GZIP",
@@ -141,6 +146,70 @@ class DeltaSink(Sink):
     @property
     def uri(self) -> str:
         return self.ctx.path(self.config.table_uri)
+
+    def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
+        """Append or overwrite of an unpartitioned local table: Spark's executors write the data
+        files into the table directory and this commits them as add actions, so no row passes
+        through the driver. Merges, partitioned tables and object stores take the streamed path."""
+        c = self.config
+        if c.mode == "merge" or c.partition_by or "://" in self.uri:
+            return None
+        import pyarrow.parquet as pq
+        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
+        from deltalake.transaction import AddAction
+
+        rel = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
+        target = Path(self.uri) / rel
+        df.write.option("compression", SPARK_CODECS[c.compression]).parquet(str(target))
+        try:
+            files = sorted(target.glob("*.parquet"))
+            schema = pq.read_schema(files[0]).remove_metadata()
+            actions, rows, size = [], 0, 0
+            for f in files:
+                n = pq.ParquetFile(f).metadata.num_rows
+                stat = f.stat()
+                rows, size = rows + n, size + stat.st_size
+                actions.append(
+                    AddAction(
+                        path=f"{rel}/{f.name}",
+                        size=stat.st_size,
+                        partition_values={},
+                        modification_time=int(stat.st_mtime * 1000),
+                        data_change=True,
+                        stats=json.dumps({"numRecords": n}),
+                    )
+                )
+            commit = CommitProperties(
+                app_transactions=[Transaction(self.ctx.app_id, batch_id)], max_commit_retries=0
+            )
+            retries = 0
+            while True:
+                dt = open_table(self.uri) or DeltaTable.create(
+                    self.uri, schema, configuration=dict(c.table_properties) or None
+                )
+                try:
+                    dt.create_write_transaction(actions, c.mode, schema, commit_properties=commit)
+                    break
+                except CommitFailedError as exc:
+                    if retries >= len(RETRY_DELAYS):
+                        raise ConnectorError(f"delta commit to {self.uri} failed: {exc}") from exc
+                    time.sleep(RETRY_DELAYS[retries])
+                    retries += 1
+                except (DeltaError, SchemaMismatchError) as exc:
+                    raise ConnectorError(f"delta write to {self.uri}: {exc}") from exc
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)  # files no commit references
+            raise
+        for extra in target.iterdir():  # Spark's _SUCCESS and .crc files
+            if extra.suffix != ".parquet":
+                extra.unlink()
+        return WriteResult(
+            rows=rows,
+            bytes=size,
+            files=[(f"{self.uri}/{a.path}", None, a.size) for a in actions],
+            retries=retries,
+        )
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config

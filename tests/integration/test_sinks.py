@@ -125,3 +125,26 @@ def test_every_sink_from_spark_read_back_independently(spark, tmp_path):
     assert before.num_rows == 300 and "channel" not in before.column_names
     assert duckdb.sql(f"SELECT count(*) FROM read_json('{out}/json/*.json')").fetchall() == [(300,)]
     assert all(r["status"] == "success" for r in results(root).values())
+
+
+def test_delta_append_and_overwrite_commit_files_spark_wrote(spark, tmp_path):
+    root = project(
+        tmp_path / "d",
+        """
+sinks:
+  - {name: app, from: orders, connector: delta, config: {table_uri: out/app, mode: append, compression: zstd}}
+  - {name: over, from: orders, connector: delta, config: {table_uri: out/over, mode: overwrite}}
+""",
+    )
+    for _ in range(2):
+        assert rivc(root, "run").exit_code == 0
+    app = DeltaTable(str(root / "out/app"))
+    paths = app.get_add_actions(flatten=True).column("path").to_pylist()
+    assert all(p.startswith("rivc-batch-") for p in paths)  # written by Spark's executors
+    files = [str(root / "out/app" / p) for p in paths]
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet({files!r})").fetchall() == [(600,)]
+    assert app.transaction_version("rivc:sinks:app") == 1
+    assert pq.ParquetFile(files[0]).metadata.row_group(0).column(0).compression == "ZSTD"
+    assert DeltaTable(str(root / "out/over")).to_pyarrow_table().num_rows == 300
+    leftovers = [p for p in (root / "out/app").rglob("*") if p.is_file() and p.suffix == ".crc"]
+    assert leftovers == []
