@@ -84,39 +84,43 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
     sys.exit(EXIT_FAILED if report.failed else 0)
 
 
-run_options = [
-    click.option("--threads", type=int, default=1, show_default=True, help="Nodes run at once."),
-    click.option("--fail-fast", is_flag=True, help="Stop at the first failure."),
-]
+full_refresh = click.option(
+    "--full-refresh", is_flag=True, help="Rebuild incremental models from scratch."
+)
 
 
-@main.command()
-@click.argument("selection", nargs=-1)
-@apply(select_options + compile_options + run_options)
-@click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
-@project_dir_option
-@handle_errors
+def runner_command(extra: list[Any]) -> Any:
+    """The options `run`, `test` and `build` share, plus `extra`."""
+    return apply(
+        [
+            main.command(),
+            click.argument("selection", nargs=-1),
+            *select_options,
+            *compile_options,
+            click.option(
+                "--threads", type=int, default=1, show_default=True, help="Nodes run at once."
+            ),
+            click.option("--fail-fast", is_flag=True, help="Stop at the first failure."),
+            *extra,
+            project_dir_option,
+            handle_errors,
+        ]
+    )
+
+
+@runner_command([full_refresh])
 def run(selection: tuple[str, ...], **kw: Any) -> None:
     """Run sources, models and sinks of the selection on Spark, in DAG order."""
     _execute("run", selection, **kw)
 
 
-@main.command()
-@click.argument("selection", nargs=-1)
-@apply(select_options + compile_options + run_options)
-@project_dir_option
-@handle_errors
+@runner_command([])
 def test(selection: tuple[str, ...], **kw: Any) -> None:
     """Run generic and singular tests; exit 1 when a test of severity error fails."""
     _execute("test", selection, **kw)
 
 
-@main.command()
-@click.argument("selection", nargs=-1)
-@apply(select_options + compile_options + run_options)
-@click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
-@project_dir_option
-@handle_errors
+@runner_command([full_refresh])
 def build(selection: tuple[str, ...], **kw: Any) -> None:
     """Run and test in DAG order: a failing test skips what depends on its model."""
     _execute("build", selection, **kw)

@@ -356,19 +356,12 @@ class BatchWriter:
         self.run_id, self.state_path = run_id, state
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        sink = sink_for(self.connector, self.config, self.ctx)
-        if sink.max_rows is None and not sink.committed(batch_id):
-            result = sink.write_spark(df, batch_id)
-            if result is not None:
-                self._record(result, batch_id)
-                return
-
         def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
             limited = df.limit(max_rows) if max_rows is not None else df
             where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
             return staged(limited, where)
 
-        self._write(data, batch_id)
+        self._deliver(batch_id, data, df)
 
     def write_files(self, files: list[str], batch_id: int) -> None:
         """A batch that is already Parquet on disk (an extracted table)."""
@@ -378,24 +371,24 @@ class BatchWriter:
             dataset = _dataset(files)
             yield dataset if max_rows is None else _dataset_head(dataset, max_rows)
 
-        self._write(data, batch_id)
+        self._deliver(batch_id, data)
 
-    def _write(
-        self, data: Callable[[int | None], AbstractContextManager[pads.Dataset]], batch_id: int
+    def _deliver(
+        self,
+        batch_id: int,
+        data: Callable[[int | None], AbstractContextManager[pads.Dataset]],
+        df: DataFrame | None = None,
     ) -> None:
+        """Skip a replayed batch; else let Spark's executors write it if the sink can take
+        that, or stream it to the sink; record it only after the sink committed."""
         sink = sink_for(self.connector, self.config, self.ctx)
-        state = StateStore(self.state_path)
-        try:
-            if sink.committed(batch_id):
-                state.commit_batch(self.nid, batch_id, self.run_id, 0, 0, [], replayed=True)
-                return
+        replayed = sink.committed(batch_id)
+        result = WriteResult() if replayed else None
+        if result is None and df is not None and sink.max_rows is None:
+            result = sink.write_spark(df, batch_id)
+        if result is None:
             with data(sink.max_rows) as batch:
                 result = sink.write(batch, batch_id)
-        finally:
-            state.close()
-        self._record(result, batch_id)
-
-    def _record(self, result: WriteResult, batch_id: int) -> None:
         state = StateStore(self.state_path)
         try:
             # State advances only now, after the sink's own commit.
@@ -407,6 +400,7 @@ class BatchWriter:
                 result.bytes,
                 result.files,
                 result.retries,
+                replayed=replayed,
             )
         finally:
             state.close()

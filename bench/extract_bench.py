@@ -65,7 +65,20 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
-def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
+def own_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def measure(
+    cmd: list[str], cwd: Path, env: dict[str, str] | None = None, own: list[float] | None = None
+) -> tuple[float, float]:
+    """(wall seconds, peak RSS of the process tree); `own` gets the process's own peak RSS."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     peak = 0.0
@@ -75,6 +88,8 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tup
         nonlocal peak
         while not stop.is_set():
             peak = max(peak, tree_rss_mb(proc.pid))
+            if own is not None:
+                own.append(own_rss_mb(proc.pid))
             time.sleep(0.1)
 
     thread = threading.Thread(target=sample)

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from extract_bench import tree_rss_mb  # noqa: E402
+from extract_bench import measure  # noqa: E402
 
 MODEL = """{{{{ config(materialized='table') }}}}
 select id as order_id, id % 50000 as customer_id, concat('status_', id % 7) as status,
@@ -40,16 +37,6 @@ sinks:
 """
 
 
-def own_rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=5_000_000)
@@ -62,28 +49,9 @@ def main() -> None:
         (root / "rivc_project.yml").write_text("name: sinkbench\n")
         (root / "models/orders.sql").write_text(MODEL.format(rows=args.rows))
         (root / "sinks/out.yml").write_text(SINKS)
-        started = time.perf_counter()
-        proc = subprocess.Popen(
-            [rivc, "run"], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        peak_driver = peak_tree = 0.0
-        done = threading.Event()
-
-        def sample() -> None:
-            nonlocal peak_driver, peak_tree
-            while not done.is_set():
-                peak_driver = max(peak_driver, own_rss_mb(proc.pid))
-                peak_tree = max(peak_tree, tree_rss_mb(proc.pid))
-                time.sleep(0.1)
-
-        thread = threading.Thread(target=sample)
-        thread.start()
-        out, err = proc.communicate()
-        done.set()
-        thread.join()
-        if proc.returncode:
-            raise SystemExit(out.decode()[-3000:] + err.decode()[-3000:])
-        wall = time.perf_counter() - started
+        own: list[float] = []
+        wall, peak_tree = measure([rivc, "run"], root, own=own)
+        peak_driver = max(own, default=0.0)
         results = json.loads((root / "target/run_results.json").read_text())["results"]
         print(
             f"{args.rows:,} rows; whole run {wall:.1f} s; peak RSS driver {peak_driver:,.0f} MB, "

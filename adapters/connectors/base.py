@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,27 @@ class WriteResult:
     rows: int = 0
     bytes: int = 0
     files: list[tuple[str, int | None, int]] = field(default_factory=list)  # (path, rows, bytes)
-    skipped: bool = False  # the batch was already committed: a replay
     retries: int = 0
+
+
+RETRY_DELAYS = (0.1, 0.2, 0.4)  # commit conflicts: exponential backoff
+
+
+def commit_with_retries(
+    attempt: Callable[[], R], conflict: type[BaseException], target: str
+) -> tuple[R, int]:
+    """Run a commit; after a conflict, wait 100, 200, then 400 ms and run it again (`attempt`
+    re-reads the table each time). Returns (its result, retries)."""
+    for retries, delay in enumerate((*RETRY_DELAYS, None)):
+        try:
+            return attempt(), retries
+        except conflict as exc:
+            if delay is None:
+                raise ConnectorError(
+                    f"commit to {target} failed after {retries} retries: {exc}"
+                ) from exc
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 class Sink(ABC):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rivc.compiler.connectors import DeltaSinkConfig
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult, stream
+from .base import SINKS, Sink, WriteResult, commit_with_retries, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -27,7 +26,6 @@ CODECS = {
     "zstd": "ZSTD",
     "none": "UNCOMPRESSED",
 }
-RETRY_DELAYS = (0.1, 0.2, 0.4)  # commit conflicts: retried with exponential backoff
 
 
 def open_table(uri: str, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
@@ -68,8 +66,8 @@ def write(
     commit = CommitProperties(
         app_transactions=[Transaction(app[0], app[1])] if app else None, max_commit_retries=0
     )
-    retries = 0
-    while True:
+
+    def attempt() -> dict[str, int]:
         dt = open_table(uri, storage_options)
         before = _files(dt)
         try:
@@ -102,16 +100,13 @@ def write(
                     commit_properties=commit,
                     storage_options=storage_options or None,
                 )
-            break
-        except CommitFailedError as exc:
-            if retries >= len(RETRY_DELAYS):
-                raise ConnectorError(
-                    f"delta commit to {uri} failed after {retries} retries: {exc}"
-                ) from exc
-            time.sleep(RETRY_DELAYS[retries])
-            retries += 1
-        except (DeltaError, SchemaMismatchError) as exc:
+        except (SchemaMismatchError, DeltaError) as exc:
+            if isinstance(exc, CommitFailedError):
+                raise
             raise ConnectorError(f"delta write to {uri}: {exc}") from exc
+        return before
+
+    before, retries = commit_with_retries(attempt, CommitFailedError, uri)
     after = _files(open_table(uri, storage_options))
     added = {p: s for p, s in after.items() if p not in before}
     return WriteResult(
@@ -183,21 +178,19 @@ class DeltaSink(Sink):
             commit = CommitProperties(
                 app_transactions=[Transaction(self.ctx.app_id, batch_id)], max_commit_retries=0
             )
-            retries = 0
-            while True:
+
+            def attempt() -> None:
                 dt = open_table(self.uri) or DeltaTable.create(
                     self.uri, schema, configuration=dict(c.table_properties) or None
                 )
                 try:
                     dt.create_write_transaction(actions, c.mode, schema, commit_properties=commit)
-                    break
-                except CommitFailedError as exc:
-                    if retries >= len(RETRY_DELAYS):
-                        raise ConnectorError(f"delta commit to {self.uri} failed: {exc}") from exc
-                    time.sleep(RETRY_DELAYS[retries])
-                    retries += 1
-                except (DeltaError, SchemaMismatchError) as exc:
+                except (SchemaMismatchError, DeltaError) as exc:
+                    if isinstance(exc, CommitFailedError):
+                        raise
                     raise ConnectorError(f"delta write to {self.uri}: {exc}") from exc
+
+            _, retries = commit_with_retries(attempt, CommitFailedError, self.uri)
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)  # files no commit references
             raise

@@ -8,19 +8,17 @@ on a stale table and duplicate rows); rivc retries itself after re-reading the c
 
 from __future__ import annotations
 
-import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connectors import IcebergSinkConfig
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult, stream
+from .base import SINKS, Sink, WriteResult, commit_with_retries, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
-RETRY_DELAYS = (0.1, 0.2, 0.4)
 CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "none": "uncompressed"}
 
 
@@ -77,21 +75,13 @@ class IcebergSink(Sink):
         c = self.config
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
-        retries = 0
-        while True:
+
+        def attempt() -> None:
             table = self._table(catalog) or self._create(catalog, data.schema)
-            if int(table.properties.get(self.marker, "-1")) >= batch_id:
-                return WriteResult(skipped=True, retries=retries)  # a retry found it committed
-            try:
-                self._commit(table, data, batch_id)
-                break
-            except CommitFailedException as exc:
-                if retries >= len(RETRY_DELAYS):
-                    raise ConnectorError(
-                        f"iceberg commit to {self.identifier} failed: {exc}"
-                    ) from exc
-                time.sleep(RETRY_DELAYS[retries])
-                retries += 1
+            if int(table.properties.get(self.marker, "-1")) < batch_id:  # else: a retry's own
+                self._commit(table, data, batch_id)  # commit landed after all
+
+        _, retries = commit_with_retries(attempt, CommitFailedException, self.identifier)
         summary = catalog.load_table(self.identifier).current_snapshot().summary
         added = int(summary.get("added-files-size", "0") or 0)
         return WriteResult(rows=data.count_rows(), bytes=added, retries=retries)
