@@ -34,6 +34,7 @@ from .connectors.relational import (
     spark_literal,
     with_retries,
 )
+from .pipeline import transform_source
 from .state import STATE_DIR, NodeResult
 
 if TYPE_CHECKING:
@@ -102,8 +103,9 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
         return window, rt.spark.read.parquet(str(data))
 
     (window, df), retries = with_retries(attempt, tuning, _errors())
-    if not (table.meta_columns.exported_at or table.meta_columns.row_hash):
-        rt.staged_files[node["relation"]] = df.inputFiles()  # a sink may take these as they are
+    as_is = not (table.meta_columns.exported_at or table.meta_columns.row_hash or table.transforms)
+    if as_is:  # a sink may take these files as they are
+        rt.staged_files[node["relation"]] = df.inputFiles()
     df = _with_meta(df, table, exported_at)
     rows = df.count()
     notes = [f"{window.description} via {via}"]
@@ -148,7 +150,7 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
             schema=schema,
             message="no rows and skip_empty: downstream skipped, cursor not advanced",
         )
-    df.createOrReplaceTempView(node["relation"])
+    transform_source(df, table.transforms).createOrReplaceTempView(node["relation"])
     cursor = window.cursor
     if cursor is not None and table.unique_key and rows:
         cursor = {**cursor, "keys": _boundary_keys(df, table, cursor)}

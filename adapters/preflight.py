@@ -174,12 +174,7 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
         except ExtractError as exc:
             out.append((what, False, _doctor_category(exc.category, exc.message)))
     for name, sink in sorted(project.sinks.items()):
-        cfg = sink.config
-        location = None
-        if isinstance(cfg, DeltaSinkConfig):
-            location = cfg.table_uri
-        elif isinstance(cfg, FilesSinkConfig):
-            location = cfg.path
+        location = sink_location(sink.config)
         if location is None:
             continue
         what = f"sink {name} ({sink.spec.connector} {location})"
@@ -189,6 +184,23 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
         ok, detail = _write_probe(project.root / location)
         out.append((what, ok, detail))
     return out
+
+
+def sink_location(config: Any) -> str | None:
+    if isinstance(config, DeltaSinkConfig):
+        return config.table_uri
+    if isinstance(config, FilesSinkConfig):
+        return config.path
+    return None
+
+
+def probe_sink(config: Any, root: Path) -> str | None:
+    """Why a sink's local location cannot be written, or None when it can (or is remote)."""
+    location = sink_location(config)
+    if location is None or "://" in location:
+        return None
+    ok, detail = _write_probe(root / location)
+    return None if ok else detail
 
 
 def _doctor_category(category: str, message: str) -> str:

@@ -25,6 +25,7 @@ from rivc.compiler.specs import ProfileSpec
 
 from .connectors import delta
 from .connectors.base import SinkContext, WriteResult, sink_for
+from .pipeline import SinkWriter, health_check, transform_source
 from .state import STATE_DIR, NodeResult, StateStore
 
 if TYPE_CHECKING:
@@ -168,6 +169,10 @@ class Runtime:
 
     def _source_df(self, node: dict[str, Any]) -> DataFrame:
         source = self.plan.project.sources[node["name"]]
+        return transform_source(self._read_source(node), source.table.transforms)
+
+    def _read_source(self, node: dict[str, Any]) -> DataFrame:
+        source = self.plan.project.sources[node["name"]]
         cfg = source.config
         if isinstance(cfg, DatagenConfig):
             reader = self.spark.readStream if cfg.stream else self.spark.read
@@ -277,15 +282,13 @@ class Runtime:
 
     def _run_sink(self, nid: str, node: dict[str, Any]) -> NodeResult:
         name, connector = node["name"], node["connector"]
-        config = self.plan.project.sinks[name].config
-        ctx = SinkContext(self.plan.root, self.plan.manifest["project"], name)
-        writer = BatchWriter(nid, connector, config, ctx, self.run_id, self.state.path)
+        writer = self.sink_writer(name)
         df = self.spark.sql(self.plan.sql(nid))
         schema = self._schema(nid, df)
         files = self.staged_files.get(node["relation"])
         if df.isStreaming:
             self._stream(df, writer, node)
-        elif files is not None:  # an extracted table, delivered as is: no second copy
+        elif files is not None and not writer.checks_rows:  # an extracted table, as it is
             writer.write_files(files, self.state.next_batch_id(nid))
         else:
             writer(df, self.state.next_batch_id(nid))
@@ -293,6 +296,11 @@ class Runtime:
         note = f"{totals['batches']} batch{'es' if totals['batches'] != 1 else ''}"
         if totals["replayed"]:
             note += f", {totals['replayed']} replayed and skipped"
+        for target in writer.targets:
+            t = self.state.batch_totals(f"sink:{target}", self.run_id)
+            note += f", {t['rows']} rows to {target}"
+        for q in self.state.quality_totals(nid, self.run_id):
+            note += f", {q['check_name']}: {q['rows']} {q['action']}"
         return NodeResult(
             nid,
             "sink",
@@ -305,7 +313,32 @@ class Runtime:
             message=f"{connector}: {note}",
         )
 
-    def _stream(self, df: DataFrame, writer: BatchWriter, node: dict[str, Any]) -> None:
+    def sink_writer(self, name: str) -> SinkWriter:
+        """The foreachBatch function of sink `name`, with its route and dead-letter targets;
+        each location is health-checked first."""
+        sinks = self.plan.project.sinks
+        spec = sinks[name].spec
+
+        def writer(sink: str) -> BatchWriter:
+            d = sinks[sink]
+            ctx = SinkContext(self.plan.root, self.plan.manifest["project"], sink)
+            if spec.health_check:
+                health_check(ctx, d.config)
+            return BatchWriter(
+                f"sink:{sink}", d.spec.connector, d.config, ctx, self.run_id, self.state.path
+            )
+
+        return SinkWriter(
+            name,
+            writer(name),
+            transforms=spec.transforms,
+            quality=spec.quality,
+            targets={t: writer(t) for t in spec.targets},
+            dead_letter=next((t for t, why in spec.targets.items() if why == "dead_letter"), None),
+            retry=spec.retry,
+        )
+
+    def _stream(self, df: DataFrame, writer: SinkWriter, node: dict[str, Any]) -> None:
         checkpoint = self.plan.root / STATE_DIR / CHECKPOINTS / node["name"]
         stream = (
             df.writeStream.foreachBatch(writer)

@@ -59,6 +59,13 @@ MIGRATIONS: list[str] = [
         done_at TEXT NOT NULL, PRIMARY KEY (node, plan, chunk)
     );
     """,
+    """
+    CREATE TABLE quality (
+        sink TEXT NOT NULL, batch_id INTEGER NOT NULL, run_id TEXT NOT NULL, check_name TEXT NOT NULL,
+        action TEXT NOT NULL, rows INTEGER NOT NULL, recorded_at TEXT NOT NULL,
+        PRIMARY KEY (sink, batch_id, check_name)
+    );
+    """,
 ]
 
 
@@ -252,6 +259,23 @@ class StateStore:
         )
         return {**b, **f}
 
+    def record_quality(
+        self, sink: str, batch_id: int, run_id: str, counts: list[tuple[str, str, int]]
+    ) -> None:
+        """Rows of one batch that failed each check: (check, action, rows)."""
+        with self._lock:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO quality VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(sink, batch_id, run_id, c, a, n, now()) for c, a, n in counts],
+            )
+
+    def quality_totals(self, sink: str, run_id: str) -> list[dict[str, Any]]:
+        return self._rows(
+            "SELECT check_name, action, SUM(rows) AS rows FROM quality WHERE sink = ? AND run_id = ? "
+            "GROUP BY check_name, action ORDER BY check_name",
+            (sink, run_id),
+        )
+
     def files(self, nodes: list[str] | None = None) -> list[dict[str, Any]]:
         rows = self._rows("SELECT * FROM files ORDER BY written_at, path")
         return [r for r in rows if nodes is None or r["node"] in nodes]
@@ -311,6 +335,7 @@ class StateStore:
                 ("files", "node"),
                 ("schemas", "node"),
                 ("chunks", "node"),
+                ("quality", "sink"),
             ):
                 if nodes is None:
                     count += self.db.execute(f"DELETE FROM {table}").rowcount

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import transforms as tf
 from .connectors import DeltaSinkConfig
 from .errors import (
     CompileFailed,
@@ -23,7 +24,7 @@ from .errors import (
 )
 from .graph import Node, ProjectGraph, node_id
 from .params import bind, literal_sql, resolve_params
-from .project import Project, SinkDef, SourceTableDef, load_project
+from .project import Located, Project, SinkDef, SourceTableDef, load_project
 from .redact import redact
 from .render import RenderContext, Renderer, quote, source_relation
 from .selector import select
@@ -138,8 +139,10 @@ def _analyze(
         findings += res.findings
         env_used.update(res.env_used)
     _check_model_keys(project, models, nodes, findings)
+    _check_targets(project, findings)
     for name, sink in sorted(project.sinks.items()):
-        nodes[node_id("sink", name)] = _sink_node(sink, project, nodes, findings)
+        if sink.spec.from_ is not None:
+            nodes[node_id("sink", name)] = _sink_node(sink, project, nodes, findings)
     _star_feeding_sinks(project, models, nodes, findings)
     renderer = Renderer(ctx)
     for node in _test_nodes(project, renderer, params, nodes, findings):
@@ -420,6 +423,8 @@ def _source_node(table: SourceTableDef, params: dict[str, Any], findings: list[F
                             ),
                         )
                     )
+    if spec.transforms:
+        columns = _transformed(spec.transforms, columns, where, findings, "source")
     extra = {
         "connector": table.source.connector,
         "connection": table.source.connection,
@@ -498,7 +503,9 @@ def _sink_node(
                     ),
                 )
             )
+    columns = _transformed(spec.transforms, columns, sink.where, findings, "sink")
     if columns is not None:
+        _check_expectations(spec.quality, columns, sink.where, findings)
         for key, cols in sink.connector.key_columns(sink.config).items():
             for col in cols:
                 if col not in columns:
@@ -522,6 +529,7 @@ def _sink_node(
         "trigger": spec.trigger
         if isinstance(spec.trigger, str)
         else spec.trigger.model_dump(mode="json"),
+        "targets": spec.targets,
     }
     sql = f"SELECT * FROM {quote(relation)}\n" if relation else None
     cfg = {"connector": spec.connector}
@@ -544,6 +552,100 @@ def _sink_node(
     )
 
 
+def _transformed(
+    transforms: tuple[Any, ...],
+    columns: dict[str, str] | None,
+    where: Located,
+    findings: list[Finding],
+    kind: str,
+) -> dict[str, str] | None:
+    """The columns after `transforms`, each checked against its input; None when unknown."""
+    for i, t in enumerate(transforms):
+        if kind == "source" and t.type == "route":
+            findings.append(_spec_finding("route is a sink transform", where, "transforms", i))
+    if columns is None:
+        return None
+    try:
+        return tf.plan(transforms, columns).columns
+    except tf.UnknownColumns:
+        return None
+    except tf.TransformError as exc:
+        findings.append(_spec_finding(str(exc), where, "transforms", exc.index, exc.key))
+        return None
+
+
+def _check_expectations(
+    quality: tuple[tf.Expectation, ...],
+    columns: dict[str, str],
+    where: Located,
+    findings: list[Finding],
+) -> None:
+    for i, e in enumerate(quality):
+        names = set(e.targets)
+        if e.expression:
+            names |= tf.referenced_columns(e.expression)
+        for col in sorted(names - set(columns)):
+            findings.append(
+                _spec_finding(
+                    f"quality {e.check}: column {col!r} is not in the sink's input"
+                    f"{_suggest(col, list(columns))}",
+                    where,
+                    "quality",
+                    i,
+                )
+            )
+
+
+def _check_targets(project: Project, findings: list[Finding]) -> None:
+    """Route and dead-letter targets: existing sinks without `from`, each written by one sink."""
+    writers: dict[str, str] = {}
+    for name, sink in sorted(project.sinks.items()):
+        for target, why in sink.spec.targets.items():
+            key = "dead_letter" if why == "dead_letter" else "transforms"
+            other = project.sinks.get(target)
+            if other is None:
+                findings.append(
+                    _spec_finding(
+                        f"sink {name!r}: {why} target {target!r} is not a sink"
+                        f"{did_you_mean(target, list(project.sinks))}",
+                        sink.where,
+                        key,
+                    )
+                )
+            elif other.spec.from_ is not None or target == name:
+                findings.append(
+                    _spec_finding(
+                        f"sink {name!r}: {why} target {target!r} has its own from:; a target sink "
+                        "takes its rows from the sink that names it, so leave from: out",
+                        sink.where,
+                        key,
+                    )
+                )
+            elif target in writers:
+                findings.append(
+                    _spec_finding(
+                        f"sink {target!r} is already the target of sink {writers[target]!r}; "
+                        "a target takes one writer (batch ids would collide)",
+                        sink.where,
+                        key,
+                    )
+                )
+            writers.setdefault(target, name)
+    for name, sink in sorted(project.sinks.items()):
+        if sink.spec.from_ is None and name not in writers:
+            findings.append(
+                _spec_finding(
+                    f"sink {name!r} has no from: and no sink routes or dead-letters to it",
+                    sink.where,
+                    "name",
+                )
+            )
+
+
+def _spec_finding(message: str, where: Located, *keys: str | int) -> Finding:
+    return Finding("RV004", "error", SqlError(message, where.location(*keys)))
+
+
 def _star_feeding_sinks(
     project: Project,
     models: dict[str, ModelResult],
@@ -551,7 +653,7 @@ def _star_feeding_sinks(
     findings: list[Finding],
 ) -> None:
     for sink in project.sinks.values():
-        res = models.get(sink.spec.from_)
+        res = models.get(sink.spec.from_ or "")
         if res is not None and res.star is not None:
             findings.append(
                 Finding(

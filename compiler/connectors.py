@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .specs import Spec, StrList, _as_tuple
+from .specbase import Spec, StrList, _as_tuple
 
 # --------------------------------------------------------------------------- sources
 

@@ -11,8 +11,9 @@ from typing import Any
 from .connectors import CONNECTORS, ConnectorInfo, DatagenConfig, datagen_columns
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .locate import PROJECT_FILE, find_profiles, list_project_files
+from .specbase import IDENT
 from .specs import (
-    IDENT,
+    InlineSink,
     ModelProps,
     ProfileSpec,
     ProjectSpec,
@@ -23,6 +24,7 @@ from .specs import (
     SourceSpec,
     SourceTable,
     Spec,
+    dead_letter_name,
     validate_doc,
 )
 from .yamlio import YamlDoc, YamlPath, load_yaml, parse_yaml
@@ -260,18 +262,29 @@ def _add_sinks(doc: YamlDoc, out: dict[str, SinkDef]) -> None:
     parsed: SinksFile = validate_doc(SinksFile, doc)
     for i, sink in enumerate(parsed.sinks):
         at: YamlPath = ("sinks", i)
-        info = CONNECTORS.get(("sink", sink.connector))
-        if info is None:
-            known = sorted(n for k, n in CONNECTORS if k == "sink")
-            raise ProjectError(
-                f"unknown sink connector {sink.connector!r}{did_you_mean(sink.connector, known)}"
-                f" (known: {', '.join(known)})",
-                doc.location((*at, "connector")),
-            )
+        info = _sink_connector(sink.connector, doc, (*at, "connector"))
         if sink.name in out:
             raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
         config = validate_doc(info.config, doc, (*at, "config"), sink.config)
         out[sink.name] = SinkDef(sink, info, config, Located(doc, at))
+        if isinstance(sink.dead_letter, InlineSink):
+            dat: YamlPath = (*at, "dead_letter")
+            name = dead_letter_name(sink.name)
+            info = _sink_connector(sink.dead_letter.connector, doc, (*dat, "connector"))
+            config = validate_doc(info.config, doc, (*dat, "config"), sink.dead_letter.config)
+            spec = SinkSpec(name=name, connector=sink.dead_letter.connector)
+            out[name] = SinkDef(spec, info, config, Located(doc, dat))
+
+
+def _sink_connector(name: str, doc: YamlDoc, at: YamlPath) -> ConnectorInfo:
+    info = CONNECTORS.get(("sink", name))
+    if info is None:
+        known = sorted(n for k, n in CONNECTORS if k == "sink")
+        raise ProjectError(
+            f"unknown sink connector {name!r}{did_you_mean(name, known)} (known: {', '.join(known)})",
+            doc.location(at),
+        )
+    return info
 
 
 def _add_properties(doc: YamlDoc, out: dict[str, tuple[ModelProps, Located]]) -> None:

@@ -2,39 +2,19 @@
 
 from __future__ import annotations
 
-import re
 import types
 import typing
 from typing import Annotated, Any, Literal, NewType, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from .errors import ProjectError, did_you_mean
 from .redact import is_secret_key
+from .specbase import Name, Spec, StrList, _as_tuple, _identifier
+from .transforms import Expectation, Transform
 from .yamlio import YamlDoc, YamlPath
 
 NodeId = NewType("NodeId", str)  # "model:orders", "source:shop.orders", "sink:lake", "test:..."
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class Spec(BaseModel):
-    """Base for everything read from YAML: unknown keys are errors, values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-def _identifier(value: str) -> str:
-    if not IDENT.match(value):
-        raise ValueError(f"{value!r} is not a valid name (letters, digits and _ only)")
-    return value
-
-
-Name = Annotated[str, Field(min_length=1)]
-StrList = tuple[str, ...]
-
-
-def _as_tuple(value: Any) -> Any:
-    return (value,) if isinstance(value, str) else value
 
 
 # --------------------------------------------------------------------------- project
@@ -225,6 +205,7 @@ class SourceTable(Spec):
     meta_columns: MetaColumns = MetaColumns()
     on_schema_change: Literal["warn", "fail"] = "warn"
     quality: SourceQuality = SourceQuality()
+    transforms: tuple[Transform, ...] = ()
 
     _tuple = field_validator("unique_key", mode="before")(_as_tuple)
     _name = field_validator("name")(_identifier)
@@ -266,17 +247,58 @@ class ProcessingTime(Spec):
     processing_time: str
 
 
+class SinkRetry(Spec):
+    """Retries of a batch write that failed with a transient error, then the failure budget."""
+
+    max_attempts: int = Field(3, ge=1)
+    backoff_ms: int = Field(200, ge=0)
+    max_backoff_ms: int = Field(10_000, ge=0)
+    jitter: bool = True
+    max_consecutive_failures: int = Field(3, ge=1)
+
+
+class InlineSink(Spec):
+    """A sink written only through another sink (a dead letter), declared in place."""
+
+    connector: str
+    config: dict[str, Any] = {}
+
+
 class SinkSpec(Spec):
     name: Name
-    from_: str = Field(alias="from")
+    from_: str | None = Field(None, alias="from")  # unset: written only by a route or dead_letter
     connector: str
     description: str = ""
     tags: StrList = ()
     config: dict[str, Any] = {}
     trigger: Literal["available_now", "once"] | ProcessingTime = "available_now"
+    transforms: tuple[Transform, ...] = ()
+    quality: tuple[Expectation, ...] = ()
+    dead_letter: str | InlineSink | None = None
+    retry: SinkRetry = SinkRetry()
+    health_check: bool = True
 
     _tuple = field_validator("tags", mode="before")(_as_tuple)
     _name = field_validator("name")(_identifier)
+
+    @property
+    def targets(self) -> dict[str, str]:
+        """Other sinks this one writes to: name -> why (route or dead_letter)."""
+        out: dict[str, str] = {}
+        for t in self.transforms:
+            if t.type == "route":
+                for target in (*t.routes.values(), t.default):
+                    if target:
+                        out[target] = "route"
+        if isinstance(self.dead_letter, str):
+            out[self.dead_letter] = "dead_letter"
+        elif self.dead_letter is not None:
+            out[dead_letter_name(self.name)] = "dead_letter"
+        return out
+
+
+def dead_letter_name(sink: str) -> str:
+    return f"{sink}__dead_letter"
 
 
 class SinksFile(Spec):

@@ -1,0 +1,380 @@
+"""Transforms and expectations: typed specs, and their translation into Spark SQL.
+
+Both are pure: `plan()` turns a list of transforms and the input's columns into SQL steps (a
+select list or a WHERE condition) and the output columns. The compiler calls it with the columns
+it knows to validate and to show the SQL in target/; the runtime calls it with a batch's real
+columns and applies the same steps with `selectExpr` and `where`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Annotated, Any, Literal
+
+import sqlglot
+from pydantic import Field, field_validator, model_validator
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from .specbase import Spec, StrList, _as_tuple
+
+Columns = dict[str, str]  # name -> Spark SQL type ("UNKNOWN" when not known)
+ERROR_COLUMN = "_rivc_error"  # the reason a row was set aside, while a batch is checked
+
+
+def q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def lit(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# --------------------------------------------------------------------------- specs
+
+
+class Mask(Spec):
+    type: Literal["mask"]
+    fields: StrList = Field(min_length=1)
+    char: str = Field("*", min_length=1, max_length=1)
+    keep_last: int = Field(0, ge=0)
+
+    _tuple = field_validator("fields", mode="before")(_as_tuple)
+
+
+class Rename(Spec):
+    type: Literal["rename"]
+    map: dict[str, str] = Field(min_length=1)
+
+
+class Drop(Spec):
+    type: Literal["drop"]
+    fields: StrList = Field(min_length=1)
+
+    _tuple = field_validator("fields", mode="before")(_as_tuple)
+
+
+class Keep(Spec):
+    type: Literal["keep"]
+    fields: StrList = Field(min_length=1)
+
+    _tuple = field_validator("fields", mode="before")(_as_tuple)
+
+
+class Insert(Spec):
+    type: Literal["insert"]
+    static: dict[str, str | int | float | bool | None] = {}
+    timestamp: str | None = None  # a column holding the processing time
+    uuid: str | None = None  # a column holding a random UUID per row
+
+    @model_validator(mode="after")
+    def _something(self) -> Insert:
+        if not (self.static or self.timestamp or self.uuid):
+            raise ValueError("insert needs static, timestamp or uuid")
+        return self
+
+
+class Cast(Spec):
+    type: Literal["cast"]
+    fields: dict[str, str] = Field(min_length=1)  # column -> Spark SQL type
+
+    @field_validator("fields")
+    @classmethod
+    def _types(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, typ in value.items():
+            spark_type(typ, f"cast of {name}")
+        return value
+
+
+class Filter(Spec):
+    type: Literal["filter"]
+    condition: str
+    action: Literal["keep", "drop"] = "keep"  # keep the rows that match, or drop them
+
+    @field_validator("condition")
+    @classmethod
+    def _sql(cls, value: str) -> str:
+        sql_expression(value)
+        return value
+
+
+class Route(Spec):
+    type: Literal["route"]
+    field: str
+    routes: dict[str, str] = Field(min_length=1)  # value -> sink
+    default: str | None = None  # sink for the other rows; unset: this sink's own connector
+
+
+class UnwrapCdc(Spec):
+    type: Literal["unwrap_cdc"]
+    op_field: str = "op"
+    before: str = "before"
+    after: str = "after"
+    deletes: Literal["keep", "drop"] = "drop"  # keep: the before-image with _op = 'delete'
+
+
+Transform = Annotated[
+    Mask | Rename | Drop | Keep | Insert | Cast | Filter | Route | UnwrapCdc,
+    Field(discriminator="type"),
+]
+
+
+class Expectation(Spec):
+    """One row-level check of a sink's input; `action` says what a failing row does."""
+
+    check: Literal["not_null", "unique", "accepted_values", "range", "expression"]
+    columns: StrList = ()
+    column: str | None = None
+    values: tuple[str | int | float | bool, ...] = ()
+    min: float | int | str | None = None
+    max: float | int | str | None = None
+    expression: str | None = None
+    action: Literal["warn", "drop", "fail", "dead_letter"] = "fail"
+
+    _tuple = field_validator("columns", mode="before")(_as_tuple)
+
+    @model_validator(mode="after")
+    def _fields(self) -> Expectation:
+        cols = self.targets
+        if self.check in ("not_null", "unique", "accepted_values", "range") and not cols:
+            raise ValueError(f"check {self.check} needs column or columns")
+        if self.check == "accepted_values" and not self.values:
+            raise ValueError("check accepted_values needs values")
+        if self.check == "range" and self.min is None and self.max is None:
+            raise ValueError("check range needs min or max")
+        if self.check == "expression":
+            if not self.expression:
+                raise ValueError("check expression needs expression")
+            sql_expression(self.expression)
+        return self
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return (self.column, *self.columns) if self.column else self.columns
+
+    @property
+    def label(self) -> str:
+        what = self.expression if self.check == "expression" else ", ".join(self.targets)
+        return f"{self.check}({what})"
+
+    def failing(self) -> str:
+        """A Spark SQL condition that is true for a row failing this check."""
+        cols = [q(c) for c in self.targets]
+        if self.check == "not_null":
+            return " OR ".join(f"{c} IS NULL" for c in cols)
+        if self.check == "unique":  # every occurrence of a key after its first in the batch
+            keys = ", ".join(cols)
+            return f"row_number() OVER (PARTITION BY {keys} ORDER BY {keys}) > 1"
+        if self.check == "accepted_values":
+            values = ", ".join(lit(v) for v in self.values)
+            return " OR ".join(f"({c} IS NOT NULL AND {c} NOT IN ({values}))" for c in cols)
+        if self.check == "range":
+            parts = []
+            for c in cols:
+                if self.min is not None:
+                    parts.append(f"{c} < {lit(self.min)}")
+                if self.max is not None:
+                    parts.append(f"{c} > {lit(self.max)}")
+            return " OR ".join(parts)
+        return f"NOT coalesce(({self.expression}), false)"
+
+
+# --------------------------------------------------------------------------- SQL checks
+
+
+def sql_expression(text: str) -> exp.Expression:
+    """Parse one Spark SQL expression; ValueError with sqlglot's reason when it is not one."""
+    try:
+        tree = sqlglot.parse_one(f"SELECT {text}", read="spark")
+    except (ParseError, TokenError) as exc:
+        raise ValueError(f"not a Spark SQL expression: {str(exc).splitlines()[0]}") from None
+    selects = tree.expressions if isinstance(tree, exp.Select) else []
+    if len(selects) != 1 or tree.args.get("from"):
+        raise ValueError(f"not one Spark SQL expression: {text!r}")
+    return selects[0]  # type: ignore[no-any-return]
+
+
+def spark_type(text: str, what: str = "type") -> exp.DataType:
+    try:
+        return exp.DataType.build(text, dialect="spark")
+    except (ParseError, TokenError, ValueError):
+        raise ValueError(f"{what}: {text!r} is not a Spark SQL type") from None
+
+
+def referenced_columns(text: str) -> set[str]:
+    return {c.name for c in sql_expression(text).find_all(exp.Column) if not c.table}
+
+
+def struct_fields(typ: str) -> Columns | None:
+    """The fields of a struct type string, or None when it is not a known struct."""
+    try:
+        dt = exp.DataType.build(typ, dialect="spark")
+    except (ParseError, TokenError, ValueError):
+        return None
+    if dt.this != exp.DataType.Type.STRUCT:
+        return None
+    out: Columns = {}
+    for f in dt.expressions:
+        out[f.name] = f.args["kind"].sql("spark").lower() if f.args.get("kind") else "UNKNOWN"
+    return out
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Step:
+    """A select list, or a WHERE condition, applied to the previous step's output."""
+
+    select: tuple[str, ...] = ()
+    where: str | None = None
+    casts: tuple[tuple[str, str], ...] = ()  # (column, type) checked for failures before this step
+
+
+@dataclass(frozen=True)
+class TransformPlan:
+    steps: tuple[Step, ...]
+    columns: Columns
+    route: Route | None = None
+
+
+class UnknownColumns(Exception):
+    """The columns after a transform cannot be known before run time (an untyped struct)."""
+
+
+class TransformError(ValueError):
+    def __init__(self, index: int, key: str, message: str) -> None:
+        super().__init__(message)
+        self.index, self.key = index, key
+
+
+def plan(transforms: tuple[Any, ...], columns: Columns) -> TransformPlan:
+    """The SQL steps of `transforms` over input `columns`; TransformError names the bad one."""
+    steps: list[Step] = []
+    cols = dict(columns)
+    route: Route | None = None
+    for i, t in enumerate(transforms):
+        if route is not None:
+            raise TransformError(i, "type", "route must be the last transform")
+        need = partial(_need, i, t.type, cols)
+
+        if isinstance(t, Mask):
+            need(t.fields)
+            keep = t.keep_last
+            exprs = []
+            for c in cols:
+                if c in t.fields:
+                    s = f"CAST({q(c)} AS STRING)"
+                    masked = f"repeat({lit(t.char)}, greatest(length({s}) - {keep}, 0))"
+                    if keep:
+                        masked = f"concat({masked}, right({s}, {keep}))"
+                    exprs.append(f"{masked} AS {q(c)}")
+                else:
+                    exprs.append(q(c))
+            steps.append(Step(tuple(exprs)))
+            cols = {c: ("string" if c in t.fields else v) for c, v in cols.items()}
+        elif isinstance(t, Rename):
+            need(list(t.map), "map")
+            renamed = {t.map.get(c, c): v for c, v in cols.items()}
+            if len(renamed) != len(cols):
+                raise TransformError(i, "map", "rename: two columns would get the same name")
+            steps.append(Step(tuple(f"{q(c)} AS {q(t.map.get(c, c))}" for c in cols)))
+            cols = renamed
+        elif isinstance(t, Drop | Keep):
+            need(t.fields)
+            kept = [c for c in cols if (c in t.fields) == isinstance(t, Keep)]
+            if not kept:
+                raise TransformError(i, "fields", f"{t.type}: no column would be left")
+            steps.append(Step(tuple(q(c) for c in kept)))
+            cols = {c: cols[c] for c in kept}
+        elif isinstance(t, Insert):
+            added: Columns = {}
+            exprs = []
+            for name, value in t.static.items():
+                exprs.append(f"{lit(value)} AS {q(name)}")
+                added[name] = _literal_type(value)
+            if t.timestamp:
+                exprs.append(f"current_timestamp() AS {q(t.timestamp)}")
+                added[t.timestamp] = "timestamp"
+            if t.uuid:
+                exprs.append(f"uuid() AS {q(t.uuid)}")
+                added[t.uuid] = "string"
+            clash = [n for n in added if n in cols]
+            if clash:
+                raise TransformError(i, "type", f"insert: column {clash[0]!r} already exists")
+            steps.append(Step((*(q(c) for c in cols), *exprs)))
+            cols.update(added)
+        elif isinstance(t, Cast):
+            need(list(t.fields))
+            exprs = [
+                f"try_cast({q(c)} AS {t.fields[c]}) AS {q(c)}" if c in t.fields else q(c)
+                for c in cols
+            ]
+            steps.append(Step(tuple(exprs), casts=tuple(t.fields.items())))
+            cols = {c: (t.fields[c].lower() if c in t.fields else v) for c, v in cols.items()}
+        elif isinstance(t, Filter):
+            need(sorted(referenced_columns(t.condition)), "condition")
+            cond = f"coalesce(({t.condition}), false)"
+            steps.append(Step(where=cond if t.action == "keep" else f"NOT {cond}"))
+        elif isinstance(t, Route):
+            need([t.field], "field")
+            route = t
+        elif isinstance(t, UnwrapCdc):
+            need([t.op_field, t.before, t.after], "type")
+            if cols[t.after] == "UNKNOWN":
+                raise UnknownColumns
+            image = struct_fields(cols[t.after])
+            if image is None:
+                raise TransformError(i, "after", f"unwrap_cdc: {t.after!r} is not a struct")
+            op = q(t.op_field)
+            if t.deletes == "drop":
+                steps.append(Step(where=f"{op} IS NULL OR lower({op}) NOT IN ('delete', 'd')"))
+            img = (
+                f"CASE WHEN lower({op}) IN ('delete', 'd') THEN {q(t.before)} ELSE {q(t.after)} END"
+            )
+            kind = (
+                f"CASE lower({op}) WHEN 'c' THEN 'insert' WHEN 'r' THEN 'insert' WHEN 'u' THEN "
+                f"'update' WHEN 'd' THEN 'delete' ELSE lower({op}) END"
+            )
+            steps.append(Step((f"{img} AS _rivc_image", f"{kind} AS _op")))
+            steps.append(Step(("_rivc_image.*", "_op")))
+            cols = {**image, "_op": "string"}
+    return TransformPlan(tuple(steps), cols, route)
+
+
+def _need(i: int, kind: str, cols: Columns, names: Any, key: str = "fields") -> None:
+    for name in names:
+        if name not in cols:
+            raise TransformError(
+                i, key, f"{kind}: column {name!r} is not in the input ({', '.join(cols)})"
+            )
+
+
+def _literal_type(value: Any) -> str:
+    if value is None:
+        return "void"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "int" if -(2**31) <= value < 2**31 else "bigint"
+    if isinstance(value, float):
+        return "double"
+    return "string"
+
+
+def to_sql(relation: str, steps: tuple[Step, ...]) -> str:
+    """The steps as one Spark SQL query over `relation`, to show in target/compiled/."""
+    sql = f"SELECT * FROM {q(relation)}"
+    for n, step in enumerate(steps):
+        if step.where is not None:
+            sql = f"SELECT * FROM ({sql}) AS t{n} WHERE {step.where}"
+        else:
+            sql = f"SELECT {', '.join(step.select)} FROM ({sql}) AS t{n}"
+    return sql + "\n"

@@ -1,0 +1,116 @@
+"""Transforms and expectations at compile time: specs, SQL steps, and checks against columns."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+from pydantic import ValidationError
+
+from rivc.compiler import transforms as tf
+from rivc.compiler.specs import SinkSpec
+from rivc_testing import findings
+
+COLS = {"id": "bigint", "card": "string", "amount": "string", "region": "string"}
+
+
+def _plan(*specs: dict) -> tf.TransformPlan:
+    sink = SinkSpec.model_validate({"name": "s", "from": "m", "connector": "stdout", "transforms": specs})
+    return tf.plan(sink.transforms, COLS)
+
+
+def test_every_step_is_spark_sql():
+    p = _plan(
+        {"type": "mask", "fields": ["card"], "keep_last": 4},
+        {"type": "rename", "map": {"region": "area"}},
+        {"type": "cast", "fields": {"amount": "decimal(10,2)"}},
+        {"type": "insert", "static": {"src": "web", "v": 2}, "timestamp": "seen_at", "uuid": "uid"},
+        {"type": "filter", "condition": "amount > 0", "action": "keep"},
+        {"type": "drop", "fields": ["id"]},
+    )
+    assert p.columns == {
+        "card": "string", "amount": "decimal(10,2)", "area": "string",
+        "src": "string", "v": "int", "seen_at": "timestamp", "uid": "string",
+    }
+    sql = tf.to_sql("orders", p.steps)
+    tree = sqlglot.parse_one(sql, read="spark")  # one valid Spark SQL query
+    assert tree.find(sqlglot.exp.Where) is not None
+    assert "try_cast(`amount` AS decimal(10,2))" in sql and "right(CAST(`card` AS STRING), 4)" in sql
+    assert p.steps[2].casts == (("amount", "decimal(10,2)"),)
+
+
+def test_unwrap_cdc_columns_from_the_after_struct():
+    cols = {"op": "string", "before": "struct<id:bigint,name:string>",
+            "after": "struct<id:bigint,name:string>", "ts": "timestamp"}
+    t = SinkSpec.model_validate({"name": "s", "from": "m", "connector": "stdout",
+                                 "transforms": [{"type": "unwrap_cdc", "deletes": "keep"}]}).transforms
+    p = tf.plan(t, cols)
+    assert p.columns == {"id": "bigint", "name": "string", "_op": "string"}
+    assert all(s.where is None for s in p.steps)  # deletes kept: no filter
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"type": "mask", "fields": ["cardd"]}, "'cardd' is not in the input"),
+    ({"type": "rename", "map": {"id": "card"}}, "same name"),
+    ({"type": "keep", "fields": ["nope"]}, "'nope'"),
+    ({"type": "filter", "condition": "amountt > 1"}, "'amountt'"),
+    ({"type": "insert", "static": {"id": 1}}, "already exists"),
+])
+def test_bad_transform_names_its_index_and_key(spec, message):
+    with pytest.raises(tf.TransformError) as info:
+        _plan({"type": "drop", "fields": ["region"]} if spec["type"] == "rename" else
+              {"type": "keep", "fields": list(COLS)}, spec)
+    assert message in str(info.value) and info.value.index == 1
+
+
+@pytest.mark.parametrize("spec", [
+    {"type": "cast", "fields": {"a": "decimal(10,"}},
+    {"type": "filter", "condition": "amount >"},
+    {"type": "mask", "fields": ["card"], "char": "**"},
+    {"type": "sort"},
+])
+def test_invalid_specs_are_rejected(spec):
+    with pytest.raises(ValidationError):
+        SinkSpec.model_validate({"name": "s", "from": "m", "connector": "stdout", "transforms": [spec]})
+
+
+def test_expectation_conditions():
+    e = tf.Expectation(check="range", column="amount", min=0, max=10, action="drop")
+    assert e.failing() == "`amount` < 0 OR `amount` > 10"
+    assert "row_number() OVER (PARTITION BY `id`" in tf.Expectation(check="unique", column="id").failing()
+    with pytest.raises(ValidationError):
+        tf.Expectation(check="accepted_values", column="x")
+
+
+SINK = """
+sinks:
+  - name: s
+    from: stg
+    connector: stdout
+    transforms:
+      - {type: rename, map: {total: amount}}
+      - {type: route, field: customer_id, routes: {"1": one}, default: rest}
+    quality:
+      - {check: not_null, column: total, action: dead_letter}
+    dead_letter: {connector: files, config: {path: dlq, format: jsonl}}
+  - {name: one, connector: stdout}
+  - {name: rest, connector: stdout}
+  - {name: orphan, connector: stdout}
+"""
+
+
+def test_compile_checks_transforms_quality_and_targets(make_project):
+    found = findings(make_project({"sinks/s.yml": SINK}))
+    messages = sorted(f.error.message for f in found if f.severity == "error")
+    assert len(messages) == 2, messages
+    assert "quality not_null: column 'total' is not in the sink's input" in messages[0]
+    assert "'orphan' has no from:" in messages[1]
+    lines = sorted(f.location.line for f in found if f.severity == "error")
+    assert lines == [9, 13]  # the quality entry, and the orphan sink
+
+
+def test_route_targets_must_exist_and_have_no_from(make_project):
+    text = SINK.replace("default: rest", "default: stg2").replace(
+        "  - {name: orphan, connector: stdout}\n", "  - {name: stg2, from: stg, connector: stdout}\n")
+    found = [f.error.message for f in findings(make_project({"sinks/s.yml": text}))]
+    assert any("target 'stg2' has its own from:" in m for m in found), found
+    assert any("'rest' has no from:" in m for m in found), found
