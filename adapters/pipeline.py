@@ -142,10 +142,11 @@ class SinkWriter:
         plan = tf.plan(self.transforms, columns)
         out = apply(df, plan, track=True)
         names = [q(c) for c in plan.columns]
+        ok = f"{ERROR_COLUMN} IS NULL"
         flagged = out.selectExpr(
             "*",
             *(
-                f"coalesce({ERROR_COLUMN} IS NULL AND ({e.failing()}), false) AS _rivc_q{i}"
+                f"coalesce({ok} AND ({e.failing(ok)}), false) AS _rivc_q{i}"
                 for i, e in enumerate(self.quality)
             ),
         ).persist()

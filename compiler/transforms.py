@@ -164,14 +164,16 @@ class Expectation(Spec):
         what = self.expression if self.check == "expression" else ", ".join(self.targets)
         return f"{self.check}({what})"
 
-    def failing(self) -> str:
-        """A Spark SQL condition that is true for a row failing this check."""
+    def failing(self, among: str | None = None) -> str:
+        """A Spark SQL condition that is true for a row failing this check; `unique` counts
+        duplicates only among the rows for which `among` holds."""
         cols = [q(c) for c in self.targets]
         if self.check == "not_null":
             return " OR ".join(f"{c} IS NULL" for c in cols)
         if self.check == "unique":  # every occurrence of a key after its first in the batch
             keys = ", ".join(cols)
-            return f"row_number() OVER (PARTITION BY {keys} ORDER BY {keys}) > 1"
+            scope = f"({among}), " if among else ""
+            return f"row_number() OVER (PARTITION BY {scope}{keys} ORDER BY {keys}) > 1"
         if self.check == "accepted_values":
             values = ", ".join(lit(v) for v in self.values)
             return " OR ".join(f"({c} IS NOT NULL AND {c} NOT IN ({values}))" for c in cols)

@@ -1,0 +1,186 @@
+"""Transforms, quality checks, routes and dead letters on real rows, read back independently.
+
+Expected values come from the datagen generator itself (plain Python), not from Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pytest
+from deltalake import DeltaTable
+
+from rivc.adapters.connectors.datagen import Generator
+from rivc_testing import rivc
+
+pytestmark = pytest.mark.integration
+
+N = 300
+ORDERS = [Generator("orders", 11).row(i) for i in range(N)]  # (id, customer, product, qty, total, status, ts)
+
+
+def project(root: Path, sinks: str, model: str) -> Path:
+    files = {
+        "rivc_project.yml": "name: pipe\n",
+        "sources/gen.yml": "sources:\n  - name: gen\n    connector: datagen\n    tables:\n"
+        f"      - {{name: orders, config: {{pattern: orders, max_events: {N}, seed: 11}}}}\n",
+        "models/orders.sql": model,
+        "sinks/out.yml": sinks,
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def delta_rows(path: Path) -> list[dict]:
+    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+
+
+def jsonl(path: Path) -> list[dict]:
+    rows = duckdb.sql(f"SELECT * FROM read_json('{path}/*.jsonl', format='newline_delimited')")
+    return [dict(zip(rows.columns, r, strict=True)) for r in rows.fetchall()]
+
+
+TRANSFORMS = """
+sinks:
+  - name: lake
+    from: orders
+    connector: delta
+    config: {table_uri: out/lake}
+    transforms:
+      - {type: mask, fields: [product], keep_last: 3, char: "#"}
+      - {type: rename, map: {total: amount}}
+      - {type: cast, fields: {quantity: bigint}}
+      - {type: insert, static: {src: gen}, timestamp: loaded_at, uuid: row_uuid}
+      - {type: filter, condition: "status = 'cancelled'", action: drop}
+      - {type: drop, fields: [customer_id]}
+      - {type: route, field: status, routes: {shipped: shipped}}
+  - {name: shipped, connector: files, config: {path: out/shipped, format: jsonl}}
+"""
+
+
+def test_transforms_and_route_on_real_rows(spark, tmp_path):
+    model = "select order_id, customer_id, product, quantity, total, status from {{ source('gen', 'orders') }}\n"
+    root = project(tmp_path / "t", TRANSFORMS, model)
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+
+    kept = [o for o in ORDERS if o[5] != "cancelled"]
+    lake = {r["order_id"]: r for r in delta_rows(root / "out/lake")}
+    shipped = {r["order_id"]: r for r in jsonl(root / "out/shipped")}
+    assert set(shipped) == {o[0] for o in kept if o[5] == "shipped"}
+    assert set(lake) == {o[0] for o in kept if o[5] != "shipped"}
+    assert set(next(iter(lake.values()))) == {
+        "order_id", "product", "quantity", "amount", "status", "src", "loaded_at", "row_uuid",
+    }
+    for order_id, _, product, qty, total, status, _ in kept:
+        row = lake.get(order_id) or shipped[order_id]
+        assert row["product"] == "#" * (len(product) - 3) + product[-3:]
+        assert Decimal(str(row["amount"])) == total and row["quantity"] == qty
+        assert row["src"] == "gen" and row["loaded_at"] is not None
+    uuids = [str(r["row_uuid"]) for r in [*lake.values(), *shipped.values()]]
+    assert len(set(uuids)) == len(kept) and all(len(u) == 36 for u in uuids)
+
+
+QUALITY = """
+sinks:
+  - name: checked
+    from: orders
+    connector: delta
+    config: {table_uri: out/checked}
+    transforms:
+      - {type: cast, fields: {qty_text: int}}
+    quality:
+      - {check: accepted_values, column: status, values: [pending, paid, shipped, delivered], action: dead_letter}
+      - {check: range, column: total, max: 100, action: drop}
+      - {check: not_null, column: order_id, action: warn}
+      - {check: unique, column: customer_id, action: warn}
+      - {check: expression, expression: "qty_text between 1 and 5", action: FAIL_ACTION}
+    dead_letter: {connector: files, config: {path: out/dlq, format: jsonl}}
+"""
+QUALITY_MODEL = """select order_id, customer_id, status, total,
+  case when order_id % 10 = 0 then concat('x', order_id) else cast(quantity as string) end as qty_text
+from {{ source('gen', 'orders') }}
+"""
+
+
+def test_expectations_and_dead_letters(spark, tmp_path):
+    root = project(tmp_path / "q", QUALITY.replace("FAIL_ACTION", "fail"), QUALITY_MODEL)
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+
+    bad_cast = {o[0] for o in ORDERS if o[0] % 10 == 0}
+    cancelled = {o[0] for o in ORDERS if o[5] == "cancelled"} - bad_cast
+    dear = {o[0] for o in ORDERS if o[4] > 100} - bad_cast - cancelled
+    written = {r["order_id"]: r for r in delta_rows(root / "out/checked")}
+    assert set(written) == {o[0] for o in ORDERS} - bad_cast - cancelled - dear
+    assert all(isinstance(r["qty_text"], int) for r in written.values())
+
+    dead = jsonl(root / "out/dlq")
+    assert {r["sink"] for r in dead} == {"checked"} and {r["attempts"] for r in dead} == {0}
+    by_id = {json.loads(r["row"])["order_id"]: r for r in dead}
+    assert set(by_id) == bad_cast | cancelled
+    some_cast = by_id[min(bad_cast)]
+    assert some_cast["error"] == "cast of qty_text to int failed"
+    assert json.loads(some_cast["row"])["qty_text"] == f"x{min(bad_cast)}"  # the value before the cast
+    assert by_id[min(cancelled)]["error"] == "accepted_values(status) failed"
+    assert all(r["batch_id"] == 0 and r["failed_at"] for r in dead)
+
+    summary = json.loads((root / "target/run_results.json").read_text())["results"]
+    message = next(r["message"] for r in summary if r["node"] == "sink:checked")
+    # each check counts every row that fails it, whatever the other checks say
+    castable = [o for o in ORDERS if o[0] not in bad_cast]
+    dupes = len(castable) - len({o[1] for o in castable})
+    assert f"accepted_values(status): {len(cancelled)} dead_letter" in message
+    assert f"range(total): {sum(o[4] > 100 for o in castable)} drop" in message
+    assert f"cast: {len(bad_cast)} dead_letter" in message
+    assert "not_null" not in message  # nothing failed it
+    assert f"unique(customer_id): {dupes} warn" in message and dupes > 0
+
+
+def test_failing_expectation_writes_nothing(spark, tmp_path):
+    text = QUALITY.replace("FAIL_ACTION", "fail").replace("between 1 and 5", "between 1 and 4")
+    root = project(tmp_path / "f", text, QUALITY_MODEL)
+    result = rivc(root, "run")
+    assert result.exit_code == 1
+    assert "quality failed: expression(qty_text between 1 and 4) on" in result.output
+    assert not (root / "out/checked").exists() and not (root / "out/dlq").exists()
+    state = rivc(root, "state", "show", "--json")
+    assert json.loads(state.output)["batches"] == []
+
+
+FAILING = """
+sinks:
+  - name: broken
+    from: orders
+    connector: files
+    config: {path: out/not_a_dir, format: parquet}
+    health_check: false
+    retry: {max_attempts: 2, backoff_ms: 1}
+    dead_letter: {connector: files, config: {path: DLQ_PATH, format: jsonl}}
+"""
+
+
+def test_failed_write_goes_to_dead_letter_after_retries(spark, tmp_path):
+    model = "select order_id, status from {{ source('gen', 'orders') }}\n"
+    root = project(tmp_path / "w", FAILING.replace("DLQ_PATH", "out/dlq"), model)
+    (root / "out").mkdir()
+    (root / "out/not_a_dir").write_text("a file where the sink wants a directory")
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    dead = jsonl(root / "out/dlq")
+    assert len(dead) == N and {r["attempts"] for r in dead} == {2}
+    assert "write failed" not in dead[0]["error"] and dead[0]["error"]
+    assert sorted(json.loads(r["row"])["order_id"] for r in dead) == [o[0] for o in ORDERS]
+
+    # when the dead-letter write fails too, the run stops: nothing is dropped silently
+    root = project(tmp_path / "w2", FAILING.replace("DLQ_PATH", "out/not_a_dir"), model)
+    (root / "out").mkdir()
+    (root / "out/not_a_dir").write_text("x")
+    result = rivc(root, "run")
+    assert result.exit_code == 1
+    assert "writing dead letters to broken__dead_letter failed, stopping" in result.output
