@@ -19,7 +19,9 @@ from rivc_testing import rivc
 pytestmark = pytest.mark.integration
 
 N = 300
-ORDERS = [Generator("orders", 11).row(i) for i in range(N)]  # (id, customer, product, qty, total, status, ts)
+ORDERS = [
+    Generator("orders", 11).row(i) for i in range(N)
+]  # (id, customer, product, qty, total, status, ts)
 
 
 def project(root: Path, sinks: str, model: str) -> Path:
@@ -75,10 +77,18 @@ def test_transforms_and_route_on_real_rows(spark, tmp_path):
     assert set(shipped) == {o[0] for o in kept if o[5] == "shipped"}
     assert set(lake) == {o[0] for o in kept if o[5] != "shipped"}
     assert set(next(iter(lake.values()))) == {
-        "order_id", "product", "quantity", "amount", "status", "src", "loaded_at", "row_uuid",
+        "order_id",
+        "product",
+        "quantity",
+        "amount",
+        "status",
+        "src",
+        "loaded_at",
+        "row_uuid",
     }
     for order_id, _, product, qty, total, status, _ in kept:
         row = lake.get(order_id) or shipped[order_id]
+        assert row["status"] == status
         assert row["product"] == "#" * (len(product) - 3) + product[-3:]
         assert Decimal(str(row["amount"])) == total and row["quantity"] == qty
         assert row["src"] == "gen" and row["loaded_at"] is not None
@@ -126,7 +136,9 @@ def test_expectations_and_dead_letters(spark, tmp_path):
     assert set(by_id) == bad_cast | cancelled
     some_cast = by_id[min(bad_cast)]
     assert some_cast["error"] == "cast of qty_text to int failed"
-    assert json.loads(some_cast["row"])["qty_text"] == f"x{min(bad_cast)}"  # the value before the cast
+    assert (
+        json.loads(some_cast["row"])["qty_text"] == f"x{min(bad_cast)}"
+    )  # the value before the cast
     assert by_id[min(cancelled)]["error"] == "accepted_values(status) failed"
     assert all(r["batch_id"] == 0 and r["failed_at"] for r in dead)
 
