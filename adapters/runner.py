@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rivc.compiler.errors import CompileFailed
 
-from .runtime import Plan, Runtime
+from .runtime import Plan, Runtime, graceful_interrupt
 from .state import NodeResult, StateStore, new_run_id, now, run_lock
 
 if TYPE_CHECKING:
@@ -119,7 +119,8 @@ def execute(
                 for nid in compiled.selected:  # upstream the selection reads but does not run
                     if nid not in todo and compiled.graph.nodes[nid].kind != "test":
                         runtime.bind(nid)
-                results = _schedule(runtime, compiled.graph, todo, options, on_result, on_start)
+                with graceful_interrupt(runtime.interrupt):
+                    results = _schedule(runtime, compiled.graph, todo, options, on_result, on_start)
                 runtime.finalize(results)
             finally:
                 status = "error" if any(r.status in FAILED for r in results) else "success"
@@ -176,9 +177,13 @@ def _schedule(
                 if nid in running.values() or any(p not in done for p in parents[nid]):
                     continue
                 bad = [p for p in parents[nid] if done[p].status in FAILED | {"skipped"}]
-                if bad or stop:
+                if bad or stop or runtime.interrupt.is_set():
                     pending.discard(nid)
-                    why = f"upstream {bad[0]} did not succeed" if bad else "--fail-fast"
+                    why = (
+                        f"upstream {bad[0]} did not succeed"
+                        if bad
+                        else ("--fail-fast" if stop else "interrupted (Ctrl-C)")
+                    )
                     finish(NodeResult(nid, graph.nodes[nid].kind, "skipped", message=why))
                     runtime.state.record(runtime.run_id, done[nid])
                     continue

@@ -10,7 +10,9 @@ import json
 import os
 import resource
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -18,7 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connectors import DatagenConfig, FilesSourceConfig
+from rivc.compiler.connectors import (
+    DatagenConfig,
+    FilesSourceConfig,
+    KafkaSourceConfig,
+    MqttSourceConfig,
+)
 from rivc.compiler.errors import ConnectorError, RivcError, StateError
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec
@@ -133,6 +140,7 @@ class Runtime:
     full_refresh: bool = False
     pending: dict[str, Any] = field(default_factory=dict)  # source -> state to commit at the end
     staged_files: dict[str, list[str]] = field(default_factory=dict)  # relation -> its Parquet
+    interrupt: threading.Event = field(default_factory=threading.Event)  # set by the first Ctrl-C
 
     def __post_init__(self) -> None:
         from .connectors.datagen import DatagenSource
@@ -181,6 +189,26 @@ class Runtime:
             from .extract import lazy_read
 
             return lazy_read(self, node)
+        if isinstance(cfg, MqttSourceConfig):
+            from .connectors.mqtt import read_stream
+
+            source_name, table_name = node["name"].split(".", 1)
+            project = self.plan.manifest["project"]
+            password = cfg.password or (
+                os.environ.get(cfg.password_env) if cfg.password_env else None
+            )
+            return read_stream(
+                self.spark,
+                cfg,
+                dict(source.table.columns),
+                self.plan.root / STATE_DIR / "spool" / node["name"],
+                cfg.client_id or f"rivc-{project}-{source_name}-{table_name}",
+                password,
+            )
+        if isinstance(cfg, KafkaSourceConfig):
+            from .connectors.kafka import read_stream as read_kafka
+
+            return read_kafka(self.spark, cfg, dict(source.table.columns))
         if isinstance(cfg, FilesSourceConfig):
             from .connectors.files import read_source
 
@@ -301,6 +329,8 @@ class Runtime:
             note += f", {t['rows']} rows to {target}"
         for q in self.state.quality_totals(nid, self.run_id):
             note += f", {q['check_name']}: {q['rows']} {q['action']}"
+        if df.isStreaming and self.interrupt.is_set():
+            note += ", stopped by Ctrl-C"
         return NodeResult(
             nid,
             "sink",
@@ -354,9 +384,14 @@ class Runtime:
             stream = stream.trigger(processingTime=trigger["processing_time"])
         query = stream.start()
         try:
-            query.awaitTermination()
-        except KeyboardInterrupt:
-            query.stop()  # Spark finishes or abandons the batch; its checkpoint decides a replay
+            while not query.awaitTermination(0.2):
+                if self.interrupt.is_set():  # Ctrl-C: let the running batch finish, then stop
+                    while query.isActive and query.status["isTriggerActive"]:
+                        time.sleep(0.05)
+                    query.stop()
+                    break
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now; the checkpoint decides a replay
+            query.stop()
             raise
 
     def _run_test(self, nid: str, node: dict[str, Any]) -> NodeResult:
@@ -440,6 +475,27 @@ class BatchWriter:
 
 
 @contextmanager
+def graceful_interrupt(event: threading.Event) -> Iterator[None]:
+    """The first Ctrl-C sets `event` (streams stop after their current batch, no new node
+    starts); the second one interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+        print("stopping after the current batch (Ctrl-C again to stop now)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
 def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
     """The batch as an Arrow dataset that Spark wrote as Parquet, in parallel and in bounded
     memory; connectors stream it in record batches instead of collecting it on the driver."""
@@ -502,12 +558,13 @@ def run_sink_job(root: Path, sink: str) -> int:
             state.start_run(run_id, f"job {sink}", nid)
             runtime = Runtime(spark, plan, run_id, state)
             done = []
-            for up in plan.upstream(nid):
-                if plan.is_extracted(up):
-                    done.append(runtime.execute(up))
-                else:
-                    runtime.bind(up)
-            result = runtime.execute(nid)
+            with graceful_interrupt(runtime.interrupt):
+                for up in plan.upstream(nid):
+                    if plan.is_extracted(up):
+                        done.append(runtime.execute(up))
+                    else:
+                        runtime.bind(up)
+                result = runtime.execute(nid)
             runtime.finalize([*done, result])
             state.finish_run(run_id, "success" if result.status == "success" else "error")
     except RivcError as exc:

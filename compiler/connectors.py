@@ -37,6 +37,95 @@ class FilesSourceConfig(Spec):
     options: dict[str, str | int | bool] = {}
 
 
+class MqttSourceConfig(Spec):
+    """An MQTT subscription; JSON payloads are parsed into the table's declared columns."""
+
+    url: str  # mqtt://host:1883 or mqtts://host:8883
+    topics: StrList = Field(min_length=1)  # patterns with + and #
+    qos: Literal[0, 1, 2] = 1
+    client_id: str | None = None  # default: rivc-<project>-<source>-<table>
+    clean_session: bool = False  # False: the broker keeps the subscription and queues messages
+    username: str | None = None
+    password: str | None = None
+    password_env: str | None = None
+    ca_file: str | None = None  # mqtts: a CA bundle instead of the system's
+    keepalive_s: int = Field(30, gt=0)
+    metadata_columns: bool = False  # adds mqtt_topic, mqtt_qos, mqtt_received_at
+    max_messages_per_trigger: int = Field(10_000, gt=0)
+    drain_ms: int = Field(1_000, ge=0)  # available_now: quiet time that ends the catch-up
+    stream: Literal[True] = True
+
+    _tuple = field_validator("topics", mode="before")(_as_tuple)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^mqtts?://[^/:]+(:\d+)?/?$", value):
+            raise ValueError("expected mqtt://host[:port] or mqtts://host[:port]")
+        return value
+
+
+class KafkaSecurity(Spec):
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: str | None = None
+    password: str | None = None
+    password_env: str | None = None
+
+    @model_validator(mode="after")
+    def _sasl(self) -> KafkaSecurity:
+        if self.protocol.startswith("SASL") and not (self.sasl_mechanism and self.username):
+            raise ValueError(f"protocol {self.protocol} needs sasl_mechanism and username")
+        return self
+
+
+class KafkaSourceConfig(Spec):
+    """Spark's own Kafka source; values are JSON parsed into the declared columns."""
+
+    brokers: StrList = Field(min_length=1)  # host:port
+    topic: str | None = None
+    topics: StrList = ()
+    pattern: str | None = None
+    starting_offsets: Literal["earliest", "latest"] = "latest"
+    max_offsets_per_trigger: int | None = Field(None, gt=0)
+    fail_on_data_loss: bool = True
+    metadata_columns: bool = False  # adds kafka_key, kafka_topic, kafka_partition, ...
+    security: KafkaSecurity = KafkaSecurity()
+    options: dict[str, str] = {}  # more kafka.* consumer settings
+    stream: Literal[True] = True
+
+    _tuple = field_validator("brokers", "topics", mode="before")(_as_tuple)
+
+    @field_validator("brokers")
+    @classmethod
+    def _brokers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for broker in value:
+            if not re.match(r"^[^:/\s]+:\d+$", broker):
+                raise ValueError(f"broker {broker!r} is not host:port")
+        return value
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> KafkaSourceConfig:
+        if sum(bool(x) for x in (self.topic, self.topics, self.pattern)) != 1:
+            raise ValueError("set exactly one of topic, topics or pattern")
+        if self.pattern:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern is not a regular expression: {exc}") from None
+        return self
+
+
+MQTT_METADATA = {"mqtt_topic": "string", "mqtt_qos": "int", "mqtt_received_at": "timestamp"}
+KAFKA_METADATA = {
+    "kafka_key": "string",
+    "kafka_topic": "string",
+    "kafka_partition": "int",
+    "kafka_offset": "bigint",
+    "kafka_timestamp": "timestamp",
+}
+
+
 class RelationalConfig(Spec):
     """postgres and mysql take their settings on the table itself; `config:` stays empty."""
 
@@ -268,6 +357,20 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "storage",
             FilesSourceConfig,
             "a directory of json, csv or parquet files; batch or stream",
+        ),
+        ConnectorInfo(
+            "mqtt",
+            "source",
+            "stream",
+            MqttSourceConfig,
+            "MQTT topics (JSON payloads), with a durable local spool; streaming",
+        ),
+        ConnectorInfo(
+            "kafka",
+            "source",
+            "stream",
+            KafkaSourceConfig,
+            "Kafka topics (JSON values) through Spark's Kafka connector; streaming",
         ),
         ConnectorInfo(
             "delta",

@@ -8,7 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .connectors import CONNECTORS, ConnectorInfo, DatagenConfig, datagen_columns
+from .connectors import (
+    CONNECTORS,
+    KAFKA_METADATA,
+    MQTT_METADATA,
+    ConnectorInfo,
+    DatagenConfig,
+    KafkaSourceConfig,
+    MqttSourceConfig,
+    datagen_columns,
+)
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .locate import PROJECT_FILE, find_profiles, list_project_files
 from .specbase import IDENT
@@ -55,6 +64,9 @@ class SourceTableDef:
 
     def known_columns(self) -> dict[str, str] | None:
         """Declared columns, or the columns a generator is known to produce; None if unknown."""
+        if isinstance(self.config, MqttSourceConfig | KafkaSourceConfig):
+            extra = MQTT_METADATA if isinstance(self.config, MqttSourceConfig) else KAFKA_METADATA
+            return {**self.table.columns, **(extra if self.config.metadata_columns else {})}
         if self.table.columns:
             return dict(self.table.columns)
         if isinstance(self.config, DatagenConfig):
@@ -250,6 +262,12 @@ def _add_sources(
                             doc.location((*tat, key)),
                         )
             config = validate_doc(info.config, doc, (*tat, "config"), table.config)
+            if info.category == "stream" and not table.columns:
+                raise ProjectError(
+                    f"source table {source.name}.{table.name}: {source.connector} needs columns: "
+                    "(the payload's fields and their Spark SQL types)",
+                    doc.location((*tat, "name")),
+                )
             fqn = f"{source.name}.{table.name}"
             if fqn in out:
                 raise ProjectError(
