@@ -45,6 +45,9 @@ def _spark(plan: Any) -> Any:
     return spark
 
 
+EXIT_INTERRUPTED = 130  # stopped by Ctrl-C, as shells report SIGINT
+
+
 def _console() -> Any:
     from rich.console import Console
 
@@ -81,7 +84,7 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
         lambda text: click.echo(redact_text(text), err=True),
     )
     summary(console, report)
-    sys.exit(EXIT_FAILED if report.failed else 0)
+    sys.exit(EXIT_FAILED if report.failed else EXIT_INTERRUPTED if report.interrupted else 0)
 
 
 full_refresh = click.option(

@@ -51,6 +51,7 @@ class RunReport:
     results: list[NodeResult]
     elapsed_s: float
     started_at: str
+    interrupted: bool = False  # stopped by Ctrl-C
 
     @property
     def failed(self) -> bool:
@@ -62,7 +63,7 @@ class RunReport:
             "command": self.command,
             "started_at": self.started_at,
             "elapsed_s": round(self.elapsed_s, 3),
-            "status": "error" if self.failed else "success",
+            "status": "error" if self.failed else "interrupted" if self.interrupted else "success",
             "results": [asdict(r) for r in self.results],
         }
 
@@ -115,6 +116,7 @@ def execute(
                 chosen = set(todo)
                 todo = [n for n in compiled.selected if n in chosen or plan.is_extracted(n)]
             results: list[NodeResult] = []
+            interrupted = runtime.interrupt
             try:
                 for nid in compiled.selected:  # upstream the selection reads but does not run
                     if nid not in todo and compiled.graph.nodes[nid].kind != "test":
@@ -124,10 +126,18 @@ def execute(
                 runtime.finalize(results)
             finally:
                 status = "error" if any(r.status in FAILED for r in results) else "success"
+                status = "interrupted" if interrupted.is_set() and status == "success" else status
                 state.finish_run(run_id, status if len(results) == len(todo) else "error")
     finally:
         state.close()
-    report = RunReport(run_id, options.command, results, time.perf_counter() - started, started_at)
+    report = RunReport(
+        run_id,
+        options.command,
+        results,
+        time.perf_counter() - started,
+        started_at,
+        interrupted.is_set(),
+    )
     out = root / "target" / "run_results.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report

@@ -158,17 +158,16 @@ class MqttSource(DataSource):
 
 
 class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark pickles the reader before its first call: files, locks and the client are made
+    on first use, in the driver-side Python worker that then serves the whole query."""
+
     def __init__(self, options: dict[str, str]) -> None:
         self.cfg = MqttSourceConfig.model_validate(json.loads(options["config"]))
         self.client_id = options["client_id"]
         self.password = options.get("password") or None
-        self.spool = Spool(Path(options["spool"]))
-        self.lock = threading.Lock()
+        self.spool_path = options["spool"]
         self.client: Any = None
-        self.pending: list[tuple[int, int]] = []  # (mid, qos) spooled, not yet acknowledged
-        self.last_message = 0.0
         self.target: int | None = None  # available_now: the end of this run
-        self.stopping = threading.Event()
 
     # ------------------------------------------------------------------ MQTT
 
@@ -176,6 +175,12 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.client is not None:
             return
         import paho.mqtt.client as mqtt
+
+        self.spool = Spool(Path(self.spool_path))
+        self.lock = threading.Lock()
+        self.pending: list[tuple[int, int]] = []  # (mid, qos) spooled, not yet acknowledged
+        self.last_message = 0.0
+        self.stopping = threading.Event()
 
         url = urlparse(self.cfg.url)
         tls = url.scheme == "mqtts"
@@ -279,6 +284,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"seq": max(begin, min(end, begin + cap))}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[MessagesPartition]:
+        self._ensure_connected()
         with self.lock:
             records = self.spool.read(int(start["seq"]), int(end["seq"]))
         rows = [(r["p"], r["t"], r["q"], datetime.fromtimestamp(r["r"], UTC)) for r in records]
@@ -288,15 +294,17 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return iter(partition.rows)
 
     def commit(self, end: dict[str, int]) -> None:
+        self._ensure_connected()
         with self.lock:
             self.spool.commit(int(end["seq"]))
 
     def stop(self) -> None:
+        if self.client is None:
+            return
         self.stopping.set()
-        if self.client is not None:
-            self._sync()  # acknowledge what is spooled, or the broker would send it again
-            self.client.disconnect()
-            self.client.loop_stop()
+        self._sync()  # acknowledge what is spooled, or the broker would send it again
+        self.client.disconnect()
+        self.client.loop_stop()
         with self.lock:
             self.spool.close()
 
