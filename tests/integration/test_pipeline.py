@@ -196,3 +196,40 @@ def test_failed_write_goes_to_dead_letter_after_retries(spark, tmp_path):
     result = rivc(root, "run")
     assert result.exit_code == 1
     assert "writing dead letters to broken__dead_letter failed, stopping" in result.output
+
+
+CDC_SOURCE = """sources:
+  - name: gen
+    connector: datagen
+    tables:
+      - name: changes
+        config: {pattern: users, max_events: 90, seed: 5, cdc_mode: true}
+        transforms:
+          - {type: unwrap_cdc, deletes: DELETES}
+          - {type: keep, fields: [user_id, email, _op]}
+"""
+
+
+@pytest.mark.parametrize("deletes", ["keep", "drop"])
+def test_unwrap_cdc_on_a_source(spark, tmp_path, deletes):
+    root = project(
+        tmp_path / deletes,
+        "sinks:\n  - {name: out, from: source:gen.changes, connector: files,"
+        " config: {path: out/cdc, format: jsonl}}\n",
+        "select 1 as x\n",
+    )
+    (root / "sources/gen.yml").write_text(CDC_SOURCE.replace("DELETES", deletes))
+    result = rivc(root, "run", "--select", "sink:out")
+    assert result.exit_code == 0, result.output
+
+    gen = Generator("users", 5, cdc=True)
+    expected = []
+    for i in range(90):
+        op, before, after, _ = gen.row(i)
+        if op == "delete" and deletes == "drop":
+            continue
+        image = before if op == "delete" else after
+        expected.append((image[0], image[2], op))
+    got = sorted((r["user_id"], r["email"], r["_op"]) for r in jsonl(root / "out/cdc"))
+    assert got == sorted(expected)
+    assert any(op == "delete" for *_, op in expected) == (deletes == "keep")
