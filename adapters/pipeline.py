@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler import transforms as tf
 from rivc.compiler.errors import ConnectorError, RivcError
-from rivc.compiler.specs import SinkRetry
+from rivc.compiler.specs import RateLimit, SinkRetry
 from rivc.compiler.transforms import ERROR_COLUMN, Expectation, q
 
 from .connectors.base import SinkContext
@@ -108,7 +108,10 @@ class SinkWriter:
     targets: dict[str, BatchWriter] = field(default_factory=dict)
     dead_letter: str | None = None
     retry: SinkRetry = field(default_factory=SinkRetry)
+    rate_limit: RateLimit | None = None
     failures: int = 0  # consecutive batches that failed to write
+    tokens: float = 0.0  # rate limit: the token bucket, refilled at events_per_second
+    refilled_at: float | None = None
 
     @property
     def checks_rows(self) -> bool:
@@ -116,12 +119,12 @@ class SinkWriter:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         if not self.checks_rows:
-            self._write_all(df, batch_id, None)
+            self._throttle(self._write_all(df, batch_id, None))
             return
         checked = self.check(df, batch_id)
         cached = checked.clean.persist()
         try:
-            self._write_all(cached, batch_id, checked.dead)
+            self._throttle(self._write_all(cached, batch_id, checked.dead))
         finally:
             cached.unpersist()
         if checked.counts:
@@ -134,6 +137,23 @@ class SinkWriter:
     def write_files(self, files: list[str], batch_id: int) -> None:
         """An extracted table delivered as is (no transforms or expectations)."""
         self._attempt(lambda: self.main.write_files(files, batch_id), None, batch_id)
+
+    def _throttle(self, rows: int) -> None:
+        """Token bucket: after a batch of `rows`, wait until the average rate is back under
+        events_per_second (plus the burst allowance)."""
+        limit = self.rate_limit
+        if limit is None or not rows:
+            return
+        eps = limit.events_per_second
+        burst = limit.burst_capacity if limit.burst_capacity is not None else eps / 10
+        now = time.monotonic()
+        if self.refilled_at is None:
+            self.tokens, self.refilled_at = burst, now
+        self.tokens = min(burst, self.tokens + (now - self.refilled_at) * eps) - rows
+        self.refilled_at = now
+        if self.tokens < 0:
+            time.sleep(-self.tokens / eps)
+            self.tokens, self.refilled_at = 0.0, time.monotonic()
 
     # ------------------------------------------------------------------ checks
 
@@ -196,33 +216,34 @@ class SinkWriter:
 
     # ------------------------------------------------------------------ writes
 
-    def _write_all(self, df: DataFrame, batch_id: int, dead: DataFrame | None) -> None:
+    def _write_all(self, df: DataFrame, batch_id: int, dead: DataFrame | None) -> int:
+        """Write the batch (and its dead letters); returns the rows written."""
         if dead is not None:
             self._dead_letters(dead, batch_id)
         route = next((t for t in self.transforms if t.type == "route"), None)
         if route is None:
-            self._attempt(lambda: self.main(df, batch_id), df, batch_id)
-            return
+            return self._attempt(lambda: self.main(df, batch_id), df, batch_id)
         field_ = q(route.field)
         values = ", ".join(tf.lit(v) for v in route.routes)
+        rows = 0
         for value, target in route.routes.items():
             part = df.where(f"CAST({field_} AS STRING) = {tf.lit(value)}")
             writer = self.targets[target]
-            self._attempt(lambda w=writer, p=part: w(p, batch_id), part, batch_id)  # type: ignore[misc]
+            rows += self._attempt(lambda w=writer, p=part: w(p, batch_id), part, batch_id)  # type: ignore[misc]
         rest = df.where(f"{field_} IS NULL OR CAST({field_} AS STRING) NOT IN ({values})")
         writer = self.targets[route.default] if route.default else self.main
-        self._attempt(lambda: writer(rest, batch_id), rest, batch_id)
+        return rows + self._attempt(lambda: writer(rest, batch_id), rest, batch_id)
 
-    def _attempt(self, write: Any, df: DataFrame | None, batch_id: int) -> None:
-        """Write with retries; then dead-letter the batch, or raise."""
+    def _attempt(self, write: Any, df: DataFrame | None, batch_id: int) -> int:
+        """Write with retries; then dead-letter the batch, or raise. Returns the rows written."""
         r = self.retry
         attempts = 0
         while True:
             attempts += 1
             try:
-                write()
+                rows: int = write()
                 self.failures = 0
-                return
+                return rows
             except (RivcError, OSError, *_spark_errors()) as exc:
                 error = exc
                 if attempts >= r.max_attempts or not transient(exc):
@@ -245,6 +266,7 @@ class SinkWriter:
                 f"{message}; {self.failures} batches failed in a row "
                 f"(max_consecutive_failures {r.max_consecutive_failures}): sink stopped"
             ) from error
+        return 0
 
     def _dead_letters(self, dead: DataFrame, batch_id: int) -> None:
         assert self.dead_letter is not None

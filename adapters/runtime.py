@@ -366,6 +366,7 @@ class Runtime:
             targets={t: writer(t) for t in spec.targets},
             dead_letter=next((t for t, why in spec.targets.items() if why == "dead_letter"), None),
             retry=spec.retry,
+            rate_limit=spec.rate_limit,
         )
 
     def _stream(self, df: DataFrame, writer: SinkWriter, node: dict[str, Any]) -> None:
@@ -423,15 +424,15 @@ class BatchWriter:
         self.nid, self.connector, self.config, self.ctx = nid, connector, config, ctx
         self.run_id, self.state_path = run_id, state
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
+    def __call__(self, df: DataFrame, batch_id: int) -> int:
         def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
             limited = df.limit(max_rows) if max_rows is not None else df
             where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
             return staged(limited, where)
 
-        self._deliver(batch_id, data, df)
+        return self._deliver(batch_id, data, df)
 
-    def write_files(self, files: list[str], batch_id: int) -> None:
+    def write_files(self, files: list[str], batch_id: int) -> int:
         """A batch that is already Parquet on disk (an extracted table)."""
 
         @contextmanager
@@ -439,16 +440,17 @@ class BatchWriter:
             dataset = _dataset(files)
             yield dataset if max_rows is None else _dataset_head(dataset, max_rows)
 
-        self._deliver(batch_id, data)
+        return self._deliver(batch_id, data)
 
     def _deliver(
         self,
         batch_id: int,
         data: Callable[[int | None], AbstractContextManager[pads.Dataset]],
         df: DataFrame | None = None,
-    ) -> None:
+    ) -> int:
         """Skip a replayed batch; else let Spark's executors write it if the sink can take
-        that, or stream it to the sink; record it only after the sink committed."""
+        that, or stream it to the sink; record it only after the sink committed. Returns the
+        rows written."""
         sink = sink_for(self.connector, self.config, self.ctx)
         replayed = sink.committed(batch_id)
         result = WriteResult() if replayed else None
@@ -472,6 +474,7 @@ class BatchWriter:
             )
         finally:
             state.close()
+        return result.rows
 
 
 @contextmanager

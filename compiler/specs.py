@@ -257,6 +257,13 @@ class SinkRetry(Spec):
     max_consecutive_failures: int = Field(3, ge=1)
 
 
+class RateLimit(Spec):
+    """At most events_per_second rows on average, with burst_capacity rows of slack."""
+
+    events_per_second: float = Field(gt=0)
+    burst_capacity: int | None = Field(None, ge=0)  # default: a tenth of a second's worth
+
+
 class InlineSink(Spec):
     """A sink written only through another sink (a dead letter), declared in place."""
 
@@ -276,6 +283,7 @@ class SinkSpec(Spec):
     quality: tuple[Expectation, ...] = ()
     dead_letter: str | InlineSink | None = None
     retry: SinkRetry = SinkRetry()
+    rate_limit: RateLimit | None = None
     health_check: bool = True
 
     _tuple = field_validator("tags", mode="before")(_as_tuple)

@@ -200,8 +200,18 @@ _CAUSE = re.compile(r"^\s*Caused by: [\w.$]+: ([^\n]+)", re.M)
 _PY_CAUSE = re.compile(r"^\s*(?:psycopg|pymysql)[\w.]*: ([^\n]+)", re.M)  # from Python workers
 
 
+_NO_DRIVER = re.compile(r"ClassNotFoundException: ([\w.]+)")
+_JAVA_ERROR = re.compile(r"^: ([\w.$]+(?:Exception|Error)): ([^\n]+)", re.M)  # py4j's first cause
+
+
 def root_cause(message: str) -> str:
     """The database's own words inside a Spark/py4j error (its stack traces would mislead)."""
+    driver = _NO_DRIVER.search(message)
+    if driver:
+        return (
+            f"JDBC driver {driver.group(1)} is not on Spark's classpath: install Debian's "
+            "libpostgresql-jdbc-java / libmariadb-java, or add the driver's jar to spark.jars"
+        )
     m = _SQL_CAUSE.search(message)
     if m:
         return m.group(1).strip()
@@ -211,6 +221,9 @@ def root_cause(message: str) -> str:
     causes = _CAUSE.findall(message)
     if causes:
         return str(causes[-1]).strip()
+    java = _JAVA_ERROR.search(message)
+    if java:
+        return f"{java.group(1).rsplit('.', 1)[-1]}: {java.group(2).strip()}"
     lines = [line for line in message.strip().splitlines() if line.strip()]
     return lines[0].strip() if lines else message
 

@@ -57,13 +57,15 @@ def test_incremental_boundary_rows_are_neither_lost_nor_duplicated(spark, tmp_pa
             {},
             SINK,
         )
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         assert [r[0] for r in lake(root)] == [1, 2, 3]
         # Run 2: a row arrives at the boundary value (11:00) after it was read, one is updated,
         # one is new.
         db.executemany(insert, [(4, "d", "2026-01-01 11:00:00"), (5, "e", "2026-01-01 12:00:00")])
         db.execute("UPDATE events SET v = 'a2', updated_at = '2026-01-01 12:00:00' WHERE id = 1")
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         assert results(root)["source:src.events"]["rows"] == 3  # 4, 5 and the updated 1
         via = "via COPY" if kind == "postgres" else "via JDBC"
         assert via in results(root)["source:src.events"]["message"]
@@ -75,10 +77,12 @@ def test_incremental_boundary_rows_are_neither_lost_nor_duplicated(spark, tmp_pa
             (5, "e"),
         ]
         # Run 3: nothing new, then one more row at the current boundary value.
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         assert results(root)["source:src.events"]["rows"] == 0
         db.executemany(insert, [(6, "f", "2026-01-01 12:00:00")])
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         assert results(root)["source:src.events"]["rows"] == 1
         assert [r[0] for r in lake(root)] == [1, 2, 3, 4, 5, 6]
 
@@ -136,7 +140,8 @@ def test_chunked_run_resumes_after_a_failure(spark, tmp_path, kind):
         db.execute("UPDATE payments SET d = 1 WHERE id = 80")
         db.execute("DELETE FROM payments WHERE id < 50")
         db.execute("INSERT INTO payments VALUES (1000, 1, 1)")
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         table = DeltaTable(str(root / "warehouse/payments_copy")).to_pyarrow_table()
         assert sorted(table.column("id").to_pylist()) == [*range(1, 101), 1000]
         assert "sparse key range" in results(root)["source:src.payments"]["message"]
@@ -292,7 +297,8 @@ def test_schema_change_warns_or_fails(spark, tmp_path):
                 "t_copy": "{{ config(materialized='table') }}\nselect * from {{ source('src', 't') }}\n"
             },
         )
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         db.execute(
             "ALTER TABLE t ADD COLUMN extra text", "ALTER TABLE t ALTER COLUMN v TYPE bigint"
         )
@@ -307,9 +313,11 @@ def test_schema_change_warns_or_fails(spark, tmp_path):
         spec.write_text(
             spec.read_text().replace("on_schema_change: fail", "on_schema_change: warn")
         )
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         assert "schema changed" in results(root)["source:src.t"]["message"]
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         assert results(root)["source:src.t"]["schema"] == "SAME"
 
 
@@ -368,7 +376,8 @@ def test_time_window_meta_columns_quality_and_skip_empty(spark, tmp_path, kind):
         db.execute("DELETE FROM ev")
         text = spec.read_text().replace("row_count: {min: 10}", "row_count: {min: 0}")
         spec.write_text(text.replace("days_window: 7", "days_window: 7\n        skip_empty: true"))
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         res = results(root)
         assert res["source:src.ev"]["status"] == "skipped"
         assert res["model:ev_copy"]["status"] == "skipped"
@@ -447,7 +456,8 @@ def test_copy_reader_types_nulls_and_awkward_text(spark, tmp_path):
                  config: {table_uri: out/c, mode: append}}
             """,
         )
-        assert rivc(root, "run").exit_code == 0
+        first = rivc(root, "run")
+        assert first.exit_code == 0, first.output
         assert "via COPY" in results(root)["source:src.c"]["message"]
         rows = sorted(
             DeltaTable(str(root / "out/c")).to_pyarrow_table().to_pylist(), key=lambda r: r["id"]

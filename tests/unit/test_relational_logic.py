@@ -124,3 +124,13 @@ def test_session_settings_follow_the_tuning_profile():
     fast = session_init("postgres", TUNING_PROFILES["fast"])
     assert "statement_timeout" not in fast
     assert "innodb_lock_wait_timeout = 30" in session_init("mysql", TUNING_PROFILES["balanced"])
+
+
+def test_missing_jdbc_driver_is_named():
+    py4j = (
+        "An error occurred while calling o57.load.\n: java.lang.ClassNotFoundException: "
+        "org.mariadb.jdbc.Driver\n\tat java.base/java.net.URLClassLoader.findClass"
+    )
+    assert root_cause(py4j).startswith("JDBC driver org.mariadb.jdbc.Driver is not on Spark's")
+    other = "An error occurred while calling o9.load.\n: java.io.IOException: disk full\n\tat x"
+    assert root_cause(other) == "IOException: disk full"

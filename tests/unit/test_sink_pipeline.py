@@ -1,0 +1,47 @@
+"""The parts of a sink's batch handling that need no Spark: retry classification, the rate
+limiter's token bucket."""
+
+from __future__ import annotations
+
+import pytest
+
+from rivc.adapters import pipeline
+from rivc.adapters.pipeline import SinkWriter, transient
+from rivc.compiler.errors import ConnectorError
+from rivc.compiler.specs import RateLimit
+
+
+@pytest.mark.parametrize(
+    "exc, retry",
+    [
+        (ConnectionResetError("peer"), True),
+        (OSError("No such file"), True),
+        (ConnectorError("commit to /x failed after 3 retries: conflict"), True),
+        (ConnectorError("HTTP 503 Slow Down"), True),
+        (ConnectorError("sink s: new columns ['x'] and schema_evolution is strict"), False),
+    ],
+)
+def test_transient_errors(exc, retry):
+    assert transient(exc) is retry
+
+
+def test_token_bucket_waits_for_the_average_rate(monkeypatch):
+    clock = [100.0]
+    slept: list[float] = []
+    monkeypatch.setattr(pipeline.time, "monotonic", lambda: clock[0])
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(pipeline.time, "sleep", sleep)
+    writer = SinkWriter(
+        "s", main=None, rate_limit=RateLimit(events_per_second=100, burst_capacity=50)
+    )  # type: ignore[arg-type]
+    writer._throttle(250)  # 50 tokens of burst: 200 rows over, 2 s
+    assert slept == [pytest.approx(2.0)]
+    clock[0] += 1.0  # a second later 100 tokens came back, capped at the burst of 50
+    writer._throttle(50)
+    assert len(slept) == 1  # within the allowance: no wait
+    writer._throttle(10)
+    assert slept[-1] == pytest.approx(0.1)
