@@ -185,6 +185,11 @@ def parse_size(value: int | str) -> int:
     return int(m.group(1)) * _UNITS[(m.group(2) or "b").lower()]
 
 
+def _valid_size(value: int | str) -> int | str:
+    parse_size(value)
+    return value
+
+
 class DeltaSinkConfig(Spec):
     table_uri: str
     mode: Literal["append", "overwrite", "merge"] = "append"
@@ -195,8 +200,11 @@ class DeltaSinkConfig(Spec):
     table_properties: dict[str, str] = {}
     schema_evolution: Literal["strict", "add_columns"] = "strict"
     storage_options: dict[str, str] = {}
+    spark_write_threshold: int | str = "64MB"  # batches Spark estimates at least this big are
+    # written by its executors; smaller ones go through the driver as one file
 
     _tuple = field_validator("merge_keys", "partition_by", mode="before")(_as_tuple)
+    _size = field_validator("spark_write_threshold")(_valid_size)
 
     @model_validator(mode="after")
     def _keys(self) -> DeltaSinkConfig:
@@ -290,6 +298,9 @@ class IcebergSinkConfig(Spec):
     partitioning: tuple[IcebergPartition, ...] = ()
     schema_evolution: Literal["strict", "add_columns", "full"] = "strict"
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+    spark_write_threshold: int | str = "64MB"  # as for delta
+
+    _size = field_validator("spark_write_threshold")(_valid_size)
 
     _tuple = field_validator("key_fields", mode="before")(_as_tuple)
 

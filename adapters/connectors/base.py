@@ -83,6 +83,112 @@ class Sink(ABC):
         """Write one batch; `data` is read in record batches, so memory stays bounded."""
 
 
+def estimated_bytes(df: Any) -> int | None:
+    """Spark's own size estimate of a batch (the optimizer's statistics), or None where it has
+    none to give (Spark Connect; sources without statistics report an enormous size)."""
+    try:
+        return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001  (Spark Connect has no _jdf; any failure means unknown)
+        return None
+
+
+def large(df: Any, threshold: int) -> bool:
+    """Whether a batch is big enough for Spark's executors to write it (unknown counts as big)."""
+    size = estimated_bytes(df)
+    return size is None or size >= threshold
+
+
+@dataclass(frozen=True)
+class SparkFile:
+    """A Parquet file Spark's executors wrote: where, its Hive partition values, its footer."""
+
+    path: Path
+    rel: str  # relative to the directory the batch was written into
+    partition: dict[str, str | None]
+    rows: int
+    size: int
+    stats: dict[str, Any]  # Delta-style: numRecords, minValues, maxValues, nullCount
+
+
+def spark_write(df: Any, target: Path, codec: str, partition_by: list[str]) -> list[SparkFile]:
+    """Let Spark's executors write `df` as Parquet under `target` (Hive-style directories for
+    `partition_by`) and describe every file from its footer; Spark's marker files are removed."""
+    from urllib.parse import unquote
+
+    writer = df.write.option("compression", codec)
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(str(target))
+    out = []
+    for f in sorted(target.rglob("*.parquet")):
+        rel = f.relative_to(target).as_posix()
+        values: dict[str, str | None] = {}
+        for part in rel.split("/")[:-1]:
+            key, _, value = part.partition("=")
+            value = unquote(value)
+            values[unquote(key)] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
+        rows, stats = parquet_stats(f)
+        out.append(SparkFile(f, rel, values, rows, f.stat().st_size, stats))
+    for extra in target.rglob("*"):
+        if extra.is_file() and extra.suffix != ".parquet":  # _SUCCESS and .crc files
+            extra.unlink()
+    return out
+
+
+def parquet_stats(path: Path) -> tuple[int, dict[str, Any]]:
+    """Rows and per-column min, max and null count of a Parquet file, from its footer."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    exact: set[str] = set()
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            name = col.path_in_schema
+            if "." in name:  # nested fields: no statistics
+                continue
+            st = col.statistics
+            if st is None or not st.has_null_count:
+                exact.discard(name)
+                nulls.pop(name, None)
+                continue
+            nulls[name] = nulls.get(name, 0) + st.null_count
+            if g == 0:
+                exact.add(name)
+            if not st.has_min_max or not _json_value(st.min):
+                continue
+            lo, hi = st.min, st.max
+            mins[name] = lo if name not in mins else min(mins[name], lo)
+            maxs[name] = hi if name not in maxs else max(maxs[name], hi)
+    return meta.num_rows, {
+        "numRecords": meta.num_rows,
+        "minValues": {k: _json(v) for k, v in mins.items()},
+        "maxValues": {k: _json(v) for k, v in maxs.items()},
+        "nullCount": {k: v for k, v in nulls.items() if k in exact},
+    }
+
+
+def _json_value(value: Any) -> bool:
+    """Statistics rivc records exactly: numbers, text, dates. Timestamps would be cut to Delta's
+    milliseconds and decimals rounded to JSON floats, and a max rounded down makes readers skip
+    files that hold matching rows, so those columns get null counts only."""
+    from datetime import date, datetime
+
+    if isinstance(value, datetime):
+        return False
+    return isinstance(value, int | float | str | date) and not isinstance(value, bool)
+
+
+def _json(value: Any) -> Any:
+    from datetime import date
+
+    return value.isoformat() if isinstance(value, date) else value
+
+
 def stream(data: pads.Dataset) -> Any:
     """A RecordBatchReader over `data` that reads ahead little: memory stays near one batch."""
     return data.scanner(

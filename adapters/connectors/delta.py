@@ -8,10 +8,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connectors import DeltaSinkConfig
+from rivc.compiler.connectors import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult, commit_with_retries, stream
+from .base import SINKS, Sink, WriteResult, commit_with_retries, large, spark_write, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -143,11 +143,18 @@ class DeltaSink(Sink):
         return self.ctx.path(self.config.table_uri)
 
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
-        """Append or overwrite of an unpartitioned local table: Spark's executors write the data
-        files into the table directory and this commits them as add actions, so no row passes
-        through the driver. Merges, partitioned tables and object stores take the streamed path."""
+        """Append or overwrite of a local table, when Spark estimates the batch at
+        `spark_write_threshold` or more: Spark's executors write the data files into the table
+        directory (Hive-style partition directories, the partition columns left out as Delta
+        expects) and this commits them as add actions with their footer statistics, so no row
+        passes through the driver. Merges, object stores and small batches take the streamed path.
+        """
         c = self.config
-        if c.mode == "merge" or c.partition_by or "://" in self.uri:
+        if (
+            c.mode == "merge"
+            or "://" in self.uri
+            or not large(df, parse_size(c.spark_write_threshold))
+        ):
             return None
         import pyarrow.parquet as pq
         from deltalake import CommitProperties, DeltaTable, Transaction
@@ -156,35 +163,45 @@ class DeltaSink(Sink):
 
         rel = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
         target = Path(self.uri) / rel
-        df.write.option("compression", SPARK_CODECS[c.compression]).parquet(str(target))
         try:
-            files = sorted(target.glob("*.parquet"))
-            schema = pq.read_schema(files[0]).remove_metadata()
-            actions, rows, size = [], 0, 0
-            for f in files:
-                n = pq.ParquetFile(f).metadata.num_rows
-                stat = f.stat()
-                rows, size = rows + n, size + stat.st_size
-                actions.append(
-                    AddAction(
-                        path=f"{rel}/{f.name}",
-                        size=stat.st_size,
-                        partition_values={},
-                        modification_time=int(stat.st_mtime * 1000),
-                        data_change=True,
-                        stats=json.dumps({"numRecords": n}),
-                    )
+            files = spark_write(df, target, SPARK_CODECS[c.compression], list(c.partition_by))
+            if not files:  # an empty batch: nothing to add, the streamed path records it
+                shutil.rmtree(target, ignore_errors=True)
+                return None
+            schema = pq.read_schema(files[0].path).remove_metadata()
+            for col in c.partition_by:  # back into the table schema, in the batch's order
+                schema = schema.append(_spark_field(df, col))
+            schema = _reorder(schema, df.columns)
+            actions = [
+                AddAction(
+                    path=f"{rel}/{f.rel}",
+                    size=f.size,
+                    partition_values=f.partition,
+                    modification_time=int(f.path.stat().st_mtime * 1000),
+                    data_change=True,
+                    stats=json.dumps(f.stats),
                 )
+                for f in files
+            ]
             commit = CommitProperties(
                 app_transactions=[Transaction(self.ctx.app_id, batch_id)], max_commit_retries=0
             )
 
             def attempt() -> None:
                 dt = open_table(self.uri) or DeltaTable.create(
-                    self.uri, schema, configuration=dict(c.table_properties) or None
+                    self.uri,
+                    schema,
+                    partition_by=list(c.partition_by) or None,
+                    configuration=dict(c.table_properties) or None,
                 )
                 try:
-                    dt.create_write_transaction(actions, c.mode, schema, commit_properties=commit)
+                    dt.create_write_transaction(
+                        actions,
+                        c.mode,
+                        schema,
+                        list(c.partition_by) or None,
+                        commit_properties=commit,
+                    )
                 except (SchemaMismatchError, DeltaError) as exc:
                     if isinstance(exc, CommitFailedError):
                         raise
@@ -194,13 +211,10 @@ class DeltaSink(Sink):
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)  # files no commit references
             raise
-        for extra in target.iterdir():  # Spark's _SUCCESS and .crc files
-            if extra.suffix != ".parquet":
-                extra.unlink()
         return WriteResult(
-            rows=rows,
-            bytes=size,
-            files=[(f"{self.uri}/{a.path}", None, a.size) for a in actions],
+            rows=sum(f.rows for f in files),
+            bytes=sum(f.size for f in files),
+            files=[(f"{self.uri}/{rel}/{f.rel}", f.rows, f.size) for f in files],
             retries=retries,
         )
 
@@ -220,3 +234,18 @@ class DeltaSink(Sink):
             dict(c.storage_options),
             app=(self.ctx.app_id, batch_id),
         )
+
+
+def _spark_field(df: Any, name: str) -> Any:
+    """The Arrow field of a Spark column (a partition column, which the files leave out)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    field = df.schema[name]
+    return pa.field(name, to_arrow_type(field.dataType), nullable=True)
+
+
+def _reorder(schema: Any, order: list[str]) -> Any:
+    import pyarrow as pa
+
+    return pa.schema([schema.field(n) for n in order if n in schema.names])

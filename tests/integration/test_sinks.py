@@ -7,6 +7,7 @@ from pathlib import Path
 
 import duckdb
 import fastavro
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -132,8 +133,13 @@ def test_delta_append_and_overwrite_commit_files_spark_wrote(spark, tmp_path):
         tmp_path / "d",
         """
 sinks:
-  - {name: app, from: orders, connector: delta, config: {table_uri: out/app, mode: append, compression: zstd}}
-  - {name: over, from: orders, connector: delta, config: {table_uri: out/over, mode: overwrite}}
+  - {name: app, from: orders, connector: delta,
+     config: {table_uri: out/app, mode: append, compression: zstd, spark_write_threshold: 0}}
+  - {name: over, from: orders, connector: delta,
+     config: {table_uri: out/over, mode: overwrite, spark_write_threshold: 0}}
+  - {name: parts, from: orders, connector: delta,
+     config: {table_uri: out/parts, partition_by: [status], spark_write_threshold: 0}}
+  - {name: small, from: orders, connector: delta, config: {table_uri: out/small}}
 """,
     )
     for _ in range(2):
@@ -148,3 +154,32 @@ sinks:
     assert DeltaTable(str(root / "out/over")).to_pyarrow_table().num_rows == 300
     leftovers = [p for p in (root / "out/app").rglob("*") if p.is_file() and p.suffix == ".crc"]
     assert leftovers == []
+    # footer statistics in the add actions: exact min and max of order_id, null counts
+    actions = pa.table(app.get_add_actions(flatten=True)).to_pylist()
+    assert min(a["min.order_id"] for a in actions) == 1
+    assert max(a["max.order_id"] for a in actions) == 300
+    assert all(a["null_count.status"] == 0 for a in actions)
+
+    # partitioned: Hive-style directories, partition columns only in the log, read back by both
+    parts = DeltaTable(str(root / "out/parts"))
+    assert parts.metadata().partition_columns == ["status"]
+    adds = pa.table(parts.get_add_actions(flatten=True)).to_pylist()
+    assert all(a["path"].startswith("rivc-batch-") and "/status=" in a["path"] for a in adds)
+    assert {a["partition.status"] for a in adds} == {
+        "pending",
+        "paid",
+        "shipped",
+        "delivered",
+        "cancelled",
+    }
+    expected = duckdb.sql(
+        f"SELECT status, count(*) FROM read_parquet({files!r}) GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    got = parts.to_pyarrow_table().group_by("status").aggregate([("order_id", "count")])
+    counts = sorted(zip(*got.to_pydict().values(), strict=True))
+    assert counts == [(s, n) for s, n in expected]  # both runs' rows, as in the app table
+    assert parts.to_pyarrow_table().schema.names == app.to_pyarrow_table().schema.names
+
+    # a small batch (Spark's estimate under 64MB) goes through the driver as one file
+    small = pa.table(DeltaTable(str(root / "out/small")).get_add_actions(flatten=True)).to_pylist()
+    assert len(small) == 2 and not any(a["path"].startswith("rivc-batch-") for a in small)
