@@ -242,7 +242,7 @@ def _spark_field(df: Any, name: str) -> Any:
     from pyspark.sql.pandas.types import to_arrow_type
 
     field = df.schema[name]
-    return pa.field(name, to_arrow_type(field.dataType), nullable=True)
+    return pa.field(name, to_arrow_type(field.dataType, timezone="UTC"), nullable=True)
 
 
 def _reorder(schema: Any, order: list[str]) -> Any:

@@ -8,18 +8,30 @@ on a stale table and duplicate rows); rivc retries itself after re-reading the c
 
 from __future__ import annotations
 
+import shutil
+import uuid
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
-from rivc.compiler.connectors import IcebergSinkConfig
+from rivc.compiler.connectors import IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult, commit_with_retries, stream
+from .base import SINKS, Sink, WriteResult, commit_with_retries, large, spark_write, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
 CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "none": "uncompressed"}
+# Partition transforms Spark can reproduce, so that each file it writes holds one partition value
+SPARK_PARTITIONS = {
+    "identity": "{}",
+    "year": "date_trunc('year', {})",
+    "month": "date_trunc('month', {})",
+    "day": "to_date({})",
+    "hour": "date_trunc('hour', {})",
+}
 
 
 @SINKS.register("iceberg")
@@ -68,6 +80,67 @@ class IcebergSink(Sink):
     def committed(self, batch_id: int) -> bool:
         table = self._table(self.catalog())
         return table is not None and int(table.properties.get(self.marker, "-1")) >= batch_id
+
+    def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
+        """An append to a table in a local warehouse, when Spark estimates the batch at
+        `spark_write_threshold` or more: Spark's executors write Parquet files into the table's
+        data directory, one partition value per file, and this commits them with `add_files`
+        (which reads each file's partition from its statistics) together with the batch id.
+        Other modes, bucket and truncate partitions, remote warehouses and small batches take the
+        streamed path."""
+        from pyiceberg.exceptions import CommitFailedException
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        c = self.config
+        by_spark = all(p.transform in SPARK_PARTITIONS for p in c.partitioning)
+        micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
+        if c.mode != "append" or not by_spark or not micros:
+            return None
+        if not large(df, parse_size(c.spark_write_threshold)):
+            return None
+        catalog = self.catalog()
+        catalog.create_namespace_if_not_exists(c.namespace)
+        schema = to_arrow_schema(df.schema, timezone="UTC")
+        table = self._table(catalog) or self._create(catalog, schema)
+        location = urlparse(table.location())
+        if location.scheme not in ("", "file"):
+            return None
+        if self._evolve(table, schema):
+            table = table.refresh()
+        rel = f"data/rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
+        target = Path(unquote(location.path)) / rel
+        helpers = {
+            f"_rivc_p{i}": SPARK_PARTITIONS[p.transform].format(f"`{p.field}`")
+            for i, p in enumerate(c.partitioning)
+        }
+        frame = df.selectExpr("*", *(f"{e} AS {n}" for n, e in helpers.items()))
+        try:
+            files = spark_write(frame, target, CODECS[c.compression], list(helpers))
+            props = {self.marker: str(batch_id)}
+
+            def attempt() -> None:
+                fresh = catalog.load_table(self.identifier)
+                if int(fresh.properties.get(self.marker, "-1")) >= batch_id:
+                    return  # a retry's own commit landed after all
+                with fresh.transaction() as tx:
+                    if files:
+                        tx.add_files(
+                            [f"file://{f.path}" for f in files],
+                            snapshot_properties=props,
+                            check_duplicate_files=False,  # names are new: skip the table scan
+                        )
+                    tx.set_properties(props)
+
+            _, retries = commit_with_retries(attempt, CommitFailedException, self.identifier)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)  # files no commit references
+            raise
+        return WriteResult(
+            rows=sum(f.rows for f in files),
+            bytes=sum(f.size for f in files),
+            files=[(str(f.path), f.rows, f.size) for f in files],
+            retries=retries,
+        )
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         from pyiceberg.exceptions import CommitFailedException

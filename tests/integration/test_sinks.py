@@ -183,3 +183,45 @@ sinks:
     # a small batch (Spark's estimate under 64MB) goes through the driver as one file
     small = pa.table(DeltaTable(str(root / "out/small")).get_add_actions(flatten=True)).to_pylist()
     assert len(small) == 2 and not any(a["path"].startswith("rivc-batch-") for a in small)
+
+
+def model_days(root: Path) -> tuple[list, list]:
+    model = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table()
+    return model.column("created_at").to_pylist(), model.column("status").to_pylist()
+
+
+def test_iceberg_append_adds_files_spark_wrote(spark, tmp_path):
+    root = project(
+        tmp_path / "i",
+        """
+sinks:
+  - {name: ice, from: orders, connector: iceberg,
+     config: {namespace: shop, table: big, spark_write_threshold: 0,
+              partitioning: [{field: created_at, transform: day}, {field: status}]}}
+""",
+    )
+    for _ in range(2):
+        result = rivc(root, "run")
+        assert result.exit_code == 0, result.output
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.expressions import EqualTo
+
+    home = root / ".rivc/iceberg"
+    catalog = SqlCatalog(
+        "rivc", uri=f"sqlite:///{home / 'catalog.db'}", warehouse=(home / "warehouse").as_uri()
+    )
+    table = catalog.load_table("shop.big")
+    files = table.inspect.files().to_pylist()
+    assert files and all("/data/rivc-batch-" in f["file_path"] for f in files)
+    days = {(r.date(), s) for r, s in zip(*model_days(root), strict=True)}
+    assert {
+        (f["partition"]["created_at_day"], f["partition"]["status_identity"]) for f in files
+    } == days
+    rows = table.scan().to_arrow()
+    assert rows.num_rows == 600 and len(set(rows.column("order_id").to_pylist())) == 300
+    paid = table.scan(row_filter=EqualTo("status", "paid")).to_arrow()
+    model = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table()
+    expected = model.column("status").to_pylist().count("paid")
+    assert paid.num_rows == 2 * expected
+    assert table.properties["rivc.batch.rivc:sinks:ice"] == "1"
+    assert [s.summary["rivc.batch.rivc:sinks:ice"] for s in table.snapshots()][-1] == "1"
