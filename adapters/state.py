@@ -184,7 +184,21 @@ class StateStore:
             f"SELECT * FROM node_runs WHERE run_id IN ({marks}) ORDER BY finished_at DESC",
             tuple(runs),
         )
-        return [r for r in rows if nodes is None or r["node"] in nodes]
+        quality: dict[tuple[str, str], list[str]] = {}
+        for q in self._rows(
+            f"SELECT run_id, sink, check_name, action, SUM(rows) AS n FROM quality "
+            f"WHERE run_id IN ({marks}) GROUP BY run_id, sink, check_name, action "
+            "ORDER BY check_name",
+            tuple(runs),
+        ):
+            quality.setdefault((q["run_id"], q["sink"]), []).append(
+                f"{q['check_name']}: {q['n']} {q['action']}"
+            )
+        return [
+            {**r, "quality": "; ".join(quality.get((r["run_id"], r["node"]), []))}
+            for r in rows
+            if nodes is None or r["node"] in nodes
+        ]
 
     # ---------------------------------------------------------------- schemas
 

@@ -2,6 +2,7 @@
 
     python bench/sink_bench.py
     python bench/sink_bench.py --rows 1000000
+    python bench/sink_bench.py --sinks delta,iceberg --driver   # lakehouse sinks via the driver
 
 A table model built from Spark's range() feeds one sink per connector; each sink node's
 duration comes from target/run_results.json. Peak RSS: the rivc driver process alone (where
@@ -40,7 +41,22 @@ sinks:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--sinks", default="", help="comma-separated sink names (default: all)")
+    parser.add_argument(
+        "--driver",
+        action="store_true",
+        help="stream delta and iceberg through the driver (else: executors write, if large)",
+    )
     args = parser.parse_args()
+    wanted = set(filter(None, args.sinks.split(",")))
+    threshold = "1000GB" if args.driver else "64MB"
+    sinks = "sinks:\n" + "".join(
+        line.replace("}}", f", spark_write_threshold: {threshold}}}}}")
+        if "connector: delta" in line or "connector: iceberg" in line
+        else line
+        for line in SINKS.splitlines(keepends=True)[2:]
+        if not wanted or any(f"name: {w}," in line for w in wanted)
+    )
     rivc = str(Path(sys.executable).parent / "rivc")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -48,7 +64,7 @@ def main() -> None:
         (root / "sinks").mkdir()
         (root / "rivc_project.yml").write_text("name: sinkbench\n")
         (root / "models/orders.sql").write_text(MODEL.format(rows=args.rows))
-        (root / "sinks/out.yml").write_text(SINKS)
+        (root / "sinks/out.yml").write_text(sinks)
         own: list[float] = []
         wall, peak_tree = measure([rivc, "run"], root, own=own)
         peak_driver = max(own, default=0.0)

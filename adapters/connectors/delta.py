@@ -161,6 +161,11 @@ class DeltaSink(Sink):
         from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
         from deltalake.transaction import AddAction
 
+        existing = open_table(self.uri)
+        if existing is not None and c.mode == "append":
+            names = [f.name for f in existing.schema().fields]
+            if names != list(df.columns):  # schema evolution runs in delta-rs
+                return None
         rel = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
         target = Path(self.uri) / rel
         try:

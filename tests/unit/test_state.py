@@ -99,3 +99,23 @@ def test_state_and_metrics_commands_without_spark(make_project):
     reset = rivc(root, "state", "reset", "--yes")
     assert reset.exit_code == 0 and "Removed 2" in reset.output
     assert json.loads(rivc(root, "state", "files", "--json").output) == {"files": []}
+
+
+def test_quality_counts_show_in_history(tmp_path):
+    from rivc.adapters.state import NodeResult, StateStore
+
+    store = StateStore(tmp_path / "s.db")
+    store.start_run("r1", "run", "*")
+    store.record_quality(
+        "sink:s", 0, "r1", [("not_null(id)", "drop", 3), ("cast", "dead_letter", 1)]
+    )
+    store.record_quality("sink:s", 1, "r1", [("not_null(id)", "drop", 2)])
+    store.record("r1", NodeResult("sink:s", "sink", "success", rows=10))
+    (row,) = store.history()
+    assert row["quality"] == "cast: 1 dead_letter; not_null(id): 5 drop"
+    assert store.quality_totals("sink:s", "r1")[1] == {
+        "check_name": "not_null(id)",
+        "action": "drop",
+        "rows": 5,
+    }
+    store.close()
