@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -92,7 +93,7 @@ full_refresh = click.option(
 )
 
 
-def runner_command(extra: list[Any]) -> Any:
+def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """The options `run`, `test` and `build` share, plus `extra`."""
     return apply(
         [

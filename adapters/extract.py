@@ -282,7 +282,9 @@ def _quality(df: DataFrame, table: Any, rows: int) -> tuple[list[str], list[str]
         exprs = [
             F.sum(F.col(f"`{c}`").isNull().cast("int")).alias(c) for c in q.null_ratio_max.columns
         ]
-        nulls = df.agg(*exprs).first().asDict()
+        first = df.agg(*exprs).first()
+        assert first is not None
+        nulls = first.asDict()
         for col, limit in q.null_ratio_max.columns.items():
             ratio = (nulls[col] or 0) / rows
             if ratio > limit:

@@ -175,7 +175,7 @@ class SinkWriter:
         ]
         totals = flagged.selectExpr(*sums).first()
         assert totals is not None
-        counts = [
+        counts: list[tuple[str, str, int]] = [
             (e.label, e.action, int(totals[f"q{i}"]))
             for i, e in enumerate(self.quality)
             if totals[f"q{i}"]
@@ -229,7 +229,7 @@ class SinkWriter:
         for value, target in route.routes.items():
             part = df.where(f"CAST({field_} AS STRING) = {tf.lit(value)}")
             writer = self.targets[target]
-            rows += self._attempt(lambda w=writer, p=part: w(p, batch_id), part, batch_id)  # type: ignore[misc]
+            rows += self._attempt(lambda w=writer, p=part: w(p, batch_id), part, batch_id)
         rest = df.where(f"{field_} IS NULL OR CAST({field_} AS STRING) NOT IN ({values})")
         writer = self.targets[route.default] if route.default else self.main
         return rows + self._attempt(lambda: writer(rest, batch_id), rest, batch_id)
@@ -238,13 +238,14 @@ class SinkWriter:
         """Write with retries; then dead-letter the batch, or raise. Returns the rows written."""
         r = self.retry
         attempts = 0
+        retryable: tuple[type[BaseException], ...] = (RivcError, OSError, *_spark_errors())
         while True:
             attempts += 1
             try:
                 rows: int = write()
                 self.failures = 0
                 return rows
-            except (RivcError, OSError, *_spark_errors()) as exc:
+            except retryable as exc:
                 error = exc
                 if attempts >= r.max_attempts or not transient(exc):
                     break
@@ -259,8 +260,8 @@ class SinkWriter:
         )
         if self.dead_letter is None or df is None:
             raise ConnectorError(message) from error
-        rows = df.selectExpr("to_json(struct(*)) AS row", f"{tf.lit(reason)} AS error")
-        self._dead_letters(envelope(rows, self.name, batch_id, attempts), batch_id)
+        failed = df.selectExpr("to_json(struct(*)) AS row", f"{tf.lit(reason)} AS error")
+        self._dead_letters(envelope(failed, self.name, batch_id, attempts), batch_id)
         if self.failures >= r.max_consecutive_failures:
             raise ConnectorError(
                 f"{message}; {self.failures} batches failed in a row "

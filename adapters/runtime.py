@@ -84,7 +84,7 @@ class Plan:
         rel = node.get("compiled_incremental_path" if incremental else "compiled_path")
         if rel is None:
             raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
-        return (self.root / "target" / rel).read_text()
+        return (self.root / "target" / str(rel)).read_text()
 
     def downstream(self, nid: str) -> set[str]:
         children: dict[str, list[str]] = {}
@@ -197,7 +197,7 @@ class Runtime:
             password = cfg.password or (
                 os.environ.get(cfg.password_env) if cfg.password_env else None
             )
-            return read_stream(
+            df: DataFrame = read_stream(
                 self.spark,
                 cfg,
                 dict(source.table.columns),
@@ -205,10 +205,12 @@ class Runtime:
                 cfg.client_id or f"rivc-{project}-{source_name}-{table_name}",
                 password,
             )
+            return df
         if isinstance(cfg, KafkaSourceConfig):
             from .connectors.kafka import read_stream as read_kafka
 
-            return read_kafka(self.spark, cfg, dict(source.table.columns))
+            kafka: DataFrame = read_kafka(self.spark, cfg, dict(source.table.columns))
+            return kafka
         if isinstance(cfg, FilesSourceConfig):
             from .connectors.files import read_source
 
@@ -224,6 +226,7 @@ class Runtime:
         """Run one node and record its result; user and connector errors become an error result."""
         node = self.plan.nodes[nid]
         started = time.perf_counter()
+        caught: tuple[type[BaseException], ...] = (RivcError, *_spark_errors())
         try:
             fn = {
                 "source": self._run_source,
@@ -232,7 +235,7 @@ class Runtime:
                 "test": self._run_test,
             }[node["kind"]]
             result: NodeResult = fn(nid, node)
-        except (RivcError, *_spark_errors()) as exc:
+        except caught as exc:
             result = NodeResult(nid, node["kind"], "error", error=_one_line(exc))
         result = NodeResult(
             **{
@@ -385,7 +388,7 @@ class Runtime:
             stream = stream.trigger(processingTime=trigger["processing_time"])
         query = stream.start()
         try:
-            while not query.awaitTermination(0.2):
+            while not query.awaitTermination(1):
                 if self.interrupt.is_set():  # Ctrl-C: let the running batch finish, then stop
                     while query.isActive and query.status["isTriggerActive"]:
                         time.sleep(0.05)

@@ -249,7 +249,8 @@ def _resolve_columns(
                 known[n] = {c: "UNKNOWN" for c in results[n].columns or ()}
                 pending.discard(n)
             continue
-        tasks, done = [], {}
+        tasks: list[ColumnTask] = []
+        done: dict[str, ColumnResult | None] = {}
         for n in ready:
             r = results[n]
             schema = {rel: known[rel] for rel in r.relations}
@@ -463,7 +464,7 @@ def _sink_node(
 ) -> Node:
     spec = sink.spec
     path = sink.where.doc.path
-    src = spec.from_
+    src = spec.from_ or ""
     if src.startswith("source:"):
         upstream = node_id("source", src.removeprefix("source:"))
     else:
@@ -715,22 +716,22 @@ def _test_nodes(
                 node.id = node_id("test", node.name)
                 seen.add(node.name)
                 out.append(node)
-    for name, test in sorted(project.tests.items()):
+    for name, singular in sorted(project.tests.items()):
         node = Node(
             node_id("test", name),
             "test",
             name,
-            test.path,
-            checksum=hashlib.sha256(test.text.encode()).hexdigest(),
+            singular.path,
+            checksum=hashlib.sha256(singular.text.encode()).hexdigest(),
             config={"severity": "error", "test": "singular"},
         )
         try:
-            rendered = renderer.render(name, test.path, test.text, False)
+            rendered = renderer.render(name, singular.path, singular.text, False)
             sql, unbound = bind(rendered.sql, params, "spark")
             for pname, line, col in unbound:
-                findings.append(unbound_parameter(pname, SourceLocation(test.path, line, col)))
+                findings.append(unbound_parameter(pname, SourceLocation(singular.path, line, col)))
             if not unbound:
-                parse_query(sql, test.path, "spark", "a test")
+                parse_query(sql, singular.path, "spark", "a test")
                 node.sql = sql
             node.depends_on = [node_id("model", r) for r in rendered.refs] + [
                 node_id("source", s) for s in rendered.sources
@@ -749,6 +750,7 @@ def _generic_test(
     loc: SourceLocation,
     nodes: dict[NodeId, Node],
 ) -> Node:
+    args: dict[str, Any]
     if isinstance(test, str):
         kind, args = test, {}
     elif len(test) == 1:

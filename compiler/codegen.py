@@ -8,7 +8,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from .build import VERSION, CompiledProject
+from .build import CompiledProject
+from .version import VERSION
 from .graph import Node
 from .redact import redact
 from .specs import NodeId

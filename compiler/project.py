@@ -20,7 +20,7 @@ from .connectors import (
 )
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .locate import PROJECT_FILE, find_profiles, list_project_files
-from .specbase import IDENT
+from .specbase import IDENT, Spec
 from .specs import (
     InlineSink,
     ModelProps,
@@ -32,7 +32,6 @@ from .specs import (
     SourcesFile,
     SourceSpec,
     SourceTable,
-    Spec,
     dead_letter_name,
     validate_doc,
 )
@@ -290,7 +289,7 @@ def _add_sinks(doc: YamlDoc, out: dict[str, SinkDef]) -> None:
             name = dead_letter_name(sink.name)
             info = _sink_connector(sink.dead_letter.connector, doc, (*dat, "connector"))
             config = validate_doc(info.config, doc, (*dat, "config"), sink.dead_letter.config)
-            spec = SinkSpec(name=name, connector=sink.dead_letter.connector)
+            spec = SinkSpec.model_validate({"name": name, "connector": sink.dead_letter.connector})
             out[name] = SinkDef(spec, info, config, Located(doc, dat))
 
 

@@ -58,7 +58,7 @@ def unbound_parameter(name: str, location: SourceLocation) -> Finding:
     )
 
 
-def position(sql: str, node: exp.Expression) -> tuple[int | None, int | None]:
+def position(sql: str, node: exp.Expr) -> tuple[int | None, int | None]:
     """1-based line and column where `node` starts in `sql`, from the parser's token metadata."""
     for n in node.walk():
         start = n.meta.get("start") if n.meta else None

@@ -88,9 +88,7 @@ def write(
                     .execute()
                 )
             else:
-                write_deltalake(
-                    uri,
-                    stream(data),
+                options: dict[str, Any] = dict(
                     mode="overwrite" if mode == "overwrite" else "append",
                     partition_by=list(partition_by) or None,
                     schema_mode=schema_mode,
@@ -100,6 +98,7 @@ def write(
                     commit_properties=commit,
                     storage_options=storage_options or None,
                 )
+                write_deltalake(uri, stream(data), **options)
         except (SchemaMismatchError, DeltaError) as exc:
             if isinstance(exc, CommitFailedError):
                 raise
@@ -177,7 +176,7 @@ class DeltaSink(Sink):
             for col in c.partition_by:  # back into the table schema, in the batch's order
                 schema = schema.append(_spark_field(df, col))
             schema = _reorder(schema, df.columns)
-            actions = [
+            actions: list[Any] = [
                 AddAction(
                     path=f"{rel}/{f.rel}",
                     size=f.size,

@@ -40,10 +40,10 @@ def read_source(
         if schema is None:  # a stream needs a schema up front: take the one Spark infers now
             schema = spark.read.format(fmt).options(**options).load(path).schema.simpleString()
             schema = schema.removeprefix("struct<").removesuffix(">").replace(":", " ")
-        reader = spark.readStream.format(fmt).options(**options).schema(schema)
+        streaming = spark.readStream.format(fmt).options(**options).schema(schema)
         if cfg.max_files_per_trigger:
-            reader = reader.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
-        return reader.load(path)
+            streaming = streaming.option("maxFilesPerTrigger", cfg.max_files_per_trigger)
+        return streaming.load(path)
     reader = spark.read.format(fmt).options(**options)
     if schema is not None:
         reader = reader.schema(schema)

@@ -12,6 +12,7 @@ import shutil
 import uuid
 import warnings
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
@@ -174,7 +175,7 @@ class IcebergSink(Sink):
         if c.partitioning and not table.spec().fields:
             # Create first, then add the spec: a PartitionSpec needs Iceberg field ids, which an
             # Arrow schema only gets when the table is created.
-            make = {
+            make: dict[str, Callable[[Any], Any]] = {
                 "identity": lambda p: T.IdentityTransform(),
                 "bucket": lambda p: T.BucketTransform(p.buckets),
                 "truncate": lambda p: T.TruncateTransform(p.width),
@@ -225,7 +226,7 @@ class IcebergSink(Sink):
         before = table.schema()
         with table.update_schema(allow_incompatible_changes=False) as update:
             update.union_by_name(incoming)  # add columns; `full` also promotes types safely
-        return table.refresh().schema() != before
+        return bool(table.refresh().schema() != before)
 
 
 def _key_filter(keys: Any) -> Any:
@@ -236,12 +237,12 @@ def _key_filter(keys: Any) -> Any:
     names = keys.column_names
     if len(names) == 1:
         values = [v for v in set(keys.column(0).to_pylist()) if v is not None]
-        return In(names[0], values) if values else IsNull(names[0])
+        return In(names[0], values) if values else IsNull(names[0])  # type: ignore[call-arg]
     rows = {tuple(r.values()) for r in keys.to_pylist()}
     terms = [
         And(
             *[
-                EqualTo(n, v) if v is not None else IsNull(n)
+                EqualTo(n, v) if v is not None else IsNull(n)  # type: ignore[call-arg]
                 for n, v in zip(names, row, strict=True)
             ]
         )

@@ -175,6 +175,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.client is not None:
             return
         import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
 
         self.spool = Spool(Path(self.spool_path))
         self.lock = threading.Lock()
@@ -185,7 +186,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         url = urlparse(self.cfg.url)
         tls = url.scheme == "mqtts"
         client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
+            CallbackAPIVersion.VERSION2,
             client_id=self.client_id,
             clean_session=self.cfg.clean_session,
             protocol=mqtt.MQTTv311,

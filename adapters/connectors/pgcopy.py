@@ -97,7 +97,8 @@ class _Stream:
     """A file-like view of psycopg's COPY chunks, for pyarrow's streaming CSV reader."""
 
     def __init__(self, chunks: Iterator[Any]) -> None:
-        self.chunks, self.pending, self.size, self.closed = chunks, [], 0, False
+        self.chunks, self.size, self.closed = chunks, 0, False
+        self.pending: list[Any] = []
 
     def read_ahead(self) -> bool:
         """Buffer the first chunk; False when the stream is empty."""
@@ -142,7 +143,7 @@ class PgCopySource(DataSource):
     def schema(self) -> str:
         if "stage" in self.options:  # tasks write Parquet themselves and report each file
             return "path string, rows bigint"
-        return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])]).ddl  # type: ignore[misc]
+        return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])]).ddl
 
     def reader(self, schema: Any) -> DataSourceReader:
         return _CopyReader(dict(self.options))
@@ -152,7 +153,7 @@ class _CopyReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
 
-    def partitions(self) -> list[CopyPartition]:  # type: ignore[override]
+    def partitions(self) -> list[CopyPartition]:
         return [CopyPartition(i, p) for i, p in enumerate(json.loads(self.options["predicates"]))]
 
     def read(self, partition: CopyPartition) -> Iterator[Any]:  # type: ignore[override]
@@ -177,7 +178,7 @@ class _CopyReader(DataSourceReader):
         yield (final, rows)
 
     def _plan(self) -> CopyPlan:
-        return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])])  # type: ignore[misc]
+        return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])])
 
     def _schema(self) -> Any:
         import pyarrow as pa

@@ -471,11 +471,12 @@ def read_query(
     wrapped = f"({base}) AS _rivc"
     if len(predicates) <= 1:
         where = f" WHERE {predicates[0]}" if predicates and predicates[0] else ""
-        return (
+        df: DataFrame = (
             jdbc_reader(spark, conn, tuning)
             .option("dbtable", f"(SELECT * FROM {wrapped}{where}) AS _rivc_w")
             .load()
         )
+        return df
     props = {
         "driver": DRIVERS[conn.kind],
         "fetchsize": str(tuning["batch_size"]),
