@@ -9,10 +9,10 @@ import sqlglot
 from sqlglot import exp
 
 from .build import CompiledProject
-from .version import VERSION
 from .graph import Node
 from .redact import redact
 from .specs import NodeId
+from .version import VERSION
 
 MANIFEST_SCHEMA_VERSION = 1
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 import uuid
 import warnings
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
