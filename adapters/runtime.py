@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -443,13 +444,14 @@ class BatchWriter:
             dataset = _dataset(files)
             yield dataset if max_rows is None else _dataset_head(dataset, max_rows)
 
-        return self._deliver(batch_id, data)
+        return self._deliver(batch_id, data, files=files)
 
     def _deliver(
         self,
         batch_id: int,
         data: Callable[[int | None], AbstractContextManager[pads.Dataset]],
         df: DataFrame | None = None,
+        files: list[str] | None = None,
     ) -> int:
         """Skip a replayed batch; else let Spark's executors write it if the sink can take
         that, or stream it to the sink; record it only after the sink committed. Returns the
@@ -459,6 +461,8 @@ class BatchWriter:
         result = WriteResult() if replayed else None
         if result is None and df is not None and sink.max_rows is None:
             result = sink.write_spark(df, batch_id)
+        if result is None and files is not None and sink.max_rows is None:
+            result = sink.adopt(files, batch_id)
         if result is None:
             with data(sink.max_rows) as batch:
                 result = sink.write(batch, batch_id)
@@ -543,8 +547,16 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
     return (PySparkException,)
 
 
+_RIVC_ERROR = re.compile(r"rivc\.compiler\.errors\.\w+: (?:error: )?([^\n]+)")
+
+
 def _one_line(exc: BaseException) -> str:
+    """The error in one line; for a stream that failed in a batch, rivc's own error inside it
+    rather than Spark's wrapper."""
     text = (exc.message if isinstance(exc, RivcError) else str(exc)).strip()
+    inner = _RIVC_ERROR.findall(text)
+    if inner:
+        return str(inner[-1]).strip()[:500]
     first = text.splitlines()[0] if text else type(exc).__name__
     return first[:500]
 

@@ -78,6 +78,11 @@ class Sink(ABC):
         """Write through Spark's executors and commit here; None when this sink cannot."""
         return None
 
+    def adopt(self, paths: list[str], batch_id: int) -> WriteResult | None:
+        """Take Parquet files that already hold the batch as they are; None when this sink
+        cannot."""
+        return None
+
     @abstractmethod
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         """Write one batch; `data` is read in record batches, so memory stays bounded."""

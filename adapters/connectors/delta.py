@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connectors import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult, commit_with_retries, large, spark_write, stream
+from .base import (
+    SINKS,
+    Sink,
+    SparkFile,
+    WriteResult,
+    commit_with_retries,
+    large,
+    parquet_stats,
+    spark_write,
+    stream,
+)
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -156,26 +168,85 @@ class DeltaSink(Sink):
         ):
             return None
         import pyarrow.parquet as pq
+
+        if not self._same_columns(list(df.columns)):
+            return None
+        rel = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
+        target = Path(self.uri) / rel
+
+        def place() -> tuple[list[SparkFile], Any]:
+            files = spark_write(df, target, SPARK_CODECS[c.compression], list(c.partition_by))
+            if not files:
+                return files, None
+            schema = pq.read_schema(files[0].path).remove_metadata()
+            for col in c.partition_by:  # back into the table schema, in the batch's order
+                schema = schema.append(_spark_field(df, col))
+            return files, _reorder(schema, df.columns)
+
+        return self._commit_files(rel, target, place, batch_id)
+
+    def adopt(self, paths: list[str], batch_id: int) -> WriteResult | None:
+        """Parquet files already on this machine (an extracted table) in the table's codec:
+        hard-link them into an unpartitioned local table (a copy where links cannot cross
+        filesystems) and commit them as add actions, without reading a row."""
+        c = self.config
+        if c.mode == "merge" or c.partition_by or "://" in self.uri or not paths:
+            return None
+        import pyarrow.parquet as pq
+
+        sources = [Path(p.removeprefix("file://")) for p in paths]
+        meta = pq.ParquetFile(sources[0]).metadata
+        codec = meta.row_group(0).column(0).compression if meta.num_row_groups else ""
+        if codec.lower() != SPARK_CODECS[c.compression].replace("none", "uncompressed"):
+            return None  # the table asks for another codec: rewrite through the driver
+        schema = pq.read_schema(sources[0]).remove_metadata()
+        if not self._same_columns(schema.names):
+            return None
+        rel = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
+        target = Path(self.uri) / rel
+
+        def place() -> tuple[list[SparkFile], Any]:
+            target.mkdir(parents=True)
+            files = []
+            for n, src in enumerate(sources):
+                dest = target / f"part-{n:05d}.parquet"
+                try:
+                    os.link(src, dest)
+                except OSError:
+                    shutil.copyfile(src, dest)
+                rows, stats = parquet_stats(dest)
+                files.append(SparkFile(dest, dest.name, {}, rows, dest.stat().st_size, stats))
+            return files, schema
+
+        return self._commit_files(rel, target, place, batch_id)
+
+    def _same_columns(self, names: list[str]) -> bool:
+        """An append whose columns differ from the table's goes through delta-rs, which evolves
+        the schema (or refuses)."""
+        existing = open_table(self.uri)
+        if existing is None or self.config.mode != "append":
+            return True
+        return [f.name for f in existing.schema().fields] == names
+
+    def _commit_files(
+        self,
+        rel: str,
+        target: Path,
+        place: Callable[[], tuple[list[SparkFile], Any]],
+        batch_id: int,
+    ) -> WriteResult | None:
+        """Put a batch's files under `target` (`rel` in the table) and commit them as add
+        actions with the batch id; on any failure the files are deleted."""
         from deltalake import CommitProperties, DeltaTable, Transaction
         from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
         from deltalake.transaction import AddAction
 
-        existing = open_table(self.uri)
-        if existing is not None and c.mode == "append":
-            names = [f.name for f in existing.schema().fields]
-            if names != list(df.columns):  # schema evolution runs in delta-rs
-                return None
-        rel = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
-        target = Path(self.uri) / rel
+        c = self.config
         try:
-            files = spark_write(df, target, SPARK_CODECS[c.compression], list(c.partition_by))
+            files, schema = place()
             if not files:  # an empty batch: nothing to add, the streamed path records it
                 shutil.rmtree(target, ignore_errors=True)
                 return None
-            schema = pq.read_schema(files[0].path).remove_metadata()
-            for col in c.partition_by:  # back into the table schema, in the batch's order
-                schema = schema.append(_spark_field(df, col))
-            schema = _reorder(schema, df.columns)
             actions: list[Any] = [
                 AddAction(
                     path=f"{rel}/{f.rel}",

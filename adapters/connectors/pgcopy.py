@@ -170,7 +170,8 @@ class _CopyReader(DataSourceReader):
         tmp = os.path.join(stage, f".part-{partition.index:05d}.parquet.tmp")
         os.makedirs(stage, exist_ok=True)
         rows = 0
-        with pq.ParquetWriter(tmp, self._schema(), compression="lz4") as out:
+        # snappy, as Spark's JDBC stager and Delta's default: a Delta sink can adopt the files
+        with pq.ParquetWriter(tmp, self._schema(), compression="snappy") as out:
             for batch in batches:
                 out.write_batch(batch)
                 rows += batch.num_rows

@@ -233,3 +233,38 @@ def test_unwrap_cdc_on_a_source(spark, tmp_path, deletes):
     got = sorted((r["user_id"], r["email"], r["_op"]) for r in jsonl(root / "out/cdc"))
     assert got == sorted(expected)
     assert any(op == "delete" for *_, op in expected) == (deletes == "keep")
+
+
+def test_consecutive_failures_stop_a_stream(spark, tmp_path):
+    root = project(
+        tmp_path / "s",
+        """
+sinks:
+  - name: broken
+    from: source:land.clicks
+    connector: files
+    config: {path: out/not_a_dir, format: parquet}
+    health_check: false
+    retry: {max_attempts: 1, max_consecutive_failures: 2}
+    dead_letter: {connector: files, config: {path: out/dlq, format: jsonl}}
+""",
+        "select 1 as x\n",
+    )
+    (root / "sources/land.yml").write_text(
+        "sources:\n  - name: land\n    connector: files\n    tables:\n      - name: clicks\n"
+        "        config: {path: landing, format: json, stream: true, max_files_per_trigger: 1}\n"
+        "        columns: {id: bigint, url: string}\n"
+    )
+    (root / "landing").mkdir()
+    for f in range(3):
+        rows = [json.dumps({"id": f * 10 + i, "url": f"/p{i}"}) for i in range(4)]
+        (root / f"landing/part-{f}.json").write_text("\n".join(rows) + "\n")
+    (root / "out").mkdir()
+    (root / "out/not_a_dir").write_text("x")
+
+    result = rivc(root, "run", "--select", "sink:broken")
+    assert result.exit_code == 1
+    assert "2 batches failed in a row (max_consecutive_failures 2): sink stopped" in result.output
+    dead = jsonl(root / "out/dlq")
+    assert sorted(r["batch_id"] for r in dead) == [0] * 4 + [1] * 4  # the third never ran
+    assert {r["attempts"] for r in dead} == {1}

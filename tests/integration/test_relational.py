@@ -195,7 +195,10 @@ def test_types_round_trip_to_delta(spark, tmp_path, kind):
         )
         result = rivc(root, "run")
         assert result.exit_code == 0, result.output
-        table = DeltaTable(str(root / "out/typed")).to_pyarrow_table()
+        lake = DeltaTable(str(root / "out/typed"))
+        adds = lake.get_add_actions(flatten=True).column("path").to_pylist()
+        assert all(p.startswith("rivc-batch-") for p in adds)  # the extraction's files, adopted
+        table = lake.to_pyarrow_table()
         row = table.to_pylist()[0]
         schema = {f.name: str(f.type) for f in table.schema}
         assert row["small"] == 7 and row["i"] == 42 and row["big"] == 9000000000
