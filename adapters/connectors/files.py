@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -88,6 +89,44 @@ class FilesSink(Sink):
             keep = {p for p, _, _ in written}
             target.delete([p for p in target.batch_files() if p not in keep])
         return WriteResult(rows=rows, bytes=sum(b for _, _, b in written), files=written)
+
+    def adopt(self, paths: list[str], batch_id: int) -> WriteResult | None:
+        """Parquet files already on this machine (an extracted table) in the sink's codec, for an
+        unpartitioned local directory: hard-link each under its batch file name (a copy where
+        links cannot cross filesystems), without reading a row."""
+        import pyarrow.parquet as pq
+
+        c = self.config
+        plain = c.format == "parquet" and c.partitioning == "none" and c.max_file_size is None
+        if not plain or "://" in c.path or c.row_group_size or not paths:
+            return None
+        sources = [Path(p.removeprefix("file://")) for p in paths]
+        meta = pq.ParquetFile(sources[0]).metadata
+        codec = meta.row_group(0).column(0).compression.lower() if meta.num_row_groups else ""
+        if codec != (c.compression or "snappy").replace("none", "uncompressed"):
+            return None
+        target = Target(c.path, self.ctx.root, c.storage_options)
+        written: list[tuple[str, int | None, int]] = []
+        for n, src in enumerate(sources):
+            final = Path(target.base) / f"batch-{batch_id:06d}-part-{n:04d}.parquet"
+            tmp = final.with_name(f".{final.name}.tmp")
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
+            os.replace(tmp, final)
+            written.append(
+                (str(final), pq.ParquetFile(final).metadata.num_rows, final.stat().st_size)
+            )
+        if c.mode == "overwrite":
+            keep = {p for p, _, _ in written}
+            target.delete([p for p in target.batch_files() if p not in keep])
+        return WriteResult(
+            rows=sum(r or 0 for _, r, _ in written),
+            bytes=sum(b for _, _, b in written),
+            files=written,
+        )
 
 
 class Target:

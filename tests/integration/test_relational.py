@@ -476,3 +476,30 @@ def test_copy_reader_types_nulls_and_awkward_text(spark, tmp_path):
         assert json.loads(one["j"]) == {"b": 2}
         assert one["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
         assert two["t"] == "" and three["t"] is None  # empty string and NULL stay apart
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_extracted_table_delivered_to_a_parquet_sink(spark, tmp_path, kind):
+    import duckdb
+
+    with database(kind) as db:
+        db.execute("CREATE TABLE t (id int primary key, v varchar(20))")
+        db.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(50)])
+        root = project(
+            tmp_path / kind,
+            db,
+            "- {name: t, table: t}",
+            {},
+            """
+            sinks:
+              - {name: raw, from: source:src.t, connector: files,
+                 config: {path: out/raw, format: parquet, mode: overwrite}}
+            """,
+        )
+        for _ in range(2):
+            result = rivc(root, "run")
+            assert result.exit_code == 0, result.output
+    files = sorted((root / "out/raw").glob("*.parquet"))
+    assert files and all(f.name.startswith("batch-000001-part-") for f in files)  # overwrite
+    rows = duckdb.sql(f"SELECT count(*), sum(id) FROM read_parquet('{root}/out/raw/*.parquet')")
+    assert rows.fetchall() == [(50, sum(range(50)))]

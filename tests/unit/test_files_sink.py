@@ -145,3 +145,29 @@ def test_avro_with_inferred_schema(tmp_path, compression):
     assert [r["id"] for r in rows] == list(range(6))
     assert rows[1]["amount"] == Decimal("1.50") and rows[1]["day"] == date(2026, 1, 2)
     assert rows[3]["note"] is None and rows[2]["tags"] == {"k": 2}
+
+
+def test_adopt_links_parquet_files_of_the_same_codec(tmp_path):
+    import pyarrow.parquet as pq
+
+    staged = []
+    for n in range(2):
+        path = tmp_path / f"staged-{n}.parquet"
+        pq.write_table(
+            pa.table({"id": [n * 10 + i for i in range(10)]}), path, compression="snappy"
+        )
+        staged.append(f"file://{path}")
+    out = sink(tmp_path, path="out", format="parquet", mode="overwrite")
+    first = out.adopt(staged, 0)
+    assert first is not None and first.rows == 20 and len(first.files) == 2
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["batch-000000-part-0000.parquet", "batch-000000-part-0001.parquet"]
+    assert all((tmp_path / "out" / n).stat().st_nlink == 2 for n in names)  # links, not copies
+    assert out.adopt(staged[:1], 1) is not None  # overwrite: batch 0's files go
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "batch-000001-part-0000.parquet"
+    ]
+    # another codec, partitions or a size limit: the sink rewrites instead
+    assert sink(tmp_path, path="o2", format="parquet", compression="zstd").adopt(staged, 0) is None
+    assert sink(tmp_path, path="o3", format="parquet", max_file_size="1MB").adopt(staged, 0) is None
+    assert sink(tmp_path, path="o4", format="csv").adopt(staged, 0) is None
