@@ -427,13 +427,41 @@ class _TextFile:
         codec = config.compression if config.compression in ("gzip", "zstd") else None
         self.raw = raw
         self.out = pa.CompressedOutputStream(raw, codec) if codec else raw
-        if config.format == "csv" and config.csv.header:
+        self.arrow: Any = None  # Arrow's CSV writer, when the quote is Arrow's own
+        self.nested = [f.name for f in schema if pa.types.is_nested(f.type)]
+        if config.format == "csv" and config.csv.quote == '"':
+            import pyarrow.csv as pacsv
+
+            flat = pa.schema(
+                [pa.field(f.name, pa.string()) if f.name in self.nested else f for f in schema]
+            )
+            if config.csv.header:  # quoted only where needed, as the csv module does
+                self._emit([self.names])
+            options = pacsv.WriteOptions(
+                include_header=False,
+                delimiter=config.csv.delimiter,
+                null_string=config.csv.null_value,
+            )
+            self.arrow = pacsv.CSVWriter(self.out, flat, write_options=options)
+        elif config.format == "csv" and config.csv.header:
             self._emit([self.names])
         if config.format == "json":
             self.out.write(b"[")
 
     def write(self, batch: Any) -> None:
         if batch is None:
+            return
+        if self.arrow is not None:  # C++ all the way; nested values become JSON text first
+            import pyarrow as pa
+
+            for name in self.nested:
+                i = batch.schema.get_field_index(name)
+                text = [
+                    None if v is None else json.dumps(v, default=_jsonable, ensure_ascii=False)
+                    for v in batch.column(i).to_pylist()
+                ]
+                batch = batch.set_column(i, name, pa.array(text, pa.string()))
+            self.arrow.write_batch(batch)
             return
         rows = batch.to_pylist()
         fmt = self.config.format
@@ -474,6 +502,8 @@ class _TextFile:
     def close(self) -> None:
         if self.config.format == "json":
             self.out.write(b"\n]\n")
+        if self.arrow is not None:
+            self.arrow.close()
         self.out.close()
 
 

@@ -74,6 +74,12 @@ def test_csv_options_and_nested_values(tmp_path):
     assert text[0] == "id;day;amount;note;tags"
     assert text[4].startswith("3;2026-01-02;3.50;NULL;")
     assert json.loads(text[1].split(";", 4)[4].strip('"').replace('""', '"')) == {"k": 0}
+    # another quote character: Python's csv module writes the same cells
+    sink(tmp_path, path="q", format="csv", csv={"quote": "'", "null_value": "NULL"}).write(
+        data(), 0
+    )
+    other = (tmp_path / "q/batch-000000-part-0000.csv").read_text().splitlines()
+    assert other[0] == "id,day,amount,note,tags" and other[4].startswith("3,2026-01-02,3.50,NULL,")
 
 
 def test_hive_partitions_and_size_limit(tmp_path):
