@@ -456,11 +456,11 @@ class _TextFile:
 
             for name in self.nested:
                 i = batch.schema.get_field_index(name)
-                text = [
+                cells = [
                     None if v is None else json.dumps(v, default=_jsonable, ensure_ascii=False)
                     for v in batch.column(i).to_pylist()
                 ]
-                batch = batch.set_column(i, name, pa.array(text, pa.string()))
+                batch = batch.set_column(i, name, pa.array(cells, pa.string()))
             self.arrow.write_batch(batch)
             return
         rows = batch.to_pylist()
