@@ -31,13 +31,14 @@ from .connectors.relational import (
     plan_window,
     read_query,
     session_init,
-    spark_literal,
     with_retries,
 )
 from .pipeline import transform_source
+from .runtime import _dataset, arrow_columns
 from .state import STATE_DIR, NodeResult
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as pads
     from pyspark.sql import DataFrame
 
     from .runtime import Runtime
@@ -73,10 +74,11 @@ def node_id(node: dict[str, Any]) -> str:
 
 
 def _errors() -> tuple[type[BaseException], ...]:
+    import psycopg
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
-    return (ExtractError, PySparkException, Py4JError)
+    return (ExtractError, PySparkException, Py4JError, psycopg.Error)
 
 
 def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
@@ -91,27 +93,33 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
 
     via = ""
 
-    def attempt() -> tuple[Window, DataFrame]:
+    def attempt() -> tuple[Window, list[str]]:
         nonlocal via
         with connection(conn) as db:
             window = plan_window(db, conn.kind, base, table, stored)
-            stage, via = _stager(rt, db, conn, tuning, base)
+            stage, via = _stager(rt, db, conn, tuning, base, table.parallel)
         if window.chunks is not None:
             return window, _extract_chunks(rt, nid, stage, window, staging, table)
         data = staging / "data"
         stage([window.predicate or ""], data)
-        return window, rt.spark.read.parquet(str(data))
+        return window, parquet_files([data])
 
-    (window, df), retries = with_retries(attempt, tuning, _errors())
+    (window, files), retries = with_retries(attempt, tuning, _errors())
+    # The checks read the staged Parquet with Arrow: no Spark job, and no JVM at all when
+    # nothing downstream needs one.
+    data = _dataset(files)
     as_is = not (table.meta_columns.exported_at or table.meta_columns.row_hash or table.transforms)
     if as_is:  # a sink may take these files as they are
-        rt.staged_files[node["relation"]] = df.inputFiles()
-    df = _with_meta(df, table, exported_at)
-    rows = df.count()
+        rt.staged_files[node["relation"]] = files
+    rows = data.count_rows()
     notes = [f"{window.description} via {via}"]
     if retries:
         notes.append(f"{retries} retr{'y' if retries == 1 else 'ies'}")
-    columns = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    columns = arrow_columns(data.schema)
+    if table.meta_columns.exported_at:
+        columns["_rivc_exported_at"] = "timestamp"
+    if table.meta_columns.row_hash:
+        columns["_rivc_row_hash"] = "bigint"
     fail_on_change = table.on_schema_change == "fail"
     before = rt.state.last_schema(nid)
     schema = rt.state.schema_change(rt.run_id, nid, columns, record=not fail_on_change)
@@ -128,7 +136,7 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
                 error=f"schema changed and on_schema_change is fail: {diff}",
             )
         notes.append(f"schema changed: {diff}")
-    problems, warnings = _quality(df, table, rows)
+    problems, warnings = _quality(data, table, rows)
     notes += warnings
     if problems:
         return NodeResult(
@@ -150,10 +158,15 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
             schema=schema,
             message="no rows and skip_empty: downstream skipped, cursor not advanced",
         )
-    transform_source(df, table.transforms).createOrReplaceTempView(node["relation"])
+    rt.view(
+        node["relation"],
+        lambda spark: transform_source(
+            _with_meta(spark.read.parquet(*files), table, exported_at), table.transforms
+        ),
+    )
     cursor = window.cursor
     if cursor is not None and table.unique_key and rows:
-        cursor = {**cursor, "keys": _boundary_keys(df, table, cursor)}
+        cursor = {**cursor, "keys": _boundary_keys(data, table, cursor)}
     rt.pending[nid] = Pending(cursor, staging, window.chunks is not None)
     return NodeResult(
         nid,
@@ -182,43 +195,52 @@ Stage = Callable[[list[str], Path], None]
 
 
 def _stager(
-    rt: Runtime, db: Any, conn: Conn, tuning: dict[str, int], base: str
+    rt: Runtime, db: Any, conn: Conn, tuning: dict[str, int], base: str, parallel: int
 ) -> tuple[Stage, str]:
     """How to copy `base` under predicates into a Parquet directory, one query per predicate.
 
-    PostgreSQL with COPY-able column types: Spark tasks stream COPY into Arrow and write the
-    Parquet files themselves. Otherwise Spark's JDBC reader and Parquet writer.
+    PostgreSQL with COPY-able column types: COPY streamed into Arrow and written as Parquet,
+    by this process when `parallel` is 1 (no Spark job), else by `parallel` Spark tasks at once.
+    Otherwise Spark's JDBC reader and Parquet writer.
     """
     if conn.kind == "postgres":
-        from .connectors.pgcopy import NAME, PgCopySource, copy_plan
+        from .connectors.pgcopy import NAME, CopyPartition, CopyReader, PgCopySource, copy_plan
 
         plan = copy_plan(db, base)
         if plan is not None:
-            rt.spark.dataSource.register(PgCopySource)
             public = {
                 "host": conn.host,
                 "port": conn.port,
                 "user": conn.user,
                 "database": conn.database,
             }
+            options = {
+                "conn": json.dumps(public),
+                "password": conn.password or "",
+                "base": base,
+                "plan": json.dumps(plan.columns),
+                "settings": json.dumps(session_init(conn.kind, tuning).split("; ")),
+                "throttle_ms": str(tuning["throttle_ms"]),
+            }
 
-            def copy_stage(predicates: list[str], path: Path) -> None:
+            def copy_here(predicates: list[str], path: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
-                (
-                    rt.spark.read.format(NAME)
-                    .option("conn", json.dumps(public))
-                    .option("password", conn.password or "")
-                    .option("base", base)
-                    .option("plan", json.dumps(plan.columns))
-                    .option("predicates", json.dumps(predicates))
-                    .option("settings", json.dumps(session_init(conn.kind, tuning).split("; ")))
-                    .option("stage", str(path))
-                    .option("throttle_ms", str(tuning["throttle_ms"]))
-                    .load()
-                    .collect()
-                )
+                reader = CopyReader({**options, "stage": str(path)})
+                for i, predicate in enumerate(predicates):
+                    for _ in reader.read(CopyPartition(i, predicate)):
+                        pass
 
-            return copy_stage, "COPY"
+            def copy_in_spark(predicates: list[str], path: Path) -> None:
+                shutil.rmtree(path, ignore_errors=True)
+                rt.spark.dataSource.register(PgCopySource)
+                reader = rt.spark.read.format(NAME)
+                for key, value in options.items():
+                    reader = reader.option(key, value)
+                reader.option("predicates", json.dumps(predicates)).option(
+                    "stage", str(path)
+                ).load().collect()
+
+            return (copy_here, "COPY") if parallel <= 1 else (copy_in_spark, "COPY in Spark")
 
     def jdbc_stage(predicates: list[str], path: Path) -> None:
         read_query(rt.spark, conn, tuning, base, predicates).write.mode("overwrite").parquet(
@@ -235,7 +257,7 @@ def _extract_chunks(
     window: Window,
     staging: Path,
     table: Any,
-) -> DataFrame:
+) -> list[str]:
     """Chunks `parallel` at a time; each finished group is checkpointed, so a rerun resumes."""
     chunks = window.chunks or []
     plan = hashlib.blake2b(
@@ -259,13 +281,13 @@ def _extract_chunks(
     paths = sorted(set(rt.state.done_chunks(nid, plan).values()))
     if not paths:
         stage(["1 = 0"], staging / "empty")
-        return rt.spark.read.parquet(str(staging / "empty"))
-    return rt.spark.read.parquet(*paths)
+        return parquet_files([staging / "empty"])
+    return parquet_files([Path(p) for p in paths])
 
 
-def _quality(df: DataFrame, table: Any, rows: int) -> tuple[list[str], list[str]]:
-    """Failures (severity fail) and warnings of the table's quality gates."""
-    from pyspark.sql import functions as F
+def _quality(data: pads.Dataset, table: Any, rows: int) -> tuple[list[str], list[str]]:
+    """Failures (severity fail) and warnings of the table's quality gates, read with Arrow."""
+    import pyarrow.compute as pc
 
     q = table.quality
     fails: list[str] = []
@@ -279,19 +301,22 @@ def _quality(df: DataFrame, table: Any, rows: int) -> tuple[list[str], list[str]
         if (lo is not None and rows < lo) or (hi is not None and rows > hi):
             report(q.row_count.severity, f"row_count {rows} outside [{lo}, {hi}]")
     if q.null_ratio_max is not None and rows:
-        exprs = [
-            F.sum(F.col(f"`{c}`").isNull().cast("int")).alias(c) for c in q.null_ratio_max.columns
-        ]
-        first = df.agg(*exprs).first()
-        assert first is not None
-        nulls = first.asDict()
+        nulls = dict.fromkeys(q.null_ratio_max.columns, 0)
+        for batch in data.to_batches(columns=list(nulls)):
+            for col in nulls:
+                nulls[col] += batch.column(col).null_count
         for col, limit in q.null_ratio_max.columns.items():
-            ratio = (nulls[col] or 0) / rows
+            ratio = nulls[col] / rows
             if ratio > limit:
                 report(q.null_ratio_max.severity, f"null ratio of {col} {ratio:.3f} > {limit}")
     if q.unique_columns is not None and rows:
-        cols = [f"`{c}`" for c in q.unique_columns.columns]
-        distinct = df.select(*cols).distinct().count()
+        cols = list(q.unique_columns.columns)
+        keys = data.to_table(columns=cols)
+        distinct = (
+            keys.group_by(cols).aggregate([]).num_rows
+            if len(cols) > 1
+            else len(pc.unique(keys.column(0)))
+        )
         if distinct != rows:
             report(
                 q.unique_columns.severity,
@@ -300,15 +325,33 @@ def _quality(df: DataFrame, table: Any, rows: int) -> tuple[list[str], list[str]
     return fails, warns
 
 
-def _boundary_keys(df: DataFrame, table: Any, cursor: dict[str, Any]) -> list[list[Any]]:
+def _boundary_keys(data: pads.Dataset, table: Any, cursor: dict[str, Any]) -> list[list[Any]]:
     """Keys of the extracted rows at the new cursor value (plus those delivered before at it)."""
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
     value = decode(cursor["value"])
-    col = f"`{table.cursor_column}`"
-    keys = [f"`{k}`" for k in table.unique_key]
-    rows = df.filter(f"{col} = {spark_literal(value)}").select(*keys).collect()
-    new = [[encode(v) for v in r] for r in rows]
+    column = data.schema.field(table.cursor_column)
+    if isinstance(value, datetime) and pa.types.is_timestamp(column.type) and column.type.tz:
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    at = data.to_table(
+        columns=list(table.unique_key),
+        filter=pads.field(table.cursor_column) == pa.scalar(value, type=column.type),
+    )
+    new = [[encode(_naive(v)) for v in row.values()] for row in at.to_pylist()]
     old = [k for k in cursor.get("keys", []) if k not in new]
     return old + new
+
+
+def _naive(value: Any) -> Any:
+    """Timestamps as naive UTC, as Spark returns them (keys are compared across runs)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def parquet_files(dirs: list[Path]) -> list[str]:
+    return [str(f) for d in dirs for f in sorted(d.glob("*.parquet"))]
 
 
 def _schema_diff(before: dict[str, str], columns: dict[str, str]) -> str:

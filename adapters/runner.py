@@ -109,9 +109,10 @@ def execute(
     try:
         with run_lock(root, run_id):
             plan = Plan.load(root)
-            spark = spark_factory(plan)
             state.start_run(run_id, options.command, " ".join(options.select) or "*")
-            runtime = Runtime(spark, plan, run_id, state, options.full_refresh)
+            runtime = Runtime(
+                lambda: spark_factory(plan), plan, run_id, state, options.full_refresh
+            )
             if options.command != "test":  # what the selection reads from a database is extracted
                 chosen = set(todo)
                 todo = [n for n in compiled.selected if n in chosen or plan.is_extracted(n)]
@@ -167,7 +168,7 @@ def _schedule(
     stop = False
 
     def run(nid: str) -> NodeResult:
-        if options.threads > 1 and not runtime.remote:  # Spark Connect has no FAIR pools
+        if options.threads > 1 and runtime.started and not runtime.remote:  # Connect: no pools
             pool = f"rivc-{threading.get_ident() % 1000}"
             runtime.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         on_start(nid)
@@ -224,7 +225,7 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
     spark = spark_factory(plan)
     state = StateStore.for_project(root)
     try:
-        runtime = Runtime(spark, plan, "show", state)
+        runtime = Runtime(lambda: spark, plan, "show", state)
         for nid in compiled.selected:
             if nid != target[0] and compiled.graph.nodes[nid].kind != "test":
                 runtime.bind(nid)

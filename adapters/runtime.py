@@ -113,10 +113,10 @@ class Plan:
         return [n for n in self.nodes if n in seen]
 
 
-def peak_rss_mb(spark: SparkSession) -> float:
+def peak_rss_mb(spark: SparkSession | None) -> float:
     """Peak resident memory of this process plus, for local Spark, its JVM."""
     total = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    if spark is None or type(spark).__module__.startswith("pyspark.sql.connect"):
         return round(total, 1)  # the server's memory is not ours to read
     try:
         pid = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
@@ -132,9 +132,40 @@ def columns_of(df: DataFrame) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in df.schema.fields}
 
 
+def arrow_columns(schema: Any) -> dict[str, str]:
+    """An Arrow schema's columns with the type names Spark gives them when it reads the files."""
+    import pyarrow as pa
+
+    def name(t: Any) -> str:
+        if pa.types.is_timestamp(t):
+            return "timestamp" if t.tz else "timestamp_ntz"
+        if pa.types.is_decimal(t):
+            return f"decimal({t.precision},{t.scale})"
+        simple = {
+            pa.bool_(): "boolean",
+            pa.int8(): "tinyint",
+            pa.int16(): "smallint",
+            pa.int32(): "int",
+            pa.int64(): "bigint",
+            pa.float32(): "float",
+            pa.float64(): "double",
+            pa.string(): "string",
+            pa.large_string(): "string",
+            pa.binary(): "binary",
+            pa.large_binary(): "binary",
+            pa.date32(): "date",
+        }
+        return simple.get(t, str(t))
+
+    return {f.name: name(f.type) for f in schema}
+
+
 @dataclass
 class Runtime:
-    spark: SparkSession
+    """What running nodes shares. Spark starts on first use, so a run whose nodes need no Spark
+    (an extracted table delivered as it is) starts no JVM."""
+
+    session: Callable[[], SparkSession]
     plan: Plan
     run_id: str
     state: StateStore
@@ -142,16 +173,44 @@ class Runtime:
     pending: dict[str, Any] = field(default_factory=dict)  # source -> state to commit at the end
     staged_files: dict[str, list[str]] = field(default_factory=dict)  # relation -> its Parquet
     interrupt: threading.Event = field(default_factory=threading.Event)  # set by the first Ctrl-C
+    deferred: dict[str, Callable[[SparkSession], None]] = field(default_factory=dict)
+    _spark: SparkSession | None = field(default=None, init=False, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        from .connectors.datagen import DatagenSource
+    @property
+    def spark(self) -> SparkSession:
+        with self._lock:
+            if self._spark is None:
+                from .connectors.datagen import DatagenSource
 
-        self.spark.dataSource.register(DatagenSource)
+                spark = self.session()
+                spark.dataSource.register(DatagenSource)
+                self._spark = spark
+                for register in self.deferred.values():  # views made before Spark ran
+                    register(spark)
+                self.deferred.clear()
+            return self._spark
+
+    @property
+    def started(self) -> bool:
+        return self._spark is not None
+
+    def view(self, relation: str, make: Callable[[SparkSession], DataFrame]) -> None:
+        """Register a temp view now if Spark runs, else when it starts."""
+
+        def register(spark: SparkSession) -> None:
+            make(spark).createOrReplaceTempView(relation)
+
+        with self._lock:
+            if self._spark is not None:
+                register(self._spark)
+            else:
+                self.deferred[relation] = register
 
     @property
     def remote(self) -> bool:
         """True on Spark Connect, where there is no SparkContext."""
-        return type(self.spark).__module__.startswith("pyspark.sql.connect")
+        return type(self._spark).__module__.startswith("pyspark.sql.connect")
 
     # ------------------------------------------------------------------ relations
 
@@ -242,7 +301,7 @@ class Runtime:
             **{
                 **result.__dict__,
                 "duration_s": time.perf_counter() - started,
-                "peak_rss_mb": peak_rss_mb(self.spark),
+                "peak_rss_mb": peak_rss_mb(self._spark),
             }
         )
         self.state.record(self.run_id, result)
@@ -315,15 +374,20 @@ class Runtime:
     def _run_sink(self, nid: str, node: dict[str, Any]) -> NodeResult:
         name, connector = node["name"], node["connector"]
         writer = self.sink_writer(name)
-        df = self.spark.sql(self.plan.sql(nid))
-        schema = self._schema(nid, df)
         files = self.staged_files.get(node["relation"])
-        if df.isStreaming:
-            self._stream(df, writer, node)
-        elif files is not None and not writer.checks_rows:  # an extracted table, as it is
+        streaming = False
+        if files is not None and not writer.checks_rows:  # an extracted table, as it is
+            columns = arrow_columns(_dataset(files).schema)
+            schema = self.state.schema_change(self.run_id, nid, columns)
             writer.write_files(files, self.state.next_batch_id(nid))
         else:
-            writer(df, self.state.next_batch_id(nid))
+            df = self.spark.sql(self.plan.sql(nid))
+            schema = self._schema(nid, df)
+            streaming = df.isStreaming
+            if streaming:
+                self._stream(df, writer, node)
+            else:
+                writer(df, self.state.next_batch_id(nid))
         totals = self.state.batch_totals(nid, self.run_id)
         note = f"{totals['batches']} batch{'es' if totals['batches'] != 1 else ''}"
         if totals["replayed"]:
@@ -333,7 +397,7 @@ class Runtime:
             note += f", {t['rows']} rows to {target}"
         for q in self.state.quality_totals(nid, self.run_id):
             note += f", {q['check_name']}: {q['rows']} {q['action']}"
-        if df.isStreaming and self.interrupt.is_set():
+        if streaming and self.interrupt.is_set():
             note += ", stopped by Ctrl-C"
         return NodeResult(
             nid,
@@ -569,12 +633,16 @@ def run_sink_job(root: Path, sink: str) -> int:
     plan = Plan.load(root)
     nid = f"sink:{sink}"
     run_id = new_run_id()
-    spark = get_session(plan.profile.spark, app_name=f"rivc job {sink}")
     state = StateStore.for_project(root)
     try:
         with run_lock(root, run_id):
             state.start_run(run_id, f"job {sink}", nid)
-            runtime = Runtime(spark, plan, run_id, state)
+            runtime = Runtime(
+                lambda: get_session(plan.profile.spark, app_name=f"rivc job {sink}"),
+                plan,
+                run_id,
+                state,
+            )
             done = []
             with graceful_interrupt(runtime.interrupt):
                 for up in plan.upstream(nid):

@@ -146,10 +146,10 @@ class PgCopySource(DataSource):
         return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])]).ddl
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _CopyReader(dict(self.options))
+        return CopyReader(dict(self.options))
 
 
-class _CopyReader(DataSourceReader):
+class CopyReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
 
