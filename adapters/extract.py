@@ -34,7 +34,7 @@ from .connectors.relational import (
     with_retries,
 )
 from .pipeline import transform_source
-from .runtime import _dataset, arrow_columns
+from .runtime import _dataset, arrow_columns, parquet_rows, parquet_schema
 from .state import STATE_DIR, NodeResult
 
 if TYPE_CHECKING:
@@ -107,15 +107,14 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
     (window, files), retries = with_retries(attempt, tuning, _errors())
     # The checks read the staged Parquet with Arrow: no Spark job, and no JVM at all when
     # nothing downstream needs one.
-    data = _dataset(files)
     as_is = not (table.meta_columns.exported_at or table.meta_columns.row_hash or table.transforms)
     if as_is:  # a sink may take these files as they are
         rt.staged_files[node["relation"]] = files
-    rows = data.count_rows()
+    rows = parquet_rows(files)
     notes = [f"{window.description} via {via}"]
     if retries:
         notes.append(f"{retries} retr{'y' if retries == 1 else 'ies'}")
-    columns = arrow_columns(data.schema)
+    columns = arrow_columns(parquet_schema(files))
     if table.meta_columns.exported_at:
         columns["_rivc_exported_at"] = "timestamp"
     if table.meta_columns.row_hash:
@@ -136,7 +135,7 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
                 error=f"schema changed and on_schema_change is fail: {diff}",
             )
         notes.append(f"schema changed: {diff}")
-    problems, warnings = _quality(data, table, rows)
+    problems, warnings = _quality(files, table, rows)
     notes += warnings
     if problems:
         return NodeResult(
@@ -166,7 +165,7 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
     )
     cursor = window.cursor
     if cursor is not None and table.unique_key and rows:
-        cursor = {**cursor, "keys": _boundary_keys(data, table, cursor)}
+        cursor = {**cursor, "keys": _boundary_keys(_dataset(files), table, cursor)}
     rt.pending[nid] = Pending(cursor, staging, window.chunks is not None)
     return NodeResult(
         nid,
@@ -285,11 +284,14 @@ def _extract_chunks(
     return parquet_files([Path(p) for p in paths])
 
 
-def _quality(data: pads.Dataset, table: Any, rows: int) -> tuple[list[str], list[str]]:
+def _quality(files: list[str], table: Any, rows: int) -> tuple[list[str], list[str]]:
     """Failures (severity fail) and warnings of the table's quality gates, read with Arrow."""
     import pyarrow.compute as pc
 
     q = table.quality
+    if q.null_ratio_max is None and q.unique_columns is None:
+        files = []  # row_count needs no data
+    data = _dataset(files) if files else None
     fails: list[str] = []
     warns: list[str] = []
 
@@ -300,7 +302,7 @@ def _quality(data: pads.Dataset, table: Any, rows: int) -> tuple[list[str], list
         lo, hi = q.row_count.min, q.row_count.max
         if (lo is not None and rows < lo) or (hi is not None and rows > hi):
             report(q.row_count.severity, f"row_count {rows} outside [{lo}, {hi}]")
-    if q.null_ratio_max is not None and rows:
+    if q.null_ratio_max is not None and rows and data is not None:
         nulls = dict.fromkeys(q.null_ratio_max.columns, 0)
         for batch in data.to_batches(columns=list(nulls)):
             for col in nulls:
@@ -309,7 +311,7 @@ def _quality(data: pads.Dataset, table: Any, rows: int) -> tuple[list[str], list
             ratio = nulls[col] / rows
             if ratio > limit:
                 report(q.null_ratio_max.severity, f"null ratio of {col} {ratio:.3f} > {limit}")
-    if q.unique_columns is not None and rows:
+    if q.unique_columns is not None and rows and data is not None:
         cols = list(q.unique_columns.columns)
         keys = data.to_table(columns=cols)
         distinct = (

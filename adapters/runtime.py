@@ -377,7 +377,7 @@ class Runtime:
         files = self.staged_files.get(node["relation"])
         streaming = False
         if files is not None and not writer.checks_rows:  # an extracted table, as it is
-            columns = arrow_columns(_dataset(files).schema)
+            columns = arrow_columns(parquet_schema(files))
             schema = self.state.schema_change(self.run_id, nid, columns)
             writer.write_files(files, self.state.next_batch_id(nid))
         else:
@@ -579,6 +579,20 @@ def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
         yield _dataset([str(path)])
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def parquet_schema(files: list[str]) -> Any:
+    """The schema of staged Parquet files, from the first footer (pyarrow.dataset, a slow
+    import, is not needed for that)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(files[0].removeprefix("file://")).remove_metadata()
+
+
+def parquet_rows(files: list[str]) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f.removeprefix("file://")).metadata.num_rows for f in files)
 
 
 def _dataset(paths: list[str]) -> pads.Dataset:

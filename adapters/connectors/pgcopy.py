@@ -94,35 +94,72 @@ def _arrow_type(spark_type: str) -> Any:
 
 
 class _Stream:
-    """A file-like view of psycopg's COPY chunks, for pyarrow's streaming CSV reader."""
+    """A file-like view of psycopg's COPY messages (one per row), for pyarrow's streaming CSV
+    reader. Rows are appended to a bytearray (amortized constant time) and handed out in the
+    block sizes pyarrow asks for; the loop over rows is the hot path, so it stays minimal."""
 
     def __init__(self, chunks: Iterator[Any]) -> None:
-        self.chunks, self.size, self.closed = chunks, 0, False
-        self.pending: list[Any] = []
+        self.chunks, self.closed = iter(chunks), False
+        self.buffer = bytearray()
 
     def read_ahead(self) -> bool:
-        """Buffer the first chunk; False when the stream is empty."""
-        chunk = next(self.chunks, None)
-        if chunk is not None and len(chunk):
-            self.pending.append(bytes(chunk))
-            self.size += len(chunk)
-        return self.size > 0
+        """Buffer the first row; False when the stream is empty."""
+        for chunk in self.chunks:
+            self.buffer += chunk
+            break
+        return len(self.buffer) > 0
 
     def read(self, size: int = -1) -> bytes:
-        # Gather chunks in a list and join once: appending to a bytes buffer is quadratic.
-        while size < 0 or self.size < size:
-            chunk = next(self.chunks, None)
-            if chunk is None:
-                break
-            self.pending.append(bytes(chunk))
-            self.size += len(chunk)
-        data = b"".join(self.pending)
-        out, rest = (data, b"") if size < 0 else (data[:size], data[size:])
-        self.pending, self.size = ([rest] if rest else []), len(rest)
+        buffer = self.buffer
+        if size < 0:
+            for chunk in self.chunks:
+                buffer += chunk
+            size = len(buffer)
+        elif len(buffer) < size:
+            for chunk in self.chunks:
+                buffer += chunk
+                if len(buffer) >= size:
+                    break
+        out = bytes(memoryview(buffer)[:size])
+        del buffer[:size]
         return out
 
     def close(self) -> None:
         self.closed = True
+
+
+def _write_behind(batches: Iterator[Any], write: Any) -> int:
+    """Write `batches` in a second thread while this one reads the next from the server: Arrow
+    releases the GIL while it encodes, so reading and writing overlap. Returns the rows."""
+    import queue
+    import threading
+
+    todo: queue.Queue[Any] = queue.Queue(maxsize=2)
+    failed: list[BaseException] = []
+
+    def writer() -> None:
+        while (batch := todo.get()) is not None:
+            if not failed:
+                try:
+                    write(batch)
+                except BaseException as exc:  # noqa: BLE001  (raised again by the reader)
+                    failed.append(exc)
+
+    thread = threading.Thread(target=writer, name="rivc-parquet-writer", daemon=True)
+    thread.start()
+    rows = 0
+    try:
+        for batch in batches:
+            if failed:
+                break
+            todo.put(batch)
+            rows += batch.num_rows
+    finally:
+        todo.put(None)
+        thread.join()
+    if failed:
+        raise failed[0]
+    return rows
 
 
 class CopyPartition(InputPartition):
@@ -169,12 +206,17 @@ class CopyReader(DataSourceReader):
         final = os.path.join(stage, f"part-{partition.index:05d}.parquet")
         tmp = os.path.join(stage, f".part-{partition.index:05d}.parquet.tmp")
         os.makedirs(stage, exist_ok=True)
-        rows = 0
-        # snappy, as Spark's JDBC stager and Delta's default: a Delta sink can adopt the files
-        with pq.ParquetWriter(tmp, self._schema(), compression="snappy") as out:
-            for batch in batches:
-                out.write_batch(batch)
-                rows += batch.num_rows
+        # snappy, as Spark's JDBC stager and Delta's default: a Delta sink can adopt the files.
+        # No dictionaries: for the high-cardinality text of extracted rows they cost twice the
+        # write time and gain nothing; snappy still compresses repeated values.
+        out = pq.ParquetWriter(tmp, self._schema(), compression="snappy", use_dictionary=False)
+        try:
+            rows = _write_behind(batches, out.write_batch)
+        except BaseException:
+            out.close()
+            os.unlink(tmp)
+            raise
+        out.close()
         os.replace(tmp, final)
         yield (final, rows)
 
@@ -233,6 +275,9 @@ class CopyReader(DataSourceReader):
                     if pause and i:
                         time.sleep(pause)  # the tuning profile's breather for the server
                     yield pa.RecordBatch.from_arrays(
-                        [a.cast(f.type) for a, f in zip(batch.columns, schema, strict=True)],
+                        [
+                            a if a.type == f.type else a.cast(f.type)  # timestamps: to UTC
+                            for a, f in zip(batch.columns, schema, strict=True)
+                        ],
                         schema=schema,
                     )
