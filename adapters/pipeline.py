@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 ROW_COLUMN = "_rivc_row"  # the row as JSON where it failed, for its dead-letter envelope
 TRACKED = (ERROR_COLUMN, ROW_COLUMN)
-ENVELOPE = ("row", "sink", "error", "batch_id", "attempts", "failed_at")
 _TRANSIENT = re.compile(
     r"timed? ?out|temporar|connection (reset|refused|aborted|closed)|unavailable|throttl|"
     r"slow ?down|too many requests|\b(429|500|502|503|504)\b|conflict|commit to .* failed",
@@ -95,6 +94,7 @@ class Checked:
     clean: DataFrame  # the rows to write, with the output columns only
     dead: DataFrame | None  # envelopes for the dead-letter sink
     counts: list[tuple[str, str, int]]  # (check, action, failing rows)
+    cached: DataFrame  # the flagged batch both derive from, cached until they are written
 
 
 @dataclass
@@ -122,11 +122,10 @@ class SinkWriter:
             self._throttle(self._write_all(df, batch_id, None))
             return
         checked = self.check(df, batch_id)
-        cached = checked.clean.persist()
         try:
-            self._throttle(self._write_all(cached, batch_id, checked.dead))
+            self._throttle(self._write_all(checked.clean, batch_id, checked.dead))
         finally:
-            cached.unpersist()
+            checked.cached.unpersist()
         if checked.counts:
             state = StateStore(self.main.state_path)
             try:
@@ -136,7 +135,9 @@ class SinkWriter:
 
     def write_files(self, files: list[str], batch_id: int) -> None:
         """An extracted table delivered as is (no transforms or expectations)."""
-        self._attempt(lambda: self.main.write_files(files, batch_id), None, batch_id)
+        self._throttle(
+            self._attempt(lambda: self.main.write_files(files, batch_id), None, batch_id)
+        )
 
     def _throttle(self, rows: int) -> None:
         """Token bucket: after a batch of `rows`, wait until the average rate is back under
@@ -212,7 +213,7 @@ class SinkWriter:
                 f"{error} AS error",
             )
             dead = envelope(dead, self.name, batch_id, 0)
-        return Checked(clean, dead, counts)
+        return Checked(clean, dead, counts, flagged)
 
     # ------------------------------------------------------------------ writes
 
