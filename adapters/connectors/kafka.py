@@ -62,7 +62,8 @@ def read_stream(spark: Any, cfg: KafkaSourceConfig, columns: dict[str, str]) -> 
     try:
         raw = reader.load()
     except PySparkException as exc:
-        if "DATA_SOURCE_NOT_FOUND" in str(exc) or "kafka" in str(exc).lower():
+        text = str(exc)
+        if "DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source: kafka" in text:
             raise ConnectorError(JARS_HINT.format(v=spark.version)) from None
         raise
     declared = {k: v for k, v in columns.items() if not k.startswith("kafka_")}
