@@ -142,9 +142,22 @@ def spark_write(df: Any, target: Path, codec: str, partition_by: list[str]) -> l
 
 def parquet_stats(path: Path) -> tuple[int, dict[str, Any]]:
     """Rows and per-column min, max and null count of a Parquet file, from its footer."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    meta = pq.ParquetFile(path).metadata
+    file = pq.ParquetFile(path)
+    meta = file.metadata
+    # min/max only where they are exact in Delta's JSON: numbers, text, dates (see _json_value);
+    # decided from the schema, since reading a timestamp's min/max costs a time-zone lookup
+    ranged = {
+        f.name
+        for f in file.schema_arrow
+        if pa.types.is_integer(f.type)
+        or pa.types.is_floating(f.type)
+        or pa.types.is_string(f.type)
+        or pa.types.is_large_string(f.type)
+        or pa.types.is_date(f.type)
+    }
     mins: dict[str, Any] = {}
     maxs: dict[str, Any] = {}
     nulls: dict[str, int] = {}
@@ -164,7 +177,7 @@ def parquet_stats(path: Path) -> tuple[int, dict[str, Any]]:
             nulls[name] = nulls.get(name, 0) + st.null_count
             if g == 0:
                 exact.add(name)
-            if not st.has_min_max or not _json_value(st.min):
+            if name not in ranged or not st.has_min_max or not _json_value(st.min):
                 continue
             lo, hi = st.min, st.max
             mins[name] = lo if name not in mins else min(mins[name], lo)
