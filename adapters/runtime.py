@@ -29,7 +29,7 @@ from rivc.compiler.connectors import (
 )
 from rivc.compiler.errors import ConnectorError, RivcError, StateError
 from rivc.compiler.project import Project, load_project
-from rivc.compiler.specs import ProfileSpec
+from rivc.compiler.specs import ProfileSpec, RateLimit
 
 from .connectors import delta
 from .connectors.base import SinkContext, WriteResult, sink_for
@@ -434,8 +434,18 @@ class Runtime:
             targets={t: writer(t) for t in spec.targets},
             dead_letter=next((t for t, why in spec.targets.items() if why == "dead_letter"), None),
             retry=spec.retry,
-            rate_limit=spec.rate_limit,
+            rate_limit=spec.rate_limit or self._upstream_rate_limit(f"sink:{name}"),
         )
+
+    def _upstream_rate_limit(self, nid: str) -> RateLimit | None:
+        """The strictest rate limit of the source tables a sink reads."""
+        limits = [
+            self.plan.project.sources[self.plan.nodes[n]["name"]].table.rate_limit
+            for n in self.plan.upstream(nid)
+            if self.plan.nodes[n]["kind"] == "source"
+        ]
+        given = [r for r in limits if r is not None]
+        return min(given, key=lambda r: r.events_per_second) if given else None
 
     def _stream(self, df: DataFrame, writer: SinkWriter, node: dict[str, Any]) -> None:
         checkpoint = self.plan.root / STATE_DIR / CHECKPOINTS / node["name"]

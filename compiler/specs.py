@@ -186,6 +186,13 @@ class SourceQuality(Spec):
     unique_columns: UniqueGate | None = None
 
 
+class RateLimit(Spec):
+    """At most events_per_second rows on average, with burst_capacity rows of slack."""
+
+    events_per_second: float = Field(gt=0)
+    burst_capacity: int | None = Field(None, ge=0)  # default: a tenth of a second's worth
+
+
 class SourceTable(Spec):
     name: Name
     description: str = ""
@@ -206,6 +213,7 @@ class SourceTable(Spec):
     on_schema_change: Literal["warn", "fail"] = "warn"
     quality: SourceQuality = SourceQuality()
     transforms: tuple[Transform, ...] = ()
+    rate_limit: RateLimit | None = None  # applied by every sink that reads this table
 
     _tuple = field_validator("unique_key", mode="before")(_as_tuple)
     _name = field_validator("name")(_identifier)
@@ -255,13 +263,6 @@ class SinkRetry(Spec):
     max_backoff_ms: int = Field(10_000, ge=0)
     jitter: bool = True
     max_consecutive_failures: int = Field(3, ge=1)
-
-
-class RateLimit(Spec):
-    """At most events_per_second rows on average, with burst_capacity rows of slack."""
-
-    events_per_second: float = Field(gt=0)
-    burst_capacity: int | None = Field(None, ge=0)  # default: a tenth of a second's worth
 
 
 class InlineSink(Spec):

@@ -45,3 +45,37 @@ def test_token_bucket_waits_for_the_average_rate(monkeypatch):
     assert len(slept) == 1  # within the allowance: no wait
     writer._throttle(10)
     assert slept[-1] == pytest.approx(0.1)
+
+
+def test_a_source_rate_limit_reaches_the_sinks_that_read_it(make_project):
+    from rivc.adapters.runtime import Plan, Runtime
+    from rivc.adapters.state import StateStore
+    from rivc_testing import rivc
+
+    root = make_project(
+        {
+            "sources/demo.yml": """
+            sources:
+              - name: demo
+                connector: datagen
+                tables:
+                  - name: orders
+                    config: {pattern: orders, max_events: 10, seed: 1, stream: true}
+                    rate_limit: {events_per_second: 50}
+        """,
+            "sinks/s.yml": """
+            sinks:
+              - {name: inherits, from: stg, connector: stdout}
+              - {name: own, from: stg, connector: stdout, rate_limit: {events_per_second: 500}}
+        """,
+        }
+    )
+    assert rivc(root, "compile").exit_code == 0
+    state = StateStore.for_project(root)
+    try:
+        runtime = Runtime(lambda: None, Plan.load(root, env={}), "r", state)  # type: ignore[arg-type,return-value]
+        assert runtime.sink_writer("inherits").rate_limit == RateLimit(events_per_second=50)
+        assert runtime.sink_writer("own").rate_limit == RateLimit(events_per_second=500)
+        assert not runtime.started  # nothing here needed Spark
+    finally:
+        state.close()
