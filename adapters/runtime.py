@@ -397,6 +397,9 @@ class Runtime:
             note += f", {t['rows']} rows to {target}"
         for q in self.state.quality_totals(nid, self.run_id):
             note += f", {q['check_name']}: {q['rows']} {q['action']}"
+        if totals["commits"]:
+            n = totals["commits"]
+            note += f", {n} commit{'s' if n != 1 else ''} in {totals['commit_ms']:.0f} ms"
         if streaming and self.interrupt.is_set():
             note += ", stopped by Ctrl-C"
         return NodeResult(
@@ -409,6 +412,8 @@ class Runtime:
             retries=totals["retries"],
             schema=schema,
             message=f"{connector}: {note}",
+            commits=totals["commits"],
+            commit_ms=totals["commit_ms"],
         )
 
     def sink_writer(self, name: str) -> SinkWriter:
@@ -552,6 +557,8 @@ class BatchWriter:
                 result.files,
                 result.retries,
                 replayed=replayed,
+                commits=result.commits,
+                commit_ms=result.commit_s * 1000,
             )
         finally:
             state.close()

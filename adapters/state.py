@@ -66,6 +66,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (sink, batch_id, check_name)
     );
     """,
+    """
+    ALTER TABLE batches ADD COLUMN commits INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE batches ADD COLUMN commit_ms REAL NOT NULL DEFAULT 0;
+    ALTER TABLE node_runs ADD COLUMN commits INTEGER;
+    ALTER TABLE node_runs ADD COLUMN commit_ms REAL;
+    """,
 ]
 
 
@@ -97,6 +103,8 @@ class NodeResult:
     schema: str | None = None  # NEW | SAME | CHANGED
     error: str | None = None
     message: str = ""
+    commits: int | None = None  # sinks: table commits
+    commit_ms: float | None = None  # sinks: time spent committing
 
 
 class StateStore:
@@ -151,7 +159,9 @@ class StateStore:
 
     def record(self, run_id: str, r: NodeResult) -> None:
         self._write(
-            "INSERT OR REPLACE INTO node_runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO node_runs (run_id, node, kind, status, rows, bytes, files, "
+            "duration_s, peak_rss_mb, retries, schema, error, finished_at, commits, commit_ms) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run_id,
                 r.node,
@@ -166,6 +176,8 @@ class StateStore:
                 r.schema,
                 r.error,
                 now(),
+                r.commits,
+                None if r.commit_ms is None else round(r.commit_ms, 1),
             ),
         )
 
@@ -242,14 +254,28 @@ class StateStore:
         files: list[tuple[str, int | None, int]],
         retries: int = 0,
         replayed: bool = False,
+        commits: int = 0,
+        commit_ms: float = 0.0,
     ) -> None:
         """Record a batch the sink committed, with the files it wrote, in one transaction."""
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 self.db.execute(
-                    "INSERT OR REPLACE INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (sink, batch_id, run_id, rows, bytes_, retries, int(replayed), now()),
+                    "INSERT OR REPLACE INTO batches (sink, batch_id, run_id, rows, bytes, retries, "
+                    "replayed, committed_at, commits, commit_ms) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        sink,
+                        batch_id,
+                        run_id,
+                        rows,
+                        bytes_,
+                        retries,
+                        int(replayed),
+                        now(),
+                        commits,
+                        round(commit_ms, 1),
+                    ),
                 )
                 self.db.executemany(
                     "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -265,7 +291,8 @@ class StateStore:
         (b,) = self._rows(
             "SELECT COUNT(*) AS batches, COALESCE(SUM(replayed), 0) AS replayed, "
             "COALESCE(SUM(rows), 0) AS rows, COALESCE(SUM(bytes), 0) AS bytes, "
-            "COALESCE(SUM(retries), 0) AS retries FROM batches WHERE sink = ? AND run_id = ?",
+            "COALESCE(SUM(retries), 0) AS retries, COALESCE(SUM(commits), 0) AS commits, "
+            "COALESCE(SUM(commit_ms), 0) AS commit_ms FROM batches WHERE sink = ? AND run_id = ?",
             (sink, run_id),
         )
         (f,) = self._rows(

@@ -40,6 +40,8 @@ class WriteResult:
     bytes: int = 0
     files: list[tuple[str, int | None, int]] = field(default_factory=list)  # (path, rows, bytes)
     retries: int = 0
+    commits: int = 0  # transactions added to a table's log (Delta, Iceberg)
+    commit_s: float = 0.0  # time in the commit, its retries included
 
 
 RETRY_DELAYS = (0.1, 0.2, 0.4)  # commit conflicts: exponential backoff
@@ -47,12 +49,13 @@ RETRY_DELAYS = (0.1, 0.2, 0.4)  # commit conflicts: exponential backoff
 
 def commit_with_retries(
     attempt: Callable[[], R], conflict: type[BaseException], target: str
-) -> tuple[R, int]:
+) -> tuple[R, int, float]:
     """Run a commit; after a conflict, wait 100, 200, then 400 ms and run it again (`attempt`
-    re-reads the table each time). Returns (its result, retries)."""
+    re-reads the table each time). Returns (its result, retries, seconds it took)."""
+    started = time.perf_counter()
     for retries, delay in enumerate((*RETRY_DELAYS, None)):
         try:
-            return attempt(), retries
+            return attempt(), retries, time.perf_counter() - started
         except conflict as exc:
             if delay is None:
                 raise ConnectorError(

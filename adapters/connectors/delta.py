@@ -117,7 +117,7 @@ def write(
             raise ConnectorError(f"delta write to {uri}: {exc}") from exc
         return before
 
-    before, retries = commit_with_retries(attempt, CommitFailedError, uri)
+    before, retries, took = commit_with_retries(attempt, CommitFailedError, uri)
     after = _files(open_table(uri, storage_options))
     added = {p: s for p, s in after.items() if p not in before}
     return WriteResult(
@@ -125,6 +125,8 @@ def write(
         bytes=sum(added.values()),
         files=[(f"{uri.rstrip('/')}/{p}", None, s) for p, s in sorted(added.items())],
         retries=retries,
+        commits=1,
+        commit_s=took,  # delta-rs writes the files and commits in one call
     )
 
 
@@ -282,7 +284,7 @@ class DeltaSink(Sink):
                         raise
                     raise ConnectorError(f"delta write to {self.uri}: {exc}") from exc
 
-            _, retries = commit_with_retries(attempt, CommitFailedError, self.uri)
+            _, retries, took = commit_with_retries(attempt, CommitFailedError, self.uri)
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)  # files no commit references
             raise
@@ -291,6 +293,8 @@ class DeltaSink(Sink):
             bytes=sum(f.size for f in files),
             files=[(f"{self.uri}/{rel}/{f.rel}", f.rows, f.size) for f in files],
             retries=retries,
+            commits=1,
+            commit_s=took,
         )
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:

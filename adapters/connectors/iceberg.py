@@ -132,7 +132,7 @@ class IcebergSink(Sink):
                         )
                     tx.set_properties(props)
 
-            _, retries = commit_with_retries(attempt, CommitFailedException, self.identifier)
+            _, retries, took = commit_with_retries(attempt, CommitFailedException, self.identifier)
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)  # files no commit references
             raise
@@ -141,6 +141,8 @@ class IcebergSink(Sink):
             bytes=sum(f.size for f in files),
             files=[(str(f.path), f.rows, f.size) for f in files],
             retries=retries,
+            commits=1,
+            commit_s=took,
         )
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
@@ -150,15 +152,24 @@ class IcebergSink(Sink):
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
 
-        def attempt() -> None:
+        def attempt() -> int:
             table = self._table(catalog) or self._create(catalog, data.schema)
             if int(table.properties.get(self.marker, "-1")) < batch_id:  # else: a retry's own
-                self._commit(table, data, batch_id)  # commit landed after all
+                return self._commit(table, data, batch_id)  # commit landed after all
+            return 0
 
-        _, retries = commit_with_retries(attempt, CommitFailedException, self.identifier)
+        commits, retries, took = commit_with_retries(
+            attempt, CommitFailedException, self.identifier
+        )
         summary = catalog.load_table(self.identifier).current_snapshot().summary
         added = int(summary.get("added-files-size", "0") or 0)
-        return WriteResult(rows=data.count_rows(), bytes=added, retries=retries)
+        return WriteResult(
+            rows=data.count_rows(),
+            bytes=added,
+            retries=retries,
+            commits=commits,
+            commit_s=took,  # pyiceberg writes the files and commits in one transaction
+        )
 
     def _create(self, catalog: Any, schema: Any) -> Any:
         from pyiceberg import transforms as T
@@ -190,12 +201,14 @@ class IcebergSink(Sink):
             table = catalog.load_table(self.identifier)
         return table
 
-    def _commit(self, table: Any, data: pads.Dataset, batch_id: int) -> None:
+    def _commit(self, table: Any, data: pads.Dataset, batch_id: int) -> int:
+        """Write and commit the batch; returns the commits made (2 when the schema evolved)."""
         c = self.config
         props = {self.marker: str(batch_id)}
         # New columns first, in their own commit: an upsert compares the batch with the table's
         # schema as it is before the transaction, and added columns are harmless on their own.
-        if self._evolve(table, data.schema):
+        evolved = self._evolve(table, data.schema)
+        if evolved:
             table = table.refresh()
         # pyiceberg streams a RecordBatchReader only into unpartitioned tables
         rows = stream(data) if not table.spec().fields else data.to_table()
@@ -211,6 +224,7 @@ class IcebergSink(Sink):
                     tx.delete(_key_filter(keys), snapshot_properties=props)
                 tx.append(rows, snapshot_properties=props)
             tx.set_properties(props)  # in the same commit as the data
+        return 2 if evolved else 1
 
     def _evolve(self, table: Any, incoming: Any) -> bool:
         """Bring the table's schema up to the batch's; True if it changed."""

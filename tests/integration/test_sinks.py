@@ -70,6 +70,11 @@ def test_every_sink_from_spark_read_back_independently(spark, tmp_path):
     result = rivc(root, "run")
     assert result.exit_code == 0, result.output
     out = root / "out"
+    # table commits and their latency per node; file sinks make none
+    nodes = results(root)
+    assert nodes["sink:lake"]["commits"] == 1 and nodes["sink:lake"]["commit_ms"] > 0
+    assert nodes["sink:ice"]["commits"] == 1 and nodes["sink:pq"]["commits"] == 0
+    assert "1 commit in" in nodes["sink:lake"]["message"]
 
     # parquet: Hive partitions by status, zstd inside the files
     assert {p.name.split("=")[0] for p in (out / "pq").iterdir()} == {"status"}
@@ -116,6 +121,7 @@ def test_every_sink_from_spark_read_back_independently(spark, tmp_path):
     (root / "models/orders.sql").write_text(MODEL.replace("as day\n", "as day, 'web' as channel\n"))
     result = rivc(root, "run")
     assert result.exit_code == 0, result.output
+    assert results(root)["sink:ice"]["commits"] == 2  # the new column, then the data
     lake = DeltaTable(str(out / "delta")).to_pyarrow_table()
     assert "channel" in lake.column_names and lake.num_rows == 300
     table = catalog.load_table("shop.orders")

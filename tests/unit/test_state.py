@@ -26,7 +26,9 @@ def test_batches_files_and_totals(tmp_path):
     store = StateStore(tmp_path / "state.db")
     assert store.next_batch_id("sink:a") == 0
     store.start_run("r1", "run", "*")
-    store.commit_batch("sink:a", 0, "r1", 10, 100, [("/x/0.parquet", 10, 100)])
+    store.commit_batch(
+        "sink:a", 0, "r1", 10, 100, [("/x/0.parquet", 10, 100)], commits=1, commit_ms=12.34
+    )
     store.commit_batch("sink:a", 1, "r1", 0, 0, [], replayed=True)
     assert store.next_batch_id("sink:a") == 2
     totals = store.batch_totals("sink:a", "r1")
@@ -36,6 +38,8 @@ def test_batches_files_and_totals(tmp_path):
         "rows": 10,
         "bytes": 100,
         "retries": 0,
+        "commits": 1,
+        "commit_ms": 12.3,
         "files": 1,
     }
     assert [f["path"] for f in store.files(["sink:a"])] == ["/x/0.parquet"]
