@@ -199,3 +199,18 @@ sources:
     assert "the kafka source needs Spark's Kafka connector on the classpath" in result.output
     assert "spark.jars" in result.output and "spark-sql-kafka-0-10_2.13-4." in result.output
     shutil.rmtree(root)
+
+
+def test_doctor_reaches_the_mqtt_broker(tmp_path):
+    root = mqtt_project(tmp_path / "d", "rivc-test/doctor", "rivc-test-doctor")
+    ok = rivc(root, "doctor")
+    assert ok.exit_code == 0, ok.output
+    assert "[OK] source iot.sensors (mqtt mqtt://127.0.0.1:1883)" in ok.output
+    bad = root / "sources/iot.yml"
+    bad.write_text(bad.read_text().replace(":1883", ":1884"))  # nothing listens there
+    failed = rivc(root, "doctor")
+    assert failed.exit_code == 1
+    assert (
+        "[FAIL] source iot.sensors (mqtt mqtt://127.0.0.1:1884): connectivity error"
+        in failed.output
+    )
