@@ -149,7 +149,6 @@ DATAGEN_COLUMNS: dict[str, dict[str, str]] = {
         "referrer": "string",
     },
 }
-CDC_COLUMNS = {"op": "string", "ts": "timestamp"}  # plus before/after structs of the pattern
 
 
 def datagen_columns(config: DatagenConfig) -> dict[str, str]:

@@ -328,15 +328,6 @@ def decode(value: Any) -> Any:
     return value
 
 
-def spark_literal(value: Any) -> str:
-    """The same value as a Spark SQL literal (the session time zone is UTC)."""
-    if isinstance(value, datetime):
-        return f"TIMESTAMP {literal(value)}"
-    if isinstance(value, date):
-        return f"DATE {literal(value)}"
-    return literal(value)
-
-
 def quote_ident(kind: str, name: str) -> str:
     return f'"{name}"' if kind == "postgres" else f"`{name}`"
 
