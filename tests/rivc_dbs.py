@@ -13,6 +13,8 @@ from typing import Any
 import psycopg
 import pymysql
 
+from rivc_testing import write_files
+
 
 @dataclass(frozen=True)
 class Db:
@@ -89,8 +91,4 @@ def project(root: Path, db: Db, tables: str, models: dict[str, str], sinks: str 
     }
     if sinks:
         files["sinks/out.yml"] = textwrap.dedent(sinks)
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
+    return write_files(root, files)

@@ -11,6 +11,15 @@ from rivc.compiler.project import load_project
 from rivc.compiler.validate import Finding
 
 
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    """Write {path under root: text}; returns root."""
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
 def analyze_dir(root: Path, **options: object) -> CompiledProject:
     return analyze(load_project(root, env={}), CompileOptions(**options), env={})  # type: ignore[arg-type]
 

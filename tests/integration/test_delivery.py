@@ -9,19 +9,11 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc
+from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration
 
 PROJECT = "name: inc\n"
-
-
-def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 def results(root: Path) -> dict[str, dict]:
@@ -34,7 +26,7 @@ def jsonl(rows: list[dict]) -> str:
 
 
 def test_incremental_merge_applies_new_and_changed_rows(spark, tmp_path):
-    root = write(
+    root = write_files(
         tmp_path / "inc",
         {
             "rivc_project.yml": PROJECT,
@@ -63,7 +55,7 @@ where updated_at > (select max(updated_at) from {{ this }})
         },
     )
     assert rivc(root, "run").exit_code == 0
-    write(
+    write_files(
         root,
         {
             "data/accounts/b.json": jsonl(
@@ -83,7 +75,7 @@ where updated_at > (select max(updated_at) from {{ this }})
 
 
 def stream_project(root: Path, max_events: int) -> Path:
-    return write(
+    return write_files(
         root,
         {
             "rivc_project.yml": "name: stream\n",
@@ -152,7 +144,7 @@ def test_replayed_batch_run_is_skipped(spark, sample):
 
 
 def test_failed_node_skips_downstream_others_go_on(spark, tmp_path):
-    root = write(
+    root = write_files(
         tmp_path / "f",
         {
             "rivc_project.yml": "name: f\n",
@@ -183,7 +175,7 @@ sources:
 
 
 def test_test_severity_and_build_skips_after_failed_test(spark, tmp_path):
-    root = write(
+    root = write_files(
         tmp_path / "t",
         {
             "rivc_project.yml": "name: t\n",
@@ -221,7 +213,7 @@ models:
 
 
 def test_streaming_files_source_one_file_per_batch(spark, tmp_path):
-    root = write(
+    root = write_files(
         tmp_path / "fs",
         {
             "rivc_project.yml": "name: fs\n",

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from rivc.adapters.connectors.datagen import Generator
-from rivc_testing import rivc
+from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -32,10 +32,7 @@ def project(root: Path, sinks: str, model: str) -> Path:
         "models/orders.sql": model,
         "sinks/out.yml": sinks,
     }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    return write_files(root, files)
 
 
 def delta_rows(path: Path) -> list[dict]:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc
+from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -31,10 +31,7 @@ def project(root: Path, sinks: str, model: str = MODEL) -> Path:
         "models/orders.sql": model,
         "sinks/out.yml": sinks,
     }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    return write_files(root, files)
 
 
 def results(root: Path) -> dict[str, dict]:

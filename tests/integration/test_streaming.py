@@ -17,21 +17,14 @@ import paho.mqtt.client as mqtt
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc
+from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration
 BROKER = ("127.0.0.1", 1883)
 
 
-def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
-
-
 def mqtt_project(root: Path, topic: str, client_id: str, trigger: str = "available_now") -> Path:
-    return write(
+    return write_files(
         root,
         {
             "rivc_project.yml": "name: iot\n",
@@ -163,7 +156,7 @@ def test_ctrl_c_stops_after_the_batch_and_restart_continues(spark, tmp_path, ses
 
 
 def test_kafka_spec_compiles_and_run_names_the_missing_jar(spark, tmp_path):
-    root = write(
+    root = write_files(
         tmp_path / "k",
         {
             "rivc_project.yml": "name: k\n",
