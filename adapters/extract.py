@@ -25,14 +25,17 @@ from .connectors.relational import (
     Window,
     connection,
     decode,
+    deliveries,
     dump_cursor,
     encode,
     load_cursor,
     plan_window,
+    probe,
     read_query,
     session_init,
     with_retries,
 )
+from .faults import fault
 from .pipeline import transform_source
 from .runtime import _dataset, arrow_columns, parquet_rows, parquet_schema
 from .state import STATE_DIR, NodeResult
@@ -65,8 +68,20 @@ def _conn(rt: Runtime, node: dict[str, Any]) -> tuple[Any, Conn, dict[str, int]]
 
 def lazy_read(rt: Runtime, node: dict[str, Any]) -> DataFrame:
     """The whole query, read when used: what tests and previews see, with no state involved."""
-    _, conn, tuning = _conn(rt, node)
-    return read_query(rt.spark, conn, tuning, rt.plan.sql(node_id(node)), [])
+    source, conn, tuning = _conn(rt, node)
+    base = rt.plan.sql(node_id(node))
+    with connection(conn) as db:
+        plan = _deliveries(db, conn, base, source.table, node)
+    return read_query(rt.spark, conn, tuning, base, [], plan, _label(node))
+
+
+def _label(node: dict[str, Any]) -> str:
+    return f"source {node['name']}"
+
+
+def _deliveries(db: Any, conn: Conn, base: str, table: Any, node: dict[str, Any]) -> list[Any]:
+    """How each column is read: the database's types through the one mapping (dbtypes)."""
+    return deliveries(conn.kind, probe(db, conn.kind, base), dict(table.columns), _label(node))
 
 
 def node_id(node: dict[str, Any]) -> str:
@@ -97,14 +112,22 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
         nonlocal via
         with connection(conn) as db:
             window = plan_window(db, conn.kind, base, table, stored)
-            stage, via = _stager(rt, db, conn, tuning, base, table.parallel)
+            plan = _deliveries(db, conn, base, table, node)
+            stage, via = _stager(rt, conn, tuning, base, plan, _label(node), table.parallel)
         if window.chunks is not None:
             return window, _extract_chunks(rt, nid, stage, window, staging, table)
         data = staging / "data"
         stage([window.predicate or ""], data)
         return window, parquet_files([data])
 
-    (window, files), retries = with_retries(attempt, tuning, _errors())
+    replay = _replay(rt, nid, table)
+    if replay is not None:  # a resumed run delivers what the killed one staged, not a superset
+        window, files, retries, via = replay[0], replay[1], 0, "the killed run's staged copy"
+    else:
+        (window, files), retries = with_retries(attempt, tuning, _errors())
+        cursor_text = dump_cursor(window.cursor) if window.cursor is not None else None
+        rt.state.record_extract(rt.run_id, nid, files, cursor_text, window.description)
+    fault("after-staging", node["name"])
     # The checks read the staged Parquet with Arrow: no Spark job, and no JVM at all when
     # nothing downstream needs one.
     as_is = not (table.meta_columns.exported_at or table.meta_columns.row_hash or table.transforms)
@@ -178,6 +201,19 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
     )
 
 
+def _replay(rt: Runtime, nid: str, table: Any) -> tuple[Window, list[str]] | None:
+    """The staged copy of the run this one resumes, if it is still there (chunked tables
+    resume from their own chunk checkpoints)."""
+    if rt.resume_from is None or table.mode == "chunked" or rt.full_refresh:
+        return None
+    staged = rt.state.extract_of(rt.resume_from, nid)
+    if staged is None or not all(Path(f).exists() for f in staged[0]):
+        return None
+    files, cursor, description = staged
+    rt.state.record_extract(rt.run_id, nid, files, cursor, description)
+    return Window(None, load_cursor(cursor), description=description), files
+
+
 def _with_meta(df: DataFrame, table: Any, exported_at: datetime) -> DataFrame:
     """Meta columns over the staged copy: the hash is of the stored values, so it is stable."""
     from pyspark.sql import functions as F
@@ -194,7 +230,13 @@ Stage = Callable[[list[str], Path], None]
 
 
 def _stager(
-    rt: Runtime, db: Any, conn: Conn, tuning: dict[str, int], base: str, parallel: int
+    rt: Runtime,
+    conn: Conn,
+    tuning: dict[str, int],
+    base: str,
+    columns: list[Any],
+    label: str,
+    parallel: int,
 ) -> tuple[Stage, str]:
     """How to copy `base` under predicates into a Parquet directory, one query per predicate.
 
@@ -205,7 +247,7 @@ def _stager(
     if conn.kind == "postgres":
         from .connectors.pgcopy import NAME, CopyPartition, CopyReader, PgCopySource, copy_plan
 
-        plan = copy_plan(db, base)
+        plan = copy_plan(columns, label)
         if plan is not None:
             public = {
                 "host": conn.host,
@@ -217,7 +259,7 @@ def _stager(
                 "conn": json.dumps(public),
                 "password": conn.password or "",
                 "base": base,
-                "plan": json.dumps(plan.columns),
+                "plan": plan.dumps(),
                 "settings": json.dumps(session_init(conn.kind, tuning).split("; ")),
                 "throttle_ms": str(tuning["throttle_ms"]),
             }
@@ -242,9 +284,9 @@ def _stager(
             return (copy_here, "COPY") if parallel <= 1 else (copy_in_spark, "COPY in Spark")
 
     def jdbc_stage(predicates: list[str], path: Path) -> None:
-        read_query(rt.spark, conn, tuning, base, predicates).write.mode("overwrite").parquet(
-            str(path)
-        )
+        read_query(rt.spark, conn, tuning, base, predicates, columns, label).write.mode(
+            "overwrite"
+        ).parquet(str(path))
 
     return jdbc_stage, "JDBC"
 

@@ -109,6 +109,7 @@ class SinkWriter:
     dead_letter: str | None = None
     retry: SinkRetry = field(default_factory=SinkRetry)
     rate_limit: RateLimit | None = None
+    base: int = 0  # streams: added to Spark's batch ids (a new checkpoint starts above the table)
     failures: int = 0  # consecutive batches that failed to write
     tokens: float = 0.0  # rate limit: the token bucket, refilled at events_per_second
     refilled_at: float | None = None
@@ -117,7 +118,13 @@ class SinkWriter:
     def checks_rows(self) -> bool:
         return bool(self.transforms or self.quality)
 
+    def last_batch_id(self) -> int | None:
+        """The highest batch id any of this sink's tables (its own, its routes') holds."""
+        known = [w.last_batch_id() for w in (self.main, *self.targets.values())]
+        return max((k for k in known if k is not None), default=None)
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        batch_id += self.base
         if not self.checks_rows:
             self._throttle(self._write_all(df, batch_id, None))
             return

@@ -101,17 +101,31 @@ def execute(
 ) -> RunReport:
     """Compile, take the run lock, run the chosen nodes and record every result."""
     started, started_at = time.perf_counter(), now()
-    compiled = compile_for_run(root, options, on_warning)
-    kinds = KINDS[options.command]
-    todo = [n for n in compiled.chosen if compiled.graph.nodes[n].kind in kinds]
     run_id = new_run_id()
     state = StateStore.for_project(root)
     try:
+        # The lock comes first: a refused run writes nothing, and the running one executes the
+        # SQL it compiled, held in memory (Plan), whatever is compiled into target/ meanwhile.
         with run_lock(root, run_id):
+            compiled = compile_for_run(root, options, on_warning)
+            kinds = KINDS[options.command]
+            todo = [n for n in compiled.chosen if compiled.graph.nodes[n].kind in kinds]
             plan = Plan.load(root)
-            state.start_run(run_id, options.command, " ".join(options.select) or "*")
+            resumed = state.start_run(
+                run_id,
+                options.command,
+                " ".join(options.select) or "*",
+                fingerprint(options, plan),
+            )
+            if resumed:
+                on_warning(f"resuming run {resumed}, which did not finish")
             runtime = Runtime(
-                lambda: spark_factory(plan), plan, run_id, state, options.full_refresh
+                lambda: spark_factory(plan),
+                plan,
+                run_id,
+                state,
+                options.full_refresh,
+                resume_from=resumed,
             )
             if options.command != "test":  # what the selection reads from a database is extracted
                 chosen = set(todo)
@@ -179,6 +193,8 @@ def _schedule(
             done[result.node] = result
             on_result(len(done), len(todo), result)
 
+    if options.threads > 1:
+        _import_for_workers()
     with ThreadPoolExecutor(max_workers=max(1, options.threads)) as pool:
         running: dict[Future[NodeResult], str] = {}
         while len(done) < len(todo):
@@ -245,3 +261,41 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
         return df.limit(limit).toArrow()
     finally:
         state.close()
+
+
+def fingerprint(options: RunOptions, plan: Plan) -> str:
+    """What decides whether a run repeats a killed one: the command, the selection, the
+    parameters and the compiled project (manifest and SQL)."""
+    import hashlib
+
+    manifest = {k: v for k, v in plan.manifest.items() if k != "generated_at"}
+    text = json.dumps(
+        [
+            options.command,
+            options.select,
+            options.exclude,
+            options.full_refresh,
+            manifest,
+            sorted(plan.compiled.items()),
+        ],
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _import_for_workers() -> None:
+    """Import what nodes import lazily before worker threads start: two threads importing
+    pyspark.sql at the same moment see a partially initialized module."""
+    import importlib
+
+    for module in (
+        "pyspark.sql",
+        "pyspark.sql.functions",
+        "pyarrow.parquet",
+        "pyarrow.dataset",
+        "deltalake",
+        "rivc.adapters.extract",
+        "rivc.adapters.pipeline",
+    ):
+        importlib.import_module(module)

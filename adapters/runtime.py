@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import shutil
 import signal
@@ -33,6 +32,8 @@ from rivc.compiler.specs import ProfileSpec, RateLimit
 
 from .connectors import delta
 from .connectors.base import SinkContext, WriteResult, sink_for
+from .errortext import rivc_error_inside
+from .faults import fault
 from .pipeline import SinkWriter, health_check, transform_source
 from .state import STATE_DIR, NodeResult, StateStore
 
@@ -52,6 +53,7 @@ class Plan:
     root: Path
     manifest: dict[str, Any]
     project: Project  # connector configs with their secrets, which the manifest redacts
+    compiled: dict[str, str]  # path under target/ -> SQL, read once: a snapshot for the run
 
     @classmethod
     def load(cls, root: Path, env: Mapping[str, str] | None = None) -> Plan:
@@ -60,7 +62,17 @@ class Plan:
             manifest = json.loads(path.read_text())
         except OSError:
             raise StateError(f"{path}: not found; run `rivc compile` first") from None
-        return cls(root, manifest, load_project(root, os.environ if env is None else env))
+        compiled = {}
+        for node in manifest["nodes"].values():
+            for key in ("compiled_path", "compiled_incremental_path"):
+                rel = node.get(key)
+                if rel is not None:
+                    try:
+                        compiled[str(rel)] = (root / "target" / str(rel)).read_text()
+                    except OSError:
+                        pass  # named in the error of sql() if a node needs it
+        project = load_project(root, os.environ if env is None else env)
+        return cls(root, manifest, project, compiled)
 
     @property
     def profile(self) -> ProfileSpec:
@@ -85,7 +97,9 @@ class Plan:
         rel = node.get("compiled_incremental_path" if incremental else "compiled_path")
         if rel is None:
             raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
-        return (self.root / "target" / str(rel)).read_text()
+        if str(rel) not in self.compiled:
+            raise StateError(f"{nid}: target/{rel} is missing; run `rivc compile` first")
+        return self.compiled[str(rel)]
 
     def downstream(self, nid: str) -> set[str]:
         children: dict[str, list[str]] = {}
@@ -170,6 +184,7 @@ class Runtime:
     run_id: str
     state: StateStore
     full_refresh: bool = False
+    resume_from: str | None = None  # a killed run this one resumes (state.start_run)
     pending: dict[str, Any] = field(default_factory=dict)  # source -> state to commit at the end
     staged_files: dict[str, list[str]] = field(default_factory=dict)  # relation -> its Parquet
     interrupt: threading.Event = field(default_factory=threading.Event)  # set by the first Ctrl-C
@@ -305,6 +320,8 @@ class Runtime:
             }
         )
         self.state.record(self.run_id, result)
+        if node["kind"] == "sink":
+            fault("between-sinks", node["name"])
         return result
 
     def _schema(self, nid: str, df: DataFrame) -> str:
@@ -379,7 +396,7 @@ class Runtime:
         if files is not None and not writer.checks_rows:  # an extracted table, as it is
             columns = arrow_columns(parquet_schema(files))
             schema = self.state.schema_change(self.run_id, nid, columns)
-            writer.write_files(files, self.state.next_batch_id(nid))
+            writer.write_files(files, self.batch_id(nid, writer))
         else:
             df = self.spark.sql(self.plan.sql(nid))
             schema = self._schema(nid, df)
@@ -387,7 +404,7 @@ class Runtime:
             if streaming:
                 self._stream(df, writer, node)
             else:
-                writer(df, self.state.next_batch_id(nid))
+                writer(df, self.batch_id(nid, writer))
         totals = self.state.batch_totals(nid, self.run_id)
         note = f"{totals['batches']} batch{'es' if totals['batches'] != 1 else ''}"
         if totals["replayed"]:
@@ -415,6 +432,20 @@ class Runtime:
             commits=totals["commits"],
             commit_ms=totals["commit_ms"],
         )
+
+    def batch_id(self, nid: str, writer: SinkWriter) -> int:
+        """The batch id of a sink's batch in this run, recorded before anything is written: the
+        one a resumed run had handed out (a sink that committed it skips the replay), else one
+        above every id the state store and the sink's tables (routes included) hold."""
+        if self.resume_from is not None:
+            prior = self.state.handed_out(self.resume_from, nid)
+            if prior is not None:
+                self.state.hand_out(self.run_id, nid, prior)
+                return prior
+        last = writer.last_batch_id()
+        batch_id = 0 if last is None else last + 1
+        self.state.hand_out(self.run_id, nid, batch_id)
+        return batch_id
 
     def sink_writer(self, name: str) -> SinkWriter:
         """The foreachBatch function of sink `name`, with its route and dead-letter targets;
@@ -454,6 +485,7 @@ class Runtime:
 
     def _stream(self, df: DataFrame, writer: SinkWriter, node: dict[str, Any]) -> None:
         checkpoint = self.plan.root / STATE_DIR / CHECKPOINTS / node["name"]
+        writer.base = stream_base(checkpoint, writer)
         stream = (
             df.writeStream.foreachBatch(writer)
             .option("checkpointLocation", str(checkpoint))
@@ -507,6 +539,17 @@ class BatchWriter:
         self.nid, self.connector, self.config, self.ctx = nid, connector, config, ctx
         self.run_id, self.state_path = run_id, state
 
+    def last_batch_id(self) -> int | None:
+        """The highest batch id of this sink that the state store or the table itself holds:
+        new batches start above it, whatever was reset or lost (a table never skips new data)."""
+        state = StateStore(self.state_path)
+        try:
+            known = [state.last_batch_id(self.nid)]
+        finally:
+            state.close()
+        known.append(sink_for(self.connector, self.config, self.ctx).last_batch_id())
+        return max((k for k in known if k is not None), default=None)
+
     def __call__(self, df: DataFrame, batch_id: int) -> int:
         def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
             limited = df.limit(max_rows) if max_rows is not None else df
@@ -545,6 +588,7 @@ class BatchWriter:
         if result is None:
             with data(sink.max_rows) as batch:
                 result = sink.write(batch, batch_id)
+        fault("after-commit", self.ctx.sink)
         state = StateStore(self.state_path)
         try:
             # State advances only now, after the sink's own commit.
@@ -642,18 +686,32 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
     return (PySparkException,)
 
 
-_RIVC_ERROR = re.compile(r"rivc\.compiler\.errors\.\w+: (?:error: )?([^\n]+)")
-
-
 def _one_line(exc: BaseException) -> str:
     """The error in one line; for a stream that failed in a batch, rivc's own error inside it
     rather than Spark's wrapper."""
     text = (exc.message if isinstance(exc, RivcError) else str(exc)).strip()
-    inner = _RIVC_ERROR.findall(text)
+    inner = rivc_error_inside(text)
     if inner:
-        return str(inner[-1]).strip()[:500]
+        return inner
     first = text.splitlines()[0] if text else type(exc).__name__
     return first[:500]
+
+
+def stream_base(checkpoint: Path, writer: SinkWriter) -> int:
+    """What a stream adds to Spark's batch ids. Spark numbers a new checkpoint's batches from 0;
+    the sink's tables may already hold higher ids (a lost or reset checkpoint), and would skip
+    the new batches as replays. So a new checkpoint starts above them, and keeps that base in
+    the checkpoint itself: the two are lost or reset together."""
+    marker = checkpoint / "rivc-batch-base"
+    if marker.exists():
+        return int(marker.read_text())
+    if (checkpoint / "offsets").exists():
+        return 0  # a checkpoint from before bases were kept
+    last = writer.last_batch_id()
+    base = 0 if last is None else last + 1
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(base))
+    return base
 
 
 def run_sink_job(root: Path, sink: str) -> int:

@@ -72,6 +72,18 @@ MIGRATIONS: list[str] = [
     ALTER TABLE node_runs ADD COLUMN commits INTEGER;
     ALTER TABLE node_runs ADD COLUMN commit_ms REAL;
     """,
+    """
+    ALTER TABLE runs ADD COLUMN fingerprint TEXT;
+    ALTER TABLE runs ADD COLUMN resumed_from TEXT;
+    CREATE TABLE handed_out (
+        run_id TEXT NOT NULL, sink TEXT NOT NULL, batch_id INTEGER NOT NULL,
+        handed_at TEXT NOT NULL, PRIMARY KEY (run_id, sink)
+    );
+    CREATE TABLE extracts (
+        run_id TEXT NOT NULL, node TEXT NOT NULL, files TEXT NOT NULL, cursor TEXT,
+        description TEXT NOT NULL, staged_at TEXT NOT NULL, PRIMARY KEY (run_id, node)
+    );
+    """,
 ]
 
 
@@ -146,11 +158,72 @@ class StateStore:
 
     # ---------------------------------------------------------------- runs
 
-    def start_run(self, run_id: str, command: str, selection: str) -> None:
-        self._write(
-            "INSERT INTO runs VALUES (?, ?, ?, ?, NULL, 'running', ?)",
-            (run_id, command, selection, now(), os.getpid()),
+    def start_run(
+        self, run_id: str, command: str, selection: str, fingerprint: str | None = None
+    ) -> str | None:
+        """Record a new run and return the run it resumes, if any.
+
+        Called under the run lock, so a run still marked running was killed. The last one is
+        resumed when this run has the same fingerprint (the same command, selection, params
+        and compiled project): it reuses that run's batch ids and staged extractions, so what
+        a sink committed before the crash is recognised and skipped. Any other is closed as
+        aborted."""
+        dead = self._rows(
+            "SELECT run_id, fingerprint FROM runs WHERE status = 'running' "
+            "ORDER BY started_at DESC"
         )
+        resumed = None
+        if dead and fingerprint is not None and dead[0]["fingerprint"] == fingerprint:
+            resumed = str(dead[0]["run_id"])
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for row in dead:
+                    self.db.execute(
+                        "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
+                        ("resumed" if row["run_id"] == resumed else "aborted", now(), row["run_id"]),
+                    )
+                self.db.execute(
+                    "INSERT INTO runs (run_id, command, selection, started_at, finished_at, "
+                    "status, pid, fingerprint, resumed_from) VALUES (?,?,?,?,NULL,'running',?,?,?)",
+                    (run_id, command, selection, now(), os.getpid(), fingerprint, resumed),
+                )
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        return resumed
+
+    def hand_out(self, run_id: str, sink: str, batch_id: int) -> None:
+        """Record the batch id a run gives a sink, before the sink writes anything."""
+        self._write(
+            "INSERT OR REPLACE INTO handed_out VALUES (?, ?, ?, ?)", (run_id, sink, batch_id, now())
+        )
+
+    def handed_out(self, run_id: str, sink: str) -> int | None:
+        rows = self._rows(
+            "SELECT batch_id FROM handed_out WHERE run_id = ? AND sink = ?", (run_id, sink)
+        )
+        return int(rows[0]["batch_id"]) if rows else None
+
+    def record_extract(
+        self, run_id: str, node: str, files: list[str], cursor: str | None, description: str
+    ) -> None:
+        """An extraction's staged copy, so that a resumed run replays it instead of reading
+        the database again (which could return more rows under an id a sink committed)."""
+        self._write(
+            "INSERT OR REPLACE INTO extracts VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, node, json.dumps(files), cursor, description, now()),
+        )
+
+    def extract_of(self, run_id: str, node: str) -> tuple[list[str], str | None, str] | None:
+        rows = self._rows(
+            "SELECT files, cursor, description FROM extracts WHERE run_id = ? AND node = ?",
+            (run_id, node),
+        )
+        if not rows:
+            return None
+        return json.loads(rows[0]["files"]), rows[0]["cursor"], str(rows[0]["description"])
 
     def finish_run(self, run_id: str, status: str) -> None:
         self._write(
@@ -239,10 +312,15 @@ class StateStore:
 
     # ---------------------------------------------------------------- batches and files
 
-    def next_batch_id(self, sink: str) -> int:
-        rows = self._rows("SELECT MAX(batch_id) AS m FROM batches WHERE sink = ?", (sink,))
+    def last_batch_id(self, sink: str) -> int | None:
+        """The highest batch id this store recorded for `sink` (committed or handed out)."""
+        rows = self._rows(
+            "SELECT MAX(m) AS m FROM (SELECT MAX(batch_id) AS m FROM batches WHERE sink = ? "
+            "UNION ALL SELECT MAX(batch_id) FROM handed_out WHERE sink = ?)",
+            (sink, sink),
+        )
         last = rows[0]["m"]
-        return 0 if last is None else int(last) + 1
+        return None if last is None else int(last)
 
     def commit_batch(
         self,
@@ -377,6 +455,8 @@ class StateStore:
                 ("schemas", "node"),
                 ("chunks", "node"),
                 ("quality", "sink"),
+                ("handed_out", "sink"),
+                ("extracts", "node"),
             ):
                 if nodes is None:
                     count += self.db.execute(f"DELETE FROM {table}").rowcount

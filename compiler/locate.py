@@ -18,6 +18,39 @@ DEFAULT_PATHS = {
 }
 
 
+MAX_FILE_BYTES = 8 << 20  # a project file larger than this is refused (docs/project.md)
+
+
+def read_project_file(root: Path, rel: Path) -> str:
+    """A project file's text: UTF-8, no NUL bytes, at most MAX_FILE_BYTES; else a ProjectError
+    with the position of the first bad byte."""
+    path = rel if rel.is_absolute() else root / rel
+    with open(path, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ProjectError(
+            f"{rel}: larger than {MAX_FILE_BYTES >> 20} MiB; project files are text a person edits"
+        )
+
+    def position(offset: int) -> tuple[int, int]:
+        line_start = data.rfind(b"\n", 0, offset) + 1
+        return data.count(b"\n", 0, offset) + 1, offset - line_start + 1
+
+    from .errors import SourceLocation
+
+    if b"\0" in data:
+        line, col = position(data.index(b"\0"))
+        raise ProjectError("not a text file (a NUL byte)", SourceLocation(rel, line, col))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, col = position(exc.start)
+        raise ProjectError(
+            f"not UTF-8: byte 0x{data[exc.start]:02x} cannot be decoded; save the file as UTF-8",
+            SourceLocation(rel, line, col),
+        ) from None
+
+
 def find_project_root(start: Path) -> Path:
     """The nearest directory at or above `start` holding rivc_project.yml."""
     start = start.resolve()

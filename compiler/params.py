@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from .errors import RenderError, did_you_mean
@@ -58,10 +59,15 @@ def literal_sql(value: Any, dialect: str) -> str:
         node = exp.Null()
     elif isinstance(value, bool):
         node = exp.Boolean(this=value)
-    elif isinstance(value, int | float):
-        node = exp.Literal.number(value)
+    elif isinstance(value, int | float | Decimal):
+        node = exp.Literal.number(str(value))
     elif isinstance(value, dt.datetime):
-        node = exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
+        if value.tzinfo is not None:  # sources run their sessions in UTC
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        text = exp.Literal.string(value.isoformat(sep=" "))
+        if dialect == "mysql":  # a plain DATETIME would drop the fraction of a second
+            return f"CAST({text.sql(dialect=dialect)} AS DATETIME(6))"
+        node = exp.cast(text, "TIMESTAMP")
     elif isinstance(value, dt.date):
         node = exp.cast(exp.Literal.string(value.isoformat()), "DATE")
     else:

@@ -18,8 +18,9 @@ from .connectors import (
     MqttSourceConfig,
     datagen_columns,
 )
+from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
-from .locate import PROJECT_FILE, find_profiles, list_project_files
+from .locate import PROJECT_FILE, find_profiles, list_project_files, read_project_file
 from .specbase import IDENT, Spec
 from .specs import (
     InlineSink,
@@ -119,7 +120,7 @@ def load_profile(root: Path, name: str, env: Mapping[str, str]) -> tuple[Profile
     if path is None:
         return ProfileSpec(), None
     rel = path.relative_to(root) if path.is_relative_to(root) else path
-    doc = parse_yaml(path.read_text(encoding="utf-8"), rel, env)
+    doc = parse_yaml(read_project_file(root, rel), rel, env)
     data = doc.data or {}
     if not isinstance(data, dict) or name not in data:
         names = list(data) if isinstance(data, dict) else []
@@ -170,7 +171,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             else:
                 attempt(_add_properties, doc, properties)
         elif rel.suffix == ".sql" and len(rel.parts) > 1:
-            text = (root / rel).read_text(encoding="utf-8")
+            text = read_project_file(root, rel)
             sql = SqlFile(rel.stem, rel, text)
             if top in (p.models, p.tests) and not IDENT.match(rel.stem):
                 errors.append(
@@ -252,6 +253,14 @@ def _add_sources(
                     f"source table {source.name}.{table.name} needs table or query",
                     doc.location((*tat, "name")),
                 )
+            if info.relational:  # declared types are applied at extraction (docs/types.md)
+                for column, kind in table.columns.items():
+                    try:
+                        declared_type(kind)
+                    except ValueError as exc:
+                        raise ProjectError(
+                            f"columns.{column}: {exc}", doc.location((*tat, "columns", column))
+                        ) from exc
             if not info.relational:
                 for key in ("table", "query", "cursor_column", "chunk_column", "time_column"):
                     if getattr(table, key):

@@ -400,9 +400,11 @@ def spec_error(cls: type[Spec], exc: ValidationError, doc: YamlDoc, at: YamlPath
         message = f"missing required key {key!r}"
     else:
         detail = err["msg"].removeprefix("Value error, ")
+        # a profile holds secrets: a value in the wrong key may be one, so none is echoed
+        hidden = is_secret_key(last) or "connections" in path or doc.path.name == "profiles.yml"
         shown = (
             ""
-            if is_secret_key(last) or isinstance(err.get("input"), dict | list)
+            if hidden or isinstance(err.get("input"), dict | list)
             else (f" (got {err.get('input')!r})")
         )
         message = f"invalid value for {key!r}: {detail}{shown}"

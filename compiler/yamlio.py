@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from .errors import ProjectError, SourceLocation
+from .locate import read_project_file
 
 try:
     _Loader: type = yaml.CSafeLoader
@@ -43,7 +44,7 @@ class YamlDoc:
 
 def load_yaml(root: Path, rel: Path, env: Mapping[str, str] | None = None) -> YamlDoc:
     """Parse `root/rel`; raise ProjectError with file:line on bad YAML or a missing ${VAR}."""
-    text = (root / rel).read_text(encoding="utf-8")
+    text = read_project_file(root, rel)
     return parse_yaml(text, rel, os.environ if env is None else env)
 
 
@@ -52,6 +53,8 @@ def parse_yaml(text: str, rel: Path, env: Mapping[str, str]) -> YamlDoc:
         loader = _Loader(text)
         try:
             node = loader.get_single_node()
+            if node is not None:
+                _check_size(node, rel)  # before aliases are expanded into Python values
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -61,11 +64,43 @@ def parse_yaml(text: str, rel: Path, env: Mapping[str, str]) -> YamlDoc:
         raise ProjectError(f"invalid YAML: {exc.problem}", loc) from exc
     except yaml.YAMLError as exc:
         raise ProjectError(f"invalid YAML: {exc}", SourceLocation(rel)) from exc
+    if node is not None:
+        _check_size(node, rel)
     doc = YamlDoc(rel, data)
     if node is not None:
         _collect_marks(node, (), doc.marks)
     doc.data = _expand(data, (), doc, env)
     return doc
+
+
+MAX_YAML_VALUES = 1_000_000  # values of one YAML document, with aliases expanded
+
+
+def _check_size(root: yaml.Node, rel: Path) -> None:
+    """Refuse a document whose aliases expand to more than MAX_YAML_VALUES values (an alias
+    bomb grows exponentially); counted over the node graph, which shares aliased nodes."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if done:
+            sizes[id(node)] = 1 + sum(sizes.get(id(c), 0) for c in children)
+            if sizes[id(node)] > MAX_YAML_VALUES:
+                mark = node.start_mark
+                raise ProjectError(
+                    f"YAML aliases expand to more than {MAX_YAML_VALUES:,} values",
+                    SourceLocation(rel, mark.line + 1, mark.column + 1),
+                )
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
 
 
 def _collect_marks(node: yaml.Node, path: YamlPath, marks: dict[YamlPath, tuple[int, int]]) -> None:

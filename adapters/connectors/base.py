@@ -73,9 +73,14 @@ class Sink(ABC):
 
     max_rows: int | None = None  # a sink that shows only the first rows asks for no more
 
+    def last_batch_id(self) -> int | None:
+        """The highest batch id the target records (only sinks that can tell)."""
+        return None
+
     def committed(self, batch_id: int) -> bool:
         """True when the target already holds this batch (only sinks that can tell)."""
-        return False
+        last = self.last_batch_id()
+        return last is not None and last >= batch_id
 
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
         """Write through Spark's executors and commit here; None when this sink cannot."""
@@ -150,13 +155,14 @@ def parquet_stats(path: Path) -> tuple[int, dict[str, Any]]:
 
     file = pq.ParquetFile(path)
     meta = file.metadata
-    # min/max only where they are exact in Delta's JSON: numbers, text, dates (see _json_value);
-    # decided from the schema, since reading a timestamp's min/max costs a time-zone lookup
+    # min/max only where they are exact in Delta's JSON: integers, text, dates (see _json_value);
+    # decided from the schema, since reading a timestamp's min/max costs a time-zone lookup.
+    # Floats get none: Parquet leaves NaN out of its min/max and JSON has no Infinity, so a
+    # reader could skip a file that holds the value it looks for.
     ranged = {
         f.name
         for f in file.schema_arrow
         if pa.types.is_integer(f.type)
-        or pa.types.is_floating(f.type)
         or pa.types.is_string(f.type)
         or pa.types.is_large_string(f.type)
         or pa.types.is_date(f.type)
@@ -180,28 +186,32 @@ def parquet_stats(path: Path) -> tuple[int, dict[str, Any]]:
             nulls[name] = nulls.get(name, 0) + st.null_count
             if g == 0:
                 exact.add(name)
-            if name not in ranged or not st.has_min_max or not _json_value(st.min):
+            if name not in ranged:
+                continue
+            if not st.has_min_max or not _json_value(st.min) or not _json_value(st.max):
+                if st.null_count < group.num_rows:  # values without a range: no file range
+                    ranged.discard(name)
                 continue
             lo, hi = st.min, st.max
             mins[name] = lo if name not in mins else min(mins[name], lo)
             maxs[name] = hi if name not in maxs else max(maxs[name], hi)
     return meta.num_rows, {
         "numRecords": meta.num_rows,
-        "minValues": {k: _json(v) for k, v in mins.items()},
-        "maxValues": {k: _json(v) for k, v in maxs.items()},
+        "minValues": {k: _json(v) for k, v in mins.items() if k in ranged},
+        "maxValues": {k: _json(v) for k, v in maxs.items() if k in ranged},
         "nullCount": {k: v for k, v in nulls.items() if k in exact},
     }
 
 
 def _json_value(value: Any) -> bool:
-    """Statistics rivc records exactly: numbers, text, dates. Timestamps would be cut to Delta's
+    """Statistics rivc records exactly: integers, text, dates. Timestamps would be cut to Delta's
     milliseconds and decimals rounded to JSON floats, and a max rounded down makes readers skip
     files that hold matching rows, so those columns get null counts only."""
     from datetime import date, datetime
 
     if isinstance(value, datetime):
         return False
-    return isinstance(value, int | float | str | date) and not isinstance(value, bool)
+    return isinstance(value, int | str | date) and not isinstance(value, bool)
 
 
 def _json(value: Any) -> Any:

@@ -144,12 +144,12 @@ def read(spark: SparkSession, uri: str) -> DataFrame:
 class DeltaSink(Sink):
     config: DeltaSinkConfig
 
-    def committed(self, batch_id: int) -> bool:
+    def last_batch_id(self) -> int | None:
         dt = open_table(self.uri, self.config.storage_options)
         if dt is None:
-            return False
+            return None
         version = dt.transaction_version(self.ctx.app_id)
-        return version is not None and version >= batch_id
+        return None if version is None else int(version)
 
     @property
     def uri(self) -> str:
@@ -197,6 +197,9 @@ class DeltaSink(Sink):
         import pyarrow.parquet as pq
 
         sources = [Path(p.removeprefix("file://")) for p in paths]
+        if c.mode == "append" and self.last_batch_id() is not None:
+            if sum(pq.ParquetFile(s).metadata.num_rows for s in sources) == 0:
+                return WriteResult()  # nothing to add: no empty commit
         meta = pq.ParquetFile(sources[0]).metadata
         codec = meta.row_group(0).column(0).compression if meta.num_row_groups else ""
         if codec.lower() != SPARK_CODECS[c.compression].replace("none", "uncompressed"):
@@ -256,7 +259,7 @@ class DeltaSink(Sink):
                     partition_values=f.partition,
                     modification_time=int(f.path.stat().st_mtime * 1000),
                     data_change=True,
-                    stats=json.dumps(f.stats),
+                    stats=json.dumps(f.stats, allow_nan=False),
                 )
                 for f in files
             ]
@@ -299,6 +302,8 @@ class DeltaSink(Sink):
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
+        if c.mode != "overwrite" and data.count_rows() == 0 and self.last_batch_id() is not None:
+            return WriteResult()  # nothing to add: no empty commit (the state store records it)
         schema_mode = "merge" if c.schema_evolution == "add_columns" else None
         return write(
             self.uri,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import shutil
 from collections.abc import Callable
@@ -429,11 +430,18 @@ class _TextFile:
         self.out = pa.CompressedOutputStream(raw, codec) if codec else raw
         self.arrow: Any = None  # Arrow's CSV writer, when the quote is Arrow's own
         self.nested = [f.name for f in schema if pa.types.is_nested(f.type)]
+        # Text has no IEEE floats or raw bytes: NaN/Infinity/-Infinity as words (valid JSON as
+        # strings; what Spark, PostgreSQL and Java read in CSV), bytes as hex (docs/types.md)
+        self.floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+        self.binary = [
+            f.name for f in schema if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
+        ]
         if config.format == "csv" and config.csv.quote == '"':
             import pyarrow.csv as pacsv
 
+            as_text = {*self.nested, *self.floats, *self.binary}
             flat = pa.schema(
-                [pa.field(f.name, pa.string()) if f.name in self.nested else f for f in schema]
+                [pa.field(f.name, pa.string()) if f.name in as_text else f for f in schema]
             )
             if config.csv.header:  # quoted only where needed, as the csv module does
                 self._emit([self.names])
@@ -461,9 +469,22 @@ class _TextFile:
                     for v in batch.column(i).to_pylist()
                 ]
                 batch = batch.set_column(i, name, pa.array(cells, pa.string()))
+            for name in self.floats:
+                i = batch.schema.get_field_index(name)
+                batch = batch.set_column(i, name, _float_text(batch.column(i)))
+            for name in self.binary:
+                i = batch.schema.get_field_index(name)
+                cells = [None if v is None else v.hex() for v in batch.column(i).to_pylist()]
+                batch = batch.set_column(i, name, pa.array(cells, pa.string()))
             self.arrow.write_batch(batch)
             return
         rows = batch.to_pylist()
+        if self.floats:
+            for r in rows:
+                for name in self.floats:
+                    value = r[name]
+                    if value is not None and not math.isfinite(value):
+                        r[name] = _NON_FINITE[str(value)]
         fmt = self.config.format
         if fmt == "csv":
             self._emit([[self._cell(r[n]) for n in self.names] for r in rows])
@@ -483,6 +504,8 @@ class _TextFile:
             return self.config.csv.null_value
         if isinstance(value, dict | list):
             return json.dumps(value, default=_jsonable, ensure_ascii=False)
+        if isinstance(value, bytes):
+            return value.hex()
         return value
 
     def _emit(self, rows: list[list[Any]]) -> None:
@@ -505,6 +528,20 @@ class _TextFile:
         if self.arrow is not None:
             self.arrow.close()
         self.out.close()
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _float_text(values: Any) -> Any:
+    """Floats as text, the non-finite ones as NaN, Infinity and -Infinity."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = values.cast(pa.string())
+    for arrow_word, word in _NON_FINITE.items():
+        text = pc.if_else(pc.equal(text, arrow_word), word, text)
+    return text
 
 
 def _jsonable(value: Any) -> Any:

@@ -78,9 +78,11 @@ class IcebergSink(Sink):
         except NoSuchTableError:
             return None
 
-    def committed(self, batch_id: int) -> bool:
+    def last_batch_id(self) -> int | None:
         table = self._table(self.catalog())
-        return table is not None and int(table.properties.get(self.marker, "-1")) >= batch_id
+        if table is None or self.marker not in table.properties:
+            return None
+        return int(table.properties[self.marker])
 
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
         """An append to a table in a local warehouse, when Spark estimates the batch at

@@ -2,8 +2,9 @@
 STDOUT (FORMAT csv)` into Arrow record batches (pyarrow's C++ CSV reader).
 
 Spark's JDBC reader converts rows one at a time in the JVM; this path moves the parsing into
-Arrow and is several times faster. It handles the common scalar types; a query with any other
-column type (bytea, arrays, intervals, ...) is read through JDBC instead.
+Arrow and is several times faster. Columns travel as compiler/dbtypes.py says: natively where
+CSV carries the value exactly, else as PostgreSQL's text, converted here exactly or refused by
+name. A query with a bytea or array column is read through JDBC instead.
 """
 
 from __future__ import annotations
@@ -11,86 +12,174 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-NAME = "rivc_pgcopy"
+from rivc.compiler import dbtypes
+from rivc.compiler.dbtypes import Delivery, decimal_args, refusal
+from rivc.compiler.errors import ConnectorError
 
-# type oid -> Spark type; numeric gets its precision from the column's typmod
-SCALARS: dict[int, str] = {
-    16: "boolean",
-    19: "string",  # name
-    20: "bigint",
-    21: "smallint",
-    23: "int",
-    25: "string",
-    114: "string",  # json
-    700: "float",
-    701: "double",
-    1042: "string",  # char(n)
-    1043: "string",  # varchar
-    1082: "date",
-    1114: "timestamp",
-    1184: "timestamp",  # timestamptz, read in UTC
-    1700: "decimal",
-    2950: "string",  # uuid
-    3802: "string",  # jsonb
-}
+from .relational import select_list
+
+NAME = "rivc_pgcopy"
 
 
 @dataclass(frozen=True)
 class CopyPlan:
-    columns: list[tuple[str, str, int]]  # (name, Spark type, oid)
+    columns: list[Delivery]
+    label: str  # "source src.events", for refusals
 
     @property
     def ddl(self) -> str:
-        return ", ".join(f"`{n}` {t}" for n, t, _ in self.columns)
+        return ", ".join(f"`{d.name}` {d.spark}" for d in self.columns)
 
     def select(self, base: str, predicate: str) -> str:
-        cols = ", ".join(
-            f'"{n}" AT TIME ZONE \'UTC\' AS "{n}"' if oid == 1184 else f'"{n}"'
-            for n, _, oid in self.columns
-        )
         where = f" WHERE {predicate}" if predicate else ""
-        return f"SELECT {cols} FROM ({base}) AS _rivc{where}"
+        return f"SELECT {select_list('postgres', self.columns)} FROM ({base}) AS _rivc{where}"
+
+    def dumps(self) -> str:
+        return json.dumps({"label": self.label, "columns": [asdict(d) for d in self.columns]})
+
+    @classmethod
+    def loads(cls, text: str) -> CopyPlan:
+        data = json.loads(text)
+        return cls([Delivery(**d) for d in data["columns"]], data["label"])
 
 
-def copy_plan(db: Any, base: str) -> CopyPlan | None:
-    """The columns of `base` if every one has a COPY mapping, else None (use JDBC)."""
-    with db.cursor() as cur:
-        cur.execute(f"SELECT * FROM ({base}) AS _rivc LIMIT 0")
-        description = cur.description
-    columns = []
-    for col in description:
-        spark_type = SCALARS.get(col.type_code)
-        if spark_type is None or '"' in col.name:
-            return None
-        if spark_type == "decimal":
-            p, s = col.precision, col.scale
-            spark_type = f"decimal({p}, {s})" if p and p <= 38 else "decimal(38, 18)"
-        columns.append((col.name, spark_type, col.type_code))
-    return CopyPlan(columns)
+def copy_plan(plan: list[Delivery], label: str) -> CopyPlan | None:
+    """A COPY plan if the reader carries every column, else None (use JDBC)."""
+    return CopyPlan(plan, label) if all(d.copy for d in plan) else None
 
 
-def _arrow_type(spark_type: str) -> Any:
+def arrow_type(spark_type: str) -> Any:
     import pyarrow as pa
 
     if spark_type.startswith("decimal"):
-        p, s = spark_type[8:-1].split(",")
-        return pa.decimal128(int(p), int(s))
+        return pa.decimal128(*decimal_args(spark_type))
     return {
         "boolean": pa.bool_(),
         "string": pa.string(),
         "bigint": pa.int64(),
         "smallint": pa.int16(),
+        "tinyint": pa.int8(),
         "int": pa.int32(),
         "float": pa.float32(),
         "double": pa.float64(),
         "date": pa.date32(),
-        "timestamp": pa.timestamp("us"),
+        "timestamp": pa.timestamp("us", tz="UTC"),
     }[spark_type]
+
+
+def _first_bad(values: Any, ok: Any) -> str:
+    """The first non-null value where `ok` is false."""
+    import pyarrow.compute as pc
+
+    bad = pc.and_(pc.invert(pc.fill_null(ok, True)), pc.is_valid(values))
+    return str(values.filter(bad)[0].as_py())
+
+
+def _refuse(plan: CopyPlan, d: Delivery, value: str) -> ConnectorError:
+    return ConnectorError(refusal(plan.label, d, value))
+
+
+def convert(plan: CopyPlan, d: Delivery, values: Any) -> Any:
+    """The delivered Arrow array of one column carried as text (the same rules as the
+    Spark expressions of dbtypes.spark_convert), or a refusal naming the first bad value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    target = arrow_type(d.spark)
+    if d.kind in ("native", "text"):
+        return values if values.type == target else values.cast(target)
+    if d.kind == "decimal":
+        p, s = decimal_args(d.spark)
+        # pyarrow parses a decimal with too many integer digits into a wrong number: check
+        # the digits first (cheaply: short texts cannot overflow), then let the cast refuse
+        # lost fraction digits.
+        longest = pc.max(pc.utf8_length(values)).as_py() or 0
+        if longest > p - s + 1:
+            ok = pc.match_substring_regex(values, f"^-?0*[0-9]{{0,{p - s}}}([.]|$)")
+            if not pc.all(pc.fill_null(ok, True)).as_py():
+                raise _refuse(plan, d, _first_bad(values, ok))
+        try:
+            return values.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            ok = pc.match_substring_regex(values, dbtypes.exact_decimal_pattern(p, s))
+            if not pc.all(pc.fill_null(ok, True)).as_py():
+                raise _refuse(plan, d, _first_bad(values, ok)) from None
+            # only trailing zeros beyond the scale: drop them and cast again
+            trimmed = pc.replace_substring_regex(values, r"([.][0-9]*?)0+$", r"\1")
+            return trimmed.cast(target)
+    if d.kind == "round":
+        return _round(plan, d, values)
+    if d.kind in ("timestamp", "date"):
+        # Arrow reads PostgreSQL's ISO text and fails on what Spark cannot hold (infinity,
+        # BC, years past 9999); a failure is rare, and only then is the value looked for.
+        if not pa.types.is_string(values.type):  # parsed by the CSV reader
+            return values.cast(target)
+        read_as = pa.timestamp("us") if d.kind == "timestamp" else target
+        try:
+            parsed = values.cast(read_as)
+        except pa.ArrowInvalid:
+            raise _refuse(plan, d, _first_unparsed(values, read_as)) from None
+        return parsed.cast(target) if d.kind == "timestamp" else parsed
+    # cast: a declared scalar type
+    if d.spark == "boolean":
+        known = pc.is_in(values, pa.array(["t", "f", "true", "false"]))
+        if not pc.all(pc.fill_null(known, True)).as_py():
+            raise _refuse(plan, d, _first_bad(values, known))
+        true = pc.is_in(values, pa.array(["t", "true"]))
+        return pc.if_else(pc.is_valid(values), true, pa.scalar(None, pa.bool_()))
+    try:
+        return values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise _refuse(plan, d, _first_unparsed(values, target)) from None
+
+
+def delivered(plan: CopyPlan, schema: Any, batch: Any) -> Any:
+    """A CSV record batch converted column by column to the delivered schema."""
+    import pyarrow as pa
+
+    columns = zip(batch.columns, plan.columns, strict=True)
+    return pa.RecordBatch.from_arrays([convert(plan, d, a) for a, d in columns], schema=schema)
+
+
+def _first_unparsed(values: Any, target: Any) -> str:
+    import pyarrow as pa
+
+    for v in values:
+        if v.is_valid:
+            try:
+                pa.array([v.as_py()]).cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return str(v.as_py())
+    return "?"
+
+
+def _round(plan: CopyPlan, d: Delivery, values: Any) -> Any:
+    """A declared decimal(p,s): half-even to s digits (the one place rivc rounds)."""
+    import decimal
+
+    import pyarrow as pa
+
+    p, s = decimal_args(d.spark)
+    quantum = decimal.Decimal(1).scaleb(-s)
+    limit = decimal.Decimal(10) ** (p - s)
+    out: list[decimal.Decimal | None] = []
+    for text in values.to_pylist():
+        if text is None:
+            out.append(None)
+            continue
+        try:
+            value = decimal.Decimal(text).quantize(quantum, rounding=decimal.ROUND_HALF_EVEN)
+        except decimal.InvalidOperation:
+            raise _refuse(plan, d, text) from None
+        if not value.is_finite() or abs(value) >= limit:
+            raise _refuse(plan, d, text)
+        out.append(value)
+    return pa.array(out, type=pa.decimal128(p, s))
 
 
 class _Stream:
@@ -138,12 +227,15 @@ def _write_behind(batches: Iterator[Any], write: Any) -> int:
     failed: list[BaseException] = []
 
     def writer() -> None:
+        from ..faults import fault
+
         while (batch := todo.get()) is not None:
             if not failed:
                 try:
                     write(batch)
                 except BaseException as exc:  # noqa: BLE001  (raised again by the reader)
                     failed.append(exc)
+                fault("mid-extraction")
 
     thread = threading.Thread(target=writer, name="rivc-parquet-writer", daemon=True)
     thread.start()
@@ -180,7 +272,7 @@ class PgCopySource(DataSource):
     def schema(self) -> str:
         if "stage" in self.options:  # tasks write Parquet themselves and report each file
             return "path string, rows bigint"
-        return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])]).ddl
+        return CopyPlan.loads(self.options["plan"]).ddl
 
     def reader(self, schema: Any) -> DataSourceReader:
         return CopyReader(dict(self.options))
@@ -194,8 +286,8 @@ class CopyReader(DataSourceReader):
         return [CopyPartition(i, p) for i, p in enumerate(json.loads(self.options["predicates"]))]
 
     def read(self, partition: CopyPartition) -> Iterator[Any]:  # type: ignore[override]
-        batches = self._batches(partition)
         stage = self.options.get("stage")
+        batches = self._batches(partition, raw=stage is not None)
         if stage is None:
             yield from batches
             return
@@ -211,7 +303,9 @@ class CopyReader(DataSourceReader):
         # write time and gain nothing; snappy still compresses repeated values.
         out = pq.ParquetWriter(tmp, self._schema(), compression="snappy", use_dictionary=False)
         try:
-            rows = _write_behind(batches, out.write_batch)
+            # conversion runs in the writer thread, beside the next CSV block's parsing
+            plan, schema = self._plan(), self._schema()
+            rows = _write_behind(batches, lambda b: out.write_batch(delivered(plan, schema, b)))
         except BaseException:
             out.close()
             os.unlink(tmp)
@@ -221,17 +315,29 @@ class CopyReader(DataSourceReader):
         yield (final, rows)
 
     def _plan(self) -> CopyPlan:
-        return CopyPlan([tuple(c) for c in json.loads(self.options["plan"])])
+        return CopyPlan.loads(self.options["plan"])
 
     def _schema(self) -> Any:
         import pyarrow as pa
 
-        def arrow(t: str) -> Any:
-            return pa.timestamp("us", tz="UTC") if t == "timestamp" else _arrow_type(t)
+        return pa.schema([(d.name, arrow_type(d.spark)) for d in self._plan().columns])
 
-        return pa.schema([(n, arrow(t)) for n, t, _ in self._plan().columns])
+    def _batches(self, partition: CopyPartition, raw: bool = False) -> Iterator[Any]:
+        """The partition's rows as delivered (`raw`: as parsed, for delivered() to convert).
+        Times are parsed by the CSV reader itself (the fast path); a value it cannot parse
+        stops the read, and a second read with times as text then names the value."""
+        import pyarrow as pa
 
-    def _batches(self, partition: CopyPartition) -> Iterator[Any]:
+        plan, schema = self._plan(), self._schema()
+        try:
+            for batch in self._read(partition, parse_times=True):
+                yield batch if raw else delivered(plan, schema, batch)
+        except pa.ArrowInvalid:
+            for batch in self._read(partition, parse_times=False):
+                delivered(plan, schema, batch)  # raises the refusal naming column and value
+            raise
+
+    def _read(self, partition: CopyPartition, parse_times: bool) -> Iterator[Any]:
         import psycopg
         import pyarrow as pa
         import pyarrow.csv as pacsv
@@ -239,9 +345,11 @@ class CopyReader(DataSourceReader):
         o = self.options
         conn = json.loads(o["conn"])
         plan = self._plan()
-        names = [n for n, _, _ in plan.columns]
-        types = {n: _arrow_type(t) for n, t, _ in plan.columns}
-        schema = self._schema()
+        names = [d.name for d in plan.columns]
+        # CSV tells SQL NULL (an unquoted empty field) from text (always quoted when empty or
+        # NULL-like): only the empty unquoted field is null, and every text stays text.
+        parsed = {"timestamp": pa.timestamp("us"), "date": pa.date32()} if parse_times else {}
+        types = {d.name: parsed.get(d.kind) or arrow_type(d.transport) for d in plan.columns}
         with psycopg.connect(
             host=conn["host"],
             port=conn["port"],
@@ -264,6 +372,7 @@ class CopyReader(DataSourceReader):
                     parse_options=pacsv.ParseOptions(newlines_in_values=True),
                     convert_options=pacsv.ConvertOptions(
                         column_types=types,
+                        null_values=[""],
                         true_values=["t"],
                         false_values=["f"],
                         strings_can_be_null=True,
@@ -274,10 +383,4 @@ class CopyReader(DataSourceReader):
                 for i, batch in enumerate(reader):
                     if pause and i:
                         time.sleep(pause)  # the tuning profile's breather for the server
-                    yield pa.RecordBatch.from_arrays(
-                        [
-                            a if a.type == f.type else a.cast(f.type)  # timestamps: to UTC
-                            for a, f in zip(batch.columns, schema, strict=True)
-                        ],
-                        schema=schema,
-                    )
+                    yield batch

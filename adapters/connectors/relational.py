@@ -19,8 +19,13 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from rivc.compiler import dbtypes
+from rivc.compiler.dbtypes import DbColumn, Delivery
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.params import literal_sql
 from rivc.compiler.specs import ConnectionSpec, SourceTable
+
+from ..errortext import rivc_error_inside
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,7 +62,14 @@ class Conn:
             raise ConnectorError(f"connection url_env {spec.url_env} is not set")
         if url:
             u = urlparse(url)
-            host, port = u.hostname or host, u.port or port
+            try:
+                url_port = u.port
+            except ValueError:  # the text after ':' is not a port; it may be a password
+                raise ConnectorError(
+                    "connection url is not valid: its port is not a number (percent-encode "
+                    "reserved characters in the user and password, e.g. / as %2F)"
+                ) from None
+            host, port = u.hostname or host, url_port or port
             user = unquote(u.username) if u.username else user
             password = unquote(u.password) if u.password else password
             database = u.path.lstrip("/") or database
@@ -71,10 +83,15 @@ class Conn:
     def jdbc_url(self) -> str:
         db = self.database or ""
         if self.kind == "postgres":
-            return f"jdbc:postgresql://{self.host}:{self.port}/{db}"
+            # readOnlyMode=always: every transaction the driver begins is READ ONLY (a session
+            # default set by sessionInitStatement would only apply to the next one)
+            return (
+                f"jdbc:postgresql://{self.host}:{self.port}/{db}?readOnly=true&readOnlyMode=always"
+            )
         # jdbc:mariadb:// makes Spark quote columns wrongly; the MySQL scheme with
-        # permitMysqlScheme keeps Spark's MySQL dialect and the MariaDB driver.
-        return f"jdbc:mysql://{self.host}:{self.port}/{db}?permitMysqlScheme"
+        # permitMysqlScheme keeps Spark's MySQL dialect and the MariaDB driver. tinyInt1isBit off:
+        # a TINYINT(1) holding 2 stays 2.
+        return f"jdbc:mysql://{self.host}:{self.port}/{db}?permitMysqlScheme&tinyInt1isBit=false"
 
     def connect(self) -> Any:
         """A Python DB-API connection for control queries, in UTC and read-only."""
@@ -90,7 +107,7 @@ class Conn:
                     dbname=self.database,
                     connect_timeout=10,
                     autocommit=True,
-                    options="-c TimeZone=UTC -c default_transaction_read_only=on",
+                    options=" ".join(f"-c {k}={v}" for k, v in PG_SETTINGS.items()),
                 )
                 return conn
             import pymysql
@@ -103,7 +120,7 @@ class Conn:
                 database=self.database,
                 connect_timeout=10,
                 autocommit=True,
-                init_command="SET time_zone = '+00:00'",
+                init_command=MYSQL_INIT,
             )
         except driver_errors() as exc:
             raise ExtractError(classify(str(exc)), str(exc)) from exc
@@ -117,19 +134,36 @@ def driver_errors() -> tuple[type[BaseException], ...]:
     return (psycopg.Error, pymysql.err.Error, OSError)
 
 
+# Every session rivc opens reads in UTC, read-only, with the text forms docs/types.md gives:
+# ISO dates, ISO 8601 intervals, shortest exact floats, and literals no server setting can misread.
+PG_SETTINGS = {
+    "TimeZone": "UTC",
+    "default_transaction_read_only": "on",
+    "DateStyle": "ISO,YMD",
+    "IntervalStyle": "iso_8601",
+    "extra_float_digits": "1",
+    "standard_conforming_strings": "on",
+}
+# Backslash escapes on, whatever the server's sql_mode: literals escape backslashes (sqlglot).
+MYSQL_INIT = (
+    "SET time_zone = '+00:00', "
+    "sql_mode = REPLACE(REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', ''), 'ANSI_QUOTES', '')"
+)
+
+
 def session_init(kind: str, tuning: dict[str, int]) -> str:
     """Per-session settings for every JDBC connection Spark opens."""
     if kind == "postgres":
-        parts = ["SET TIME ZONE 'UTC'", "SET default_transaction_read_only = on"]
+        parts = [f"SET {k} = '{v}'" for k, v in PG_SETTINGS.items()]
         if tuning["statement_timeout_s"]:
             parts.append(f"SET statement_timeout = '{tuning['statement_timeout_s']}s'")
         if tuning["lock_timeout_s"]:
             parts.append(f"SET lock_timeout = '{tuning['lock_timeout_s']}s'")
         return "; ".join(parts)
-    settings = ["time_zone = '+00:00'"]
+    init = MYSQL_INIT
     if tuning["lock_timeout_s"]:
-        settings.append(f"innodb_lock_wait_timeout = {tuning['lock_timeout_s']}")
-    return "SET SESSION " + ", ".join(settings)
+        init += f", innodb_lock_wait_timeout = {tuning['lock_timeout_s']}"
+    return init
 
 
 # --------------------------------------------------------------------------- errors
@@ -275,6 +309,9 @@ def with_retries(
             return fn(), attempt - 1
         except errors as exc:
             message = str(exc)
+            inner = rivc_error_inside(message)
+            if inner:  # a value refused inside Spark: the user's to fix, never retried
+                raise ConnectorError(inner) from None
             category = exc.category if isinstance(exc, ExtractError) else classify(message)
             retry, extra = retried(category)
             if not retry or attempt > tuning["max_retries"]:
@@ -287,21 +324,9 @@ def with_retries(
 # --------------------------------------------------------------------------- queries
 
 
-def literal(value: Any) -> str:
-    """A value from a control query as a literal both databases compare correctly."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int | float | Decimal):
-        return str(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return f"'{value.isoformat(sep=' ')}'"
-    if isinstance(value, date):
-        return f"'{value.isoformat()}'"
-    return "'" + str(value).replace("'", "''") + "'"
+def literal(kind: str, value: Any) -> str:
+    """A value from a control query or the state store as a literal of the source's dialect."""
+    return literal_sql(value, kind)
 
 
 def encode(value: Any) -> Any:
@@ -359,6 +384,10 @@ def plan_window(
 ) -> Window:
     """The predicate of this run's extraction, from the mode and the stored cursor."""
     wrapped = f"({base}) AS _rivc"
+
+    def lit(value: Any) -> str:
+        return literal(kind, value)
+
     if table.mode == "incremental":
         col = quote_ident(kind, table.cursor_column or "")
         hwm = scalar(conn, f"SELECT MAX({col}) FROM {wrapped}")
@@ -369,30 +398,35 @@ def plan_window(
         if table.unique_key:
             # [last, hwm], minus the rows at `last` whose keys an earlier run delivered: rows that
             # share the boundary value are neither lost nor delivered twice.
-            low = f"{col} >= {literal(last)} AND " if last is not None else ""
+            low = f"{col} >= {lit(last)} AND " if last is not None else ""
             seen = ""
             if last is not None and keys:
                 names = [quote_ident(kind, k) for k in table.unique_key]
                 key = names[0] if len(names) == 1 else f"({', '.join(names)})"
                 values = ", ".join(
-                    literal(decode(k[0]))
+                    lit(decode(k[0]))
                     if len(names) == 1
-                    else "(" + ", ".join(literal(decode(v)) for v in k) + ")"
+                    else "(" + ", ".join(lit(decode(v)) for v in k) + ")"
                     for k in keys
                 )
-                seen = f" AND NOT ({col} = {literal(last)} AND {key} IN ({values}))"
+                seen = f" AND NOT ({col} = {lit(last)} AND {key} IN ({values}))"
             return Window(
-                f"{low}{col} <= {literal(hwm)}{seen}",
-                {"value": encode(hwm), "keys": keys if hwm == last else []},
+                f"{low}{col} <= {lit(hwm)}{seen}",
+                # compared as stored: a time-zone-aware high-water mark never equals the naive
+                # decoded one, and ties would be delivered again
+                {
+                    "value": encode(hwm),
+                    "keys": keys if stored and encode(hwm) == stored["value"] else [],
+                },
                 description=f"incremental {col} in [{last}, {hwm}]",
             )
         # No key to deduplicate by: [last, hwm) — every row of one cursor value is read in the
         # same run; the newest value waits for a newer one.
-        if last is not None and last == hwm:
+        if stored and encode(hwm) == stored["value"]:
             return Window("1 = 0", None, description=f"incremental: nothing below {hwm}")
-        low = f"{col} >= {literal(last)} AND " if last is not None else ""
+        low = f"{col} >= {lit(last)} AND " if last is not None else ""
         return Window(
-            f"{low}{col} < {literal(hwm)}",
+            f"{low}{col} < {lit(hwm)}",
             {"value": encode(hwm)},
             description=f"incremental {col} in [{last}, {hwm})",
         )
@@ -401,7 +435,7 @@ def plan_window(
         cutoff = (now or datetime.now(UTC)).replace(tzinfo=None) - timedelta(
             days=table.days_window or 0
         )
-        return Window(f"{col} >= {literal(cutoff)}", description=f"time window {col} >= {cutoff}")
+        return Window(f"{col} >= {lit(cutoff)}", description=f"time window {col} >= {cutoff}")
     if table.mode == "chunked":
         col = quote_ident(kind, table.chunk_column or "")
         with conn.cursor() as cur:
@@ -422,6 +456,81 @@ def plan_window(
             note += f"; sparse key range: {count} rows over a span of {span}"
         return Window(None, chunks=chunks, description=note)
     return Window(None, description="full")
+
+
+# --------------------------------------------------------------------------- column types
+
+_MYSQL_TYPES: dict[int, str] = {}
+
+
+def _mysql_type(code: int) -> str:
+    if not _MYSQL_TYPES:
+        from pymysql.constants import FIELD_TYPE
+
+        _MYSQL_TYPES.update(
+            {v: k.lower() for k, v in vars(FIELD_TYPE).items() if k.isupper() and k != "CHAR"}
+        )
+    return _MYSQL_TYPES.get(code, str(code))
+
+
+def probe(db: Any, kind: str, base: str) -> list[DbColumn]:
+    """The columns of `base` as the database describes them (a `LIMIT 0` query)."""
+    with db.cursor() as cur:
+        cur.execute(f"SELECT * FROM ({base}) AS _rivc LIMIT 0")
+        if kind == "postgres":
+            out = []
+            for col in cur.description:
+                shown = col.type_display or ""
+                array = shown.endswith("[]")
+                name = shown.removesuffix("[]").split("(")[0].strip()
+                # psycopg shows SQL names for a few types; the mapping uses catalog names
+                name = {"character varying": "varchar", "character": "bpchar"}.get(name, name)
+                precision = col.precision
+                if name in ("bit", "varbit") and "(" in shown:
+                    precision = int(shown.split("(")[1].split(")")[0])
+                elif name == "bit":
+                    precision = 1
+                out.append(DbColumn(col.name, name, precision, col.scale, array=array))
+            return out
+        from pymysql.constants import FLAG
+
+        out = []
+        for f in cur._result.fields:  # pymysql's description drops flags and charsets
+            t = _mysql_type(f.type_code)
+            unsigned = bool(f.flags & FLAG.UNSIGNED)
+            if f.flags & FLAG.SET:
+                t = "set"
+            elif f.flags & FLAG.ENUM:
+                t = "enum"
+            precision, scale = None, None
+            if t in ("decimal", "newdecimal"):
+                scale = f.scale
+                precision = f.length - (1 if scale else 0) - (0 if unsigned else 1)
+            elif t == "bit":
+                precision = f.length
+            out.append(DbColumn(f.name, t, precision, scale, unsigned, binary=f.charsetnr == 63))
+        return out
+
+
+def deliveries(
+    kind: str, columns: list[DbColumn], declared: dict[str, str], label: str
+) -> list[Delivery]:
+    """How each column is read (docs/types.md); a declared type wins."""
+    missing = [c for c in declared if c not in {col.name for col in columns}]
+    if missing:
+        raise ConnectorError(f"{label}: declared column {missing[0]} is not selected by the source")
+    mapping = dbtypes.postgres if kind == "postgres" else dbtypes.mysql
+    out = []
+    for col in columns:
+        try:
+            out.append(mapping(col, declared.get(col.name)))
+        except ValueError as exc:
+            raise ConnectorError(f"{label}: {exc}") from exc
+    return out
+
+
+def select_list(kind: str, plan: list[Delivery]) -> str:
+    return ", ".join(f"{d.expr} AS {dbtypes.quote(kind, d.name)}" for d in plan)
 
 
 @contextmanager
@@ -457,29 +566,29 @@ def read_query(
     tuning: dict[str, int],
     base: str,
     predicates: list[str],
+    plan: list[Delivery],
+    label: str,
 ) -> DataFrame:
-    """Rows of `base` under each predicate: one JDBC partition (one query) per predicate."""
+    """Rows of `base` under each predicate (one JDBC query each), delivered as `plan` says:
+    text-carried columns are converted exactly or their values refused by name."""
     wrapped = f"({base}) AS _rivc"
-    if len(predicates) <= 1:
-        where = f" WHERE {predicates[0]}" if predicates and predicates[0] else ""
-        df: DataFrame = (
+    select = select_list(conn.kind, plan)
+    parts = []
+    for predicate in predicates or [""]:
+        where = f" WHERE {predicate}" if predicate else ""
+        parts.append(
             jdbc_reader(spark, conn, tuning)
-            .option("dbtable", f"(SELECT * FROM {wrapped}{where}) AS _rivc_w")
+            .option("dbtable", f"(SELECT {select} FROM {wrapped}{where}) AS _rivc_w")
             .load()
         )
-        return df
-    props = {
-        "driver": DRIVERS[conn.kind],
-        "fetchsize": str(tuning["batch_size"]),
-        "sessionInitStatement": session_init(conn.kind, tuning),
-    }
-    if conn.user:
-        props["user"] = conn.user
-    if conn.password:
-        props["password"] = conn.password
-    if tuning["statement_timeout_s"]:
-        props["queryTimeout"] = str(tuning["statement_timeout_s"])
-    return spark.read.jdbc(conn.jdbc_url, wrapped, predicates=predicates, properties=props)
+    df = parts[0]
+    for part in parts[1:]:
+        df = df.unionAll(part)
+    names = [d.name.replace("`", "``") for d in plan]
+    out: DataFrame = df.selectExpr(
+        *(f"{dbtypes.spark_convert(label, d)} AS `{n}`" for d, n in zip(plan, names, strict=True))
+    )
+    return out
 
 
 def dump_cursor(cursor: dict[str, Any]) -> str:

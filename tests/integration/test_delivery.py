@@ -129,12 +129,16 @@ def test_replayed_batch_run_is_skipped(spark, sample):
     assert rivc(sample, "run", "--select", "+orders_lake").exit_code == 0
     lake = sample / "output/delta/orders"
     version = DeltaTable(str(lake)).version()
-    # Crash after the Delta commit, before the state store recorded the batch.
+    # A crash after the Delta commit, before the state store recorded the batch and the run
+    # ended: the run is still marked running.
     db = sqlite3.connect(sample / ".rivc/state.db")
     with db:
         db.execute("DELETE FROM batches WHERE sink = 'sink:orders_lake'")
+        db.execute("UPDATE runs SET status = 'running', finished_at = NULL")
     db.close()
-    assert rivc(sample, "run", "--select", "orders_lake").exit_code == 0
+    result = rivc(sample, "run", "--select", "+orders_lake")  # the same run again
+    assert result.exit_code == 0
+    assert "resuming run" in result.output
     assert "replayed and skipped" in results(sample)["sink:orders_lake"]["message"]
     assert DeltaTable(str(lake)).version() == version  # no second commit
     # The next run is a new batch again.

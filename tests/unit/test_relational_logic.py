@@ -93,9 +93,31 @@ def test_literals_and_cursor_values_round_trip():
     ts = datetime(2026, 1, 2, 3, 4, 5, 600)
     for value in (ts, date(2026, 1, 2), Decimal("1.50"), 7, "it's"):
         assert decode(encode(value)) == value
-    assert literal(ts) == "'2026-01-02 03:04:05.000600'"
-    assert literal("it's") == "'it''s'"
-    assert literal(Decimal("1.50")) == "1.50"
+    assert literal("postgres", ts) == "CAST('2026-01-02 03:04:05.000600' AS TIMESTAMP)"
+    assert literal("mysql", ts) == "CAST('2026-01-02 03:04:05.000600' AS DATETIME(6))"
+    assert literal("postgres", Decimal("1.50")) == literal("mysql", Decimal("1.50")) == "1.50"
+
+
+@pytest.mark.parametrize(
+    ("value", "postgres", "mysql"),
+    [
+        ("it's", "'it''s'", "'it''s'"),
+        ("a\\", "'a\\'", "'a\\\\'"),  # a backslash: MySQL sessions keep backslash escapes on
+        ("\\'; DROP TABLE t; --", "'\\''; DROP TABLE t; --'", "'\\\\''; DROP TABLE t; --'"),
+        ("zürich ☃", "'zürich ☃'", "'zürich ☃'"),
+    ],
+)
+def test_string_literals_escape_quotes_and_backslashes(value, postgres, mysql):
+    assert literal("postgres", value) == postgres
+    assert literal("mysql", value) == mysql
+
+
+def test_sessions_pin_the_settings_literals_and_text_forms_rely_on():
+    pg = session_init("postgres", TUNING_PROFILES["fast"])
+    for setting in ("standard_conforming_strings = 'on'", "IntervalStyle = 'iso_8601'"):
+        assert setting in pg
+    my = session_init("mysql", TUNING_PROFILES["fast"])
+    assert "REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', '')" in my
 
 
 def test_connection_from_url_env_and_password_env():
@@ -110,9 +132,11 @@ def test_connection_from_url_env_and_password_env():
         "s3",
         "shop",
     )
-    assert conn.jdbc_url == "jdbc:postgresql://db.example:6543/shop"
+    assert (
+        conn.jdbc_url == "jdbc:postgresql://db.example:6543/shop?readOnly=true&readOnlyMode=always"
+    )
     my = Conn.resolve(ConnectionSpec(type="mysql", database="test"), {})
-    assert my.jdbc_url == "jdbc:mysql://127.0.0.1:3306/test?permitMysqlScheme"
+    assert my.jdbc_url == "jdbc:mysql://127.0.0.1:3306/test?permitMysqlScheme&tinyInt1isBit=false"
     with pytest.raises(ConnectorError):
         Conn.resolve(ConnectionSpec(type="mysql", password_env="MISSING"), {})
 
@@ -120,7 +144,7 @@ def test_connection_from_url_env_and_password_env():
 def test_session_settings_follow_the_tuning_profile():
     safe = session_init("postgres", TUNING_PROFILES["safe"])
     assert "statement_timeout = '120s'" in safe and "lock_timeout = '10s'" in safe
-    assert "default_transaction_read_only = on" in safe
+    assert "default_transaction_read_only = 'on'" in safe
     fast = session_init("postgres", TUNING_PROFILES["fast"])
     assert "statement_timeout" not in fast
     assert "innodb_lock_wait_timeout = 30" in session_init("mysql", TUNING_PROFILES["balanced"])

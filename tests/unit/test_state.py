@@ -24,13 +24,14 @@ def test_migrations_are_versioned_and_idempotent(tmp_path):
 
 def test_batches_files_and_totals(tmp_path):
     store = StateStore(tmp_path / "state.db")
-    assert store.next_batch_id("sink:a") == 0
+    assert store.last_batch_id("sink:a") is None
     store.start_run("r1", "run", "*")
     store.commit_batch(
         "sink:a", 0, "r1", 10, 100, [("/x/0.parquet", 10, 100)], commits=1, commit_ms=12.34
     )
     store.commit_batch("sink:a", 1, "r1", 0, 0, [], replayed=True)
-    assert store.next_batch_id("sink:a") == 2
+    store.hand_out("r1", "sink:a", 2)  # handed out, never committed: still above
+    assert store.last_batch_id("sink:a") == 2
     totals = store.batch_totals("sink:a", "r1")
     assert totals == {
         "batches": 2,
@@ -44,8 +45,23 @@ def test_batches_files_and_totals(tmp_path):
     }
     assert [f["path"] for f in store.files(["sink:a"])] == ["/x/0.parquet"]
     assert store.files(["sink:b"]) == []
-    assert store.reset(["sink:a"]) == 3  # two batches, one file
-    assert store.next_batch_id("sink:a") == 0
+    assert store.reset(["sink:a"]) == 4  # two batches, one file, one id handed out
+    assert store.last_batch_id("sink:a") is None
+
+
+def test_a_killed_run_is_resumed_by_the_same_run_and_aborted_by_another(tmp_path):
+    store = StateStore(tmp_path / "state.db")
+    assert store.start_run("r1", "run", "*", "same") is None
+    store.hand_out("r1", "sink:a", 7)
+    store.record_extract("r1", "source:s.t", ["/x/0.parquet"], '{"value": 1}', "full")
+    # r1 was killed: a run with the same fingerprint resumes it
+    assert store.start_run("r2", "run", "*", "same") == "r1"
+    assert store.handed_out("r1", "sink:a") == 7
+    assert store.extract_of("r1", "source:s.t") == (["/x/0.parquet"], '{"value": 1}', "full")
+    # r2 was killed too: another invocation closes it as aborted and resumes nothing
+    assert store.start_run("r3", "run", "other", "different") is None
+    status = {r["run_id"]: r["status"] for r in store._rows("SELECT run_id, status FROM runs")}
+    assert status == {"r1": "resumed", "r2": "aborted", "r3": "running"}
 
 
 def test_schema_snapshots_report_changes(tmp_path):

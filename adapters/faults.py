@@ -1,0 +1,26 @@
+"""Fault injection for the fault suite: `RIVC_FAULT=<point>[:<node name>]` makes the process
+kill itself (SIGKILL, as a crash or an OOM kill would) when it reaches that point.
+
+Points (docs/running.md, "What a rerun after a crash does"):
+    mid-extraction   a COPY extraction in rivc's process, after its first block is staged
+    after-staging    an extraction's copy is staged and recorded, before anything reads it
+    after-commit     a sink's table commit landed, before the state store records it
+    between-sinks    a sink node finished and was recorded, before the next node starts
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = frozenset({"mid-extraction", "after-staging", "after-commit", "between-sinks"})
+
+
+def fault(point: str, node: str = "") -> None:
+    """Die here if RIVC_FAULT names this point (and, when it names one, this node)."""
+    wanted = os.environ.get("RIVC_FAULT")
+    if not wanted:
+        return
+    name, _, only = wanted.partition(":")
+    if name == point and (not only or only == node):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,327 @@
+"""The one type mapping of relational sources: a database column -> the type rivc delivers.
+
+Every reader (PostgreSQL COPY, Spark JDBC for PostgreSQL and MySQL/MariaDB) asks this module how
+to select a column and what it becomes; docs/types.md is its table in prose. A column whose
+values a JDBC or CSV transport could change travels as the database's own text and is converted
+by rivc exactly (`kind`), or the value is refused by name.
+
+Conversion kinds (text -> delivered type):
+    native     no conversion: the transport carries the value exactly
+    text       the database's text is the value (string)
+    decimal    exact: a value with more digits than the decimal holds, or NaN/Infinity, is refused
+    round      a declared decimal(p,s): rounded half-even to s digits; too many digits refused
+    timestamp  `YYYY-MM-DD HH:MM:SS[.ffffff]` in UTC; infinity, BC or zero dates refused
+    date       `YYYY-MM-DD`; infinity, BC or zero dates refused
+    cast       a declared scalar type: converted, and a value the type cannot read is refused
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["native", "text", "decimal", "round", "timestamp", "date", "cast"]
+
+DEFAULT_NUMERIC = (38, 18)  # unconstrained numeric: decimal(38,18)
+MAX_PRECISION = 38
+
+# Types a user may declare for a relational column in `columns:` (Spark SQL names).
+_DECLARABLE = re.compile(
+    r"^(string|double|float|bigint|int|smallint|tinyint|boolean|date|timestamp"
+    r"|decimal\(\s*(\d+)\s*,\s*(\d+)\s*\))$"
+)
+
+
+def declared_type(text: str) -> str:
+    """A declared column type in canonical form; ValueError names what is allowed."""
+    m = _DECLARABLE.match(text.strip().lower())
+    if not m:
+        raise ValueError(
+            f"type {text!r} cannot be declared for a database column: use string, double, "
+            "float, bigint, int, smallint, tinyint, boolean, date, timestamp or decimal(p,s)"
+        )
+    if m.group(2) is not None:
+        p, s = int(m.group(2)), int(m.group(3))
+        if not 1 <= p <= MAX_PRECISION or s > p:
+            raise ValueError(f"decimal({p},{s}): precision is 1..38 and scale at most precision")
+        return f"decimal({p},{s})"
+    return m.group(1)
+
+
+def decimal_args(spark_type: str) -> tuple[int, int]:
+    p, s = spark_type[len("decimal(") : -1].split(",")
+    return int(p), int(s)
+
+
+@dataclass(frozen=True, slots=True)
+class DbColumn:
+    """A column as the database describes it (from a `LIMIT 0` probe)."""
+
+    name: str
+    type: str  # lower case, without modifiers: numeric, int4, timestamptz / decimal, bit, set
+    precision: int | None = None  # numeric/decimal precision, bit length
+    scale: int | None = None
+    unsigned: bool = False
+    array: bool = False  # PostgreSQL arrays: `type` is the element type
+    binary: bool = False  # MySQL: a byte string (binary charset)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """How one column is selected, carried and delivered."""
+
+    name: str
+    db_type: str  # as the database names it, for messages
+    spark: str  # the delivered Spark SQL type
+    expr: str  # the select expression on the database side
+    kind: Kind
+    copy: bool = True  # the PostgreSQL COPY reader can carry it
+
+    @property
+    def transport(self) -> str:
+        """The Spark type the value travels as: its own when native, else text."""
+        return self.spark if self.kind == "native" else "string"
+
+
+def quote(dialect: str, name: str) -> str:
+    if dialect == "postgres":
+        return '"' + name.replace('"', '""') + '"'
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _decimal(precision: int | None, scale: int | None) -> str:
+    if precision is None or precision <= 0:
+        p, s = DEFAULT_NUMERIC
+    else:
+        s = min(scale or 0, MAX_PRECISION)
+        p = min(precision, MAX_PRECISION)
+    return f"decimal({p},{s})"
+
+
+def _described(col: DbColumn) -> str:
+    if col.precision and col.type in ("numeric", "decimal"):
+        return f"{col.type}({col.precision},{col.scale or 0})"
+    if col.precision and col.type == "bit":
+        return f"bit({col.precision})"
+    return col.type + ("[]" if col.array else "") + (" unsigned" if col.unsigned else "")
+
+
+# PostgreSQL: type name -> (Spark type, kind) for values carried natively
+_PG_NATIVE = {
+    "bool": "boolean",
+    "int2": "smallint",
+    "int4": "int",
+    "int8": "bigint",
+    "float4": "float",
+    "float8": "double",
+    "text": "string",
+    "varchar": "string",
+    "bpchar": "string",
+    "name": "string",
+    "char": "string",
+}
+_PG_ARRAYS = {"bool", "int2", "int4", "int8", "float4", "float8", "text", "varchar"}
+
+
+def postgres(col: DbColumn, declared: str | None = None) -> Delivery:
+    """The delivery of a PostgreSQL column (`declared`: the user's type from `columns:`)."""
+    q = quote("postgres", col.name)
+    described = _described(col)
+    if declared is not None:
+        return _declared(col.name, described, declared, f"{q}::text")
+    if col.array:
+        if col.type in _PG_ARRAYS:
+            return Delivery(
+                col.name, described, f"array<{_PG_NATIVE[col.type]}>", q, "native", copy=False
+            )
+        return Delivery(col.name, described, "string", f"{q}::text", "text")
+    t = col.type
+    if t in _PG_NATIVE:
+        return Delivery(col.name, described, _PG_NATIVE[t], q, "native")
+    if t == "numeric":
+        return Delivery(
+            col.name, described, _decimal(col.precision, col.scale), f"{q}::text", "decimal"
+        )
+    if t == "money":  # ±92233720368547758.07
+        return Delivery(col.name, described, "decimal(19,2)", f"{q}::numeric::text", "decimal")
+    if t == "date":
+        return Delivery(col.name, described, "date", f"{q}::text", "date")
+    if t == "timestamp":
+        return Delivery(col.name, described, "timestamp", f"{q}::text", "timestamp")
+    if t == "timestamptz":
+        expr = f"({q} AT TIME ZONE 'UTC')::text"
+        return Delivery(col.name, described, "timestamp", expr, "timestamp")
+    if t == "bit" and col.precision == 1:
+        return Delivery(col.name, described, "boolean", f"({q} = B'1')", "native")
+    if t == "bytea":
+        return Delivery(col.name, described, "binary", q, "native", copy=False)
+    # interval (ISO 8601 under the session's intervalstyle), time, timetz, uuid, json, jsonb,
+    # inet, cidr, macaddr, xml, bit(n), varbit, enums, domains, ranges: the database's text
+    return Delivery(col.name, described, "string", f"{q}::text", "text")
+
+
+# MySQL/MariaDB (FIELD_TYPE codes as pymysql names them, lower case)
+_MY_INTEGERS = {
+    # type: (signed, unsigned)
+    "tiny": ("tinyint", "smallint"),
+    "short": ("smallint", "int"),
+    "int24": ("int", "int"),
+    "long": ("int", "bigint"),
+    "longlong": ("bigint", "decimal(20,0)"),
+}
+_MY_STRINGS = {
+    "varchar",
+    "var_string",
+    "string",
+    "tiny_blob",
+    "medium_blob",
+    "long_blob",
+    "blob",
+    "json",
+}
+
+
+def mysql(col: DbColumn, declared: str | None = None) -> Delivery:
+    """The delivery of a MySQL/MariaDB column, always read through JDBC."""
+    q = quote("mysql", col.name)
+    described = _described(col)
+    if declared is not None:
+        return _declared(col.name, described, declared, f"CAST({q} AS CHAR)")
+    t = col.type
+    if t in _MY_INTEGERS:
+        spark = _MY_INTEGERS[t][1 if col.unsigned else 0]
+        return Delivery(col.name, described, spark, q, "native", copy=False)
+    if t in ("float", "double"):
+        return Delivery(col.name, described, t, q, "native", copy=False)
+    if t == "year":
+        return Delivery(col.name, described, "int", f"({q} + 0)", "native", copy=False)
+    if t in ("decimal", "newdecimal"):
+        spark = _decimal(col.precision, col.scale)
+        return Delivery(col.name, described, spark, f"CAST({q} AS CHAR)", "decimal", copy=False)
+    if t in ("date", "newdate"):
+        return Delivery(col.name, described, "date", f"CAST({q} AS CHAR)", "date", copy=False)
+    if t in ("datetime", "timestamp"):
+        expr = f"CAST({q} AS CHAR)"
+        return Delivery(col.name, described, "timestamp", expr, "timestamp", copy=False)
+    if t == "time":  # a duration of up to ±838:59:59: ISO 8601, e.g. -PT838H59M59.5S
+        expr = (
+            f"CASE WHEN {q} IS NULL THEN NULL ELSE CONCAT(IF({q} < TIME '00:00:00', '-', ''), "
+            f"'PT', HOUR({q}), 'H', MINUTE({q}), 'M', SECOND({q}), "
+            f"IF(MICROSECOND({q}) > 0, CONCAT('.', TRIM(TRAILING '0' FROM "
+            f"LPAD(MICROSECOND({q}), 6, '0'))), ''), 'S') END"
+        )
+        return Delivery(col.name, described, "string", expr, "text", copy=False)
+    if t == "bit":
+        if col.precision == 1:
+            return Delivery(col.name, described, "boolean", f"({q} = 1)", "native", copy=False)
+        expr = f"LPAD(BIN({q}), {col.precision or 1}, '0')"
+        return Delivery(col.name, described, "string", expr, "text", copy=False)
+    if t == "string" and not col.binary:
+        # CHAR(n): Spark would pad it back to n characters; MySQL itself strips the padding
+        return Delivery(col.name, described, "string", f"CAST({q} AS CHAR)", "text", copy=False)
+    if t in ("enum", "set"):
+        return Delivery(col.name, described, "string", f"CAST({q} AS CHAR)", "text", copy=False)
+    if t in _MY_STRINGS:
+        spark = "binary" if col.binary else "string"
+        return Delivery(col.name, described, spark, q, "native", copy=False)
+    raise ValueError(
+        f"column {col.name} has type {described}, which rivc cannot deliver: "
+        "convert it in the source's query:"
+    )
+
+
+def _declared(name: str, described: str, declared: str, as_text: str) -> Delivery:
+    spark = declared_type(declared)
+    if spark == "string":
+        return Delivery(name, described, spark, as_text, "text")
+    if spark.startswith("decimal"):
+        return Delivery(name, described, spark, as_text, "round")
+    if spark in ("date", "timestamp"):
+        return Delivery(name, described, spark, as_text, spark)  # type: ignore[arg-type]
+    return Delivery(name, described, spark, as_text, "cast")
+
+
+def refusal(label: str, d: Delivery, value: str) -> str:
+    """The one line that refuses a value (the same words from every reader)."""
+    shown = value if len(value) <= 80 or value == _PLACEHOLDER else value[:77] + "..."
+    why = {
+        "decimal": f"does not fit {d.spark} exactly",
+        "round": f"does not fit {d.spark}",
+        "timestamp": "is not a timestamp Spark and Delta can hold",
+        "date": "is not a date Spark and Delta can hold",
+        "cast": f"cannot be read as {d.spark}",
+    }.get(d.kind, f"cannot be delivered as {d.spark}")
+    return (
+        f"{label}: column {d.name} ({d.db_type}) value '{shown}' {why}: declare the column's "
+        f"type in columns: (e.g. {d.name}: string, or decimal(38,4)) or cast it in query:"
+    )
+
+
+# --------------------------------------------------------------------------- Spark SQL
+
+
+def _spark_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_PLACEHOLDER = "\x00"
+
+
+def _refuse_sql(label: str, d: Delivery, col: str) -> str:
+    before, after = refusal(label, d, _PLACEHOLDER).split(_PLACEHOLDER)
+    # rivc's error inside Spark's, found there by the runtime as any rivc error raised in a task
+    prefix = "rivc.compiler.errors.ConnectorError: " + before
+    return (
+        f"raise_error(concat({_spark_string(prefix)}, substr({col}, 1, 80), "
+        f"{_spark_string(after)}))"
+    )
+
+
+TIMESTAMP_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,6})?$"
+DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+
+
+def exact_decimal_pattern(p: int, s: int) -> str:
+    """A decimal's text that decimal(p,s) holds exactly (trailing zeros are no change)."""
+    frac = f"([.][0-9]{{0,{s}}}0*)?" if s else "([.]0*)?"
+    return f"^-?0*[0-9]{{0,{p - s}}}{frac}$"
+
+
+def spark_convert(label: str, d: Delivery) -> str:
+    """A Spark SQL expression turning the transported column into the delivered value."""
+    c = f"`{d.name.replace('`', '``')}`"
+    if d.kind == "text":
+        return c
+    if d.kind == "native":
+        return f"CAST({c} AS {d.spark})"
+    refuse = _refuse_sql(label, d, c)
+    if d.kind == "decimal":
+        p, s = decimal_args(d.spark)
+        ok = f"{c} RLIKE {_spark_string(exact_decimal_pattern(p, s))}"
+        value = f"CAST({c} AS {d.spark})"
+    elif d.kind == "round":
+        p, s = decimal_args(d.spark)
+        # Spark rounds half up; half-even differs on exact ties whose kept digit is even:
+        # there the value is truncated instead.
+        if s:
+            tie = f"^-?[0-9]*[.][0-9]{{{s}}}50*$"
+            kept = f"regexp_extract({c}, '^(-?[0-9]*[.][0-9]{{{s}}})', 1)"
+            last = f"regexp_extract({c}, '[.][0-9]{{{s - 1}}}([0-9])', 1)"
+        else:
+            tie = "^-?[0-9]*[.]50*$"
+            kept = f"regexp_extract({c}, '^(-?[0-9]*)[.]', 1)"
+            last = f"regexp_extract({c}, '([0-9])[.]', 1)"
+        value = (
+            f"CASE WHEN {c} RLIKE '{tie}' AND {last} IN ('0','2','4','6','8') "
+            f"THEN try_cast({kept} AS {d.spark}) ELSE try_cast({c} AS {d.spark}) END"
+        )
+        ok = f"{c} RLIKE '^-?[0-9]*([.][0-9]*)?$' AND ({value}) IS NOT NULL"
+    elif d.kind in ("timestamp", "date"):
+        pattern = TIMESTAMP_TEXT if d.kind == "timestamp" else DATE_TEXT
+        value = f"try_cast({c} AS {d.spark})"
+        ok = f"{c} RLIKE '{pattern}' AND {c} >= '0001' AND {value} IS NOT NULL"
+    else:  # cast
+        value = f"try_cast({c} AS {d.spark})"
+        ok = f"{value} IS NOT NULL"
+    return f"CASE WHEN {c} IS NULL THEN NULL WHEN {ok} THEN {value} ELSE {refuse} END"

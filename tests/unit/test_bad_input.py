@@ -1,0 +1,108 @@
+"""Hostile and broken input: one line naming file:line, exit code 2, nothing written, no secret
+echoed, and no Python traceback."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rivc.adapters.cli import main
+
+SECRET = "s3cr3t/pa55"
+
+
+def run(root, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, [*args, "--project-dir", str(root)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+def one_line_error(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert "Traceback" not in output
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["compile", "lint"])
+def test_a_non_utf8_byte_in_a_model_is_named_with_its_position(make_project, command):
+    root = make_project({})
+    (root / "models/stg.sql").write_bytes(b"select 1 as a,\n  'caf\xe9' as b\n")
+    code, out = run(root, command)
+    assert code == 2
+    assert one_line_error(out).startswith("models/stg.sql:2:7: error: not UTF-8: byte 0xe9")
+    assert not (root / "target").exists()
+
+
+def test_a_non_utf8_byte_in_yaml_and_a_binary_project_file(make_project):
+    root = make_project({})
+    (root / "sources/demo.yml").write_bytes(b"sources:\n  - name: d\xff\n")
+    code, out = run(root, "compile")
+    assert code == 2 and one_line_error(out).startswith("sources/demo.yml:2:12: error: not UTF-8")
+    (root / "rivc_project.yml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    code, out = run(root, "compile")
+    assert code == 2
+    assert one_line_error(out).startswith("rivc_project.yml:3:1: error: not a text file")
+
+
+def test_an_integer_beyond_64_bits_is_refused_at_compile_time(make_project):
+    root = make_project(
+        {
+            "sources/demo.yml": """
+                sources:
+                  - name: demo
+                    connector: datagen
+                    tables:
+                      - name: orders
+                        config: {pattern: orders, max_events: 99999999999999999999999}
+            """
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith("sources/demo.yml:6:")
+    assert "max_events" in line and "64-bit" in line
+
+
+def test_a_yaml_alias_bomb_is_refused_quickly(make_project):
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):
+        prev = f"*a{i - 1}"
+        levels.append(f"a{i}: &a{i} [{', '.join([prev] * 9)}]")
+    root = make_project({"rivc_project.yml": "name: t\nvars:\n  " + "\n  ".join(levels) + "\n"})
+    code, out = run(root, "compile")
+    assert code == 2
+    assert "YAML aliases expand to more than 1,000,000 values" in one_line_error(out)
+
+
+def test_a_url_whose_password_holds_a_slash_names_the_fix_not_the_password(make_project):
+    root = make_project(
+        {
+            "profiles.yml": f"default:\n  connections:\n    db:\n      type: postgres\n"
+            f"      url: postgresql://app:{SECRET}@127.0.0.1:5432/shop\n",
+            "sources/db.yml": """
+                sources:
+                  - name: db
+                    connector: postgres
+                    connection: db
+                    tables:
+                      - {name: t, query: "select 1 as id"}
+            """,
+        }
+    )
+    code, out = run(root, "check")
+    assert code == 2
+    line = one_line_error(out)
+    assert "percent-encode" in line and "s3cr3t" not in line and "pa55" not in line
+
+
+def test_a_non_numeric_port_is_not_echoed(make_project):
+    root = make_project(
+        {"profiles.yml": f"default:\n  connections:\n    db: {{type: postgres, port: {SECRET}}}\n"}
+    )
+    code, out = run(root, "compile")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith("profiles.yml:3:") and "port" in line
+    assert "s3cr3t" not in line
