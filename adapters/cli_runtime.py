@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from rivc.compiler.errors import CompileFailed, RivcError
+from rivc.compiler.errors import CompileFailed, EnvironmentFault
 from rivc.compiler.redact import redact_text
 
 from .cli import (
@@ -27,17 +27,27 @@ from .cli import (
     project_dir_option,
     select_options,
 )
+from .spark import SPARK_LOG
+from .state import STATE_DIR
 
 
-def _spark(plan: Any) -> Any:
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.obj and ctx.obj.get("debug"))
+
+
+def _spark(plan: Any, debug: bool = False) -> Any:
     from pyspark.errors import PySparkException
 
     from .spark import get_session
 
+    log = None if debug else plan.root / STATE_DIR / SPARK_LOG  # --debug: Spark's output too
     try:
-        spark = get_session(plan.profile.spark, app_name=f"rivc {plan.manifest['project']}")
+        spark = get_session(
+            plan.profile.spark, app_name=f"rivc {plan.manifest['project']}", log=log
+        )
     except PySparkException as exc:  # most often: no Java, or a Connect server out of reach
-        raise RivcError(
+        raise EnvironmentFault(
             f"Spark did not start ({exc.getCondition() or type(exc).__name__}): check that "
             "Java 17 is installed (java on PATH or JAVA_HOME) and the profile's spark: settings"
         ) from exc
@@ -76,15 +86,19 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
     )
     console = _console()
     progress = Progress(console)
+    debug = _debug()
     report = execute(
         root,
         options,
-        _spark,
+        lambda plan: _spark(plan, debug),  # threads have no click context: decided here
         progress.result,
         progress.start,
         lambda text: click.echo(redact_text(text), err=True),
     )
     summary(console, report)
+    spark_log = root / STATE_DIR / SPARK_LOG
+    if report.failed and spark_log.exists() and not debug:
+        click.echo(f"Spark's own output: {spark_log.relative_to(root)}", err=True)
     sys.exit(EXIT_FAILED if report.failed else EXIT_INTERRUPTED if report.interrupted else 0)
 
 
@@ -141,7 +155,8 @@ def show(node: str, limit: int, project_dir: str | None) -> None:
 
     from .runner import show as show_rows
 
-    data = show_rows(_root(project_dir), node, limit, _spark)
+    debug = _debug()
+    data = show_rows(_root(project_dir), node, limit, lambda plan: _spark(plan, debug))
     table = Table(show_edge=False)
     for name in data.column_names:
         table.add_column(name)

@@ -26,13 +26,13 @@ from rivc.compiler.connectors import (
     KafkaSourceConfig,
     MqttSourceConfig,
 )
-from rivc.compiler.errors import ConnectorError, RivcError, StateError
+from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec, RateLimit
 
 from .connectors import delta
 from .connectors.base import SinkContext, WriteResult, sink_for
-from .errortext import rivc_error_inside
+from .errortext import model_error, rivc_error_inside
 from .faults import fault
 from .pipeline import SinkWriter, health_check, transform_source
 from .state import STATE_DIR, NodeResult, StateStore
@@ -310,8 +310,13 @@ class Runtime:
                 "test": self._run_test,
             }[node["kind"]]
             result: NodeResult = fn(nid, node)
+        except EnvironmentFault:
+            raise  # no node can run: the command stops with one line
         except caught as exc:
-            result = NodeResult(nid, node["kind"], "error", error=_one_line(exc))
+            error = None
+            if node["kind"] in ("model", "test") and node.get("compiled_path"):
+                error = model_error(exc, self.plan.sql(nid), node["path"])
+            result = NodeResult(nid, node["kind"], "error", error=error or _one_line(exc))
         result = NodeResult(
             **{
                 **result.__dict__,

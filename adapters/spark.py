@@ -49,8 +49,46 @@ def session_conf(spec: SparkSpec) -> dict[str, str]:
     return conf
 
 
-def get_session(spec: SparkSpec, app_name: str = "rivc") -> SparkSession:
-    """One session per process: an active session (a test's, spark-submit's) is reused as is."""
+SPARK_LOG = "spark.log"  # under the project's .rivc/: the JVM's own output
+
+
+def _launch_quiet(conf: dict[str, str], log: Path) -> None:
+    """Start the local JVM with its stdout and stderr in `log`: Spark's start-up lines, log4j
+    output and stack traces stay out of the console (rivc prints its own one-line errors)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:  # the child keeps its own copy of the descriptor
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            SparkConf(loadDefaults=False).setAll(list(conf.items())),
+            popen_kwargs={"stdout": out, "stderr": out},
+        )
+    SparkContext._gateway = gateway
+    SparkContext._jvm = gateway.jvm
+    _quiet_python_loggers(log)
+
+
+def _quiet_python_loggers(log: Path) -> None:
+    """PySpark logs every failed query with its stack trace to stderr from Python: there too,
+    into the log file."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logger = PySparkLogger.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.addHandler(logging.FileHandler(log))
+        logger.propagate = False
+
+
+def get_session(spec: SparkSpec, app_name: str = "rivc", log: Path | None = None) -> SparkSession:
+    """One session per process: an active session (a test's, spark-submit's) is reused as is.
+    With `log`, a local JVM started here writes its own output there (see _launch_quiet)."""
     from pyspark.sql import SparkSession
 
     # Python workers (data sources, UDFs) must run this interpreter, with rivc importable.
@@ -67,6 +105,8 @@ def get_session(spec: SparkSpec, app_name: str = "rivc") -> SparkSession:
         if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
             builder = builder.master(spec.master or "local[*]")
         conf = session_conf(spec)
+        if log is not None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+            _launch_quiet({**conf, "spark.master": spec.master or "local[*]"}, log)
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

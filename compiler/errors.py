@@ -62,6 +62,11 @@ class ConnectorError(RivcError):
     """A connector is unknown, misconfigured, or failed to reach its system."""
 
 
+class EnvironmentFault(RivcError):
+    """The machine cannot run what was asked (no Java, Spark does not start): the whole
+    command stops with this one line and exit code 2, rather than failing node by node."""
+
+
 class StateError(RivcError):
     """The state store is locked by another run or cannot be used."""
 
