@@ -2,28 +2,23 @@
 
 An MQTT broker does not replay history, so Spark's usual "re-read the offsets of a failed batch"
 needs a buffer of our own. The stream reader lives in Spark's driver-side Python worker for the
-whole query; it keeps a persistent MQTT session (clean_session false, a fixed client id) and
-subscribes with the configured QoS. Each message is appended to a spool file and fsynced, and only
-then acknowledged (paho's manual ack), so a message is either in the spool or still held by the
-broker. Offsets are sequence numbers in the spool: `partitions(start, end)` ships the messages of
-[start, end) to the executors inside the partition, and `commit(end)` deletes spool segments that
-are entirely below `end`. A restart resumes from Spark's checkpoint, and the spool still holds every
-message after it.
+whole query and starts the receiver (mqtt_receiver.py), a process of its own that keeps the
+persistent MQTT session, appends each message to the spool, hands it to the OS and only then
+acknowledges it, and fsyncs every 20 ms. Offsets are sequence numbers in the spool, read only up
+to what is fsynced: `partitions(start, end)` ships the messages of [start, end) to the executors
+inside the partition, and `commit(end)` deletes spool segments that are entirely below `end`. A
+restart resumes from Spark's checkpoint, and the spool still holds every message after it.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import ssl
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -42,19 +37,28 @@ METADATA = ("mqtt_topic", "mqtt_qos", "mqtt_received_at")
 class Spool:
     """Append-only segments `<first seq>.jsonl`; a message's offset is its sequence number."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, writer: bool = True) -> None:
+        """One writer (the receiver) appends; readers (Spark's side) read and commit."""
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         segments = self._segments()
-        if not segments:
+        if not segments and writer:
             (path / _segment_name(0)).touch()
             segments = [0]
-        self.first = segments[0]
-        last = path / _segment_name(segments[-1])
-        self.next = segments[-1] + _complete_lines(last)
-        self.durable = self.next
-        self._out = open(last, "ab")  # noqa: SIM115  (closed in close())
-        self._in_segment = self.next - segments[-1]
+        self.first = segments[0] if segments else 0
+        self.next = self.durable = self.first
+        self._out: Any = None
+        self._in_segment = 0
+        if writer:
+            last = path / _segment_name(segments[-1])
+            self.next = segments[-1] + _complete_lines(last)
+            self.durable = self.next
+            self._out = open(last, "ab")  # noqa: SIM115  (closed in close())
+            self._in_segment = self.next - segments[-1]
+
+    def first_segment(self) -> int:
+        segments = self._segments()
+        return segments[0] if segments else 0
 
     def _segments(self) -> list[int]:
         return sorted(int(p.stem) for p in self.path.glob("*.jsonl"))
@@ -66,17 +70,25 @@ class Spool:
         self.next += 1
         self._in_segment += 1
 
+    def fileno(self) -> int:
+        return int(self._out.fileno())
+
+    def flush(self) -> None:
+        """Hand what was appended to the OS: from now on it survives a kill of this process."""
+        self._out.flush()
+
     def sync(self) -> None:
-        """Flush and fsync what was appended; from now on it survives a crash."""
+        """Flush and fsync what was appended; from now on it survives a machine crash."""
         self._out.flush()
         os.fsync(self._out.fileno())
         self.durable = self.next
 
     def read(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Messages [start, end), which the writer has made durable."""
         out: list[dict[str, Any]] = []
         segments = self._segments()
         for i, first in enumerate(segments):
-            upto = segments[i + 1] if i + 1 < len(segments) else self.durable
+            upto = segments[i + 1] if i + 1 < len(segments) else end
             if upto <= start or first >= end:
                 continue
             with open(self.path / _segment_name(first), "rb") as fh:
@@ -93,18 +105,18 @@ class Spool:
         return out
 
     def commit(self, end: int) -> None:
-        """Messages below `end` are in the sink: drop the segments that hold only those."""
-        if end >= self.next and self._in_segment:
-            self._rotate()
+        """Messages below `end` are in the sink: drop the segments that hold only those (never
+        the newest, which the writer appends to)."""
         segments = self._segments()
         for first, upto in zip(segments, segments[1:], strict=False):
             if upto <= end:
                 (self.path / _segment_name(first)).unlink(missing_ok=True)
-        self.first = max(self.first, min(end, self.next))
+        self.first = max(self.first, end)
 
     def reseed(self, start: int) -> None:
         """The checkpoint is ahead of an empty spool (the spool was removed): continue from it."""
-        self._out.close()
+        if self._out is not None:
+            self._out.close()
         for first in self._segments():
             (self.path / _segment_name(first)).unlink()
         (self.path / _segment_name(start)).touch()
@@ -158,125 +170,61 @@ class MqttSource(DataSource):
 
 
 class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Spark pickles the reader before its first call: files, locks and the client are made
-    on first use, in the driver-side Python worker that then serves the whole query."""
+    """Spark pickles the reader before its first call; on first use it starts the receiver
+    (mqtt_receiver.py), a process of its own that holds the MQTT session and writes the spool,
+    so that Spark's work in this process never slows the acknowledgements down. The reader
+    reads the spool up to what the receiver reports durable, and deletes what Spark committed."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
         self.cfg = MqttSourceConfig.model_validate(json.loads(options["config"]))
-        self.client_id = options["client_id"]
-        self.password = options.get("password") or None
-        self.spool_path = options["spool"]
-        self.client: Any = None
+        self.spool_path = Path(options["spool"])
+        self.receiver: Any = None
         self.target: int | None = None  # available_now: the end of this run
 
-    # ------------------------------------------------------------------ MQTT
-
     def _ensure_connected(self) -> None:
-        if self.client is not None:
+        if self.receiver is not None and self.receiver.poll() is None:
             return
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.enums import CallbackAPIVersion
+        self.receiver = start_receiver(self.options, self.spool_path)
+        self.spool = Spool(self.spool_path, writer=False)
 
-        self.spool = Spool(Path(self.spool_path))
-        self.lock = threading.Lock()
-        self.pending: list[tuple[int, int]] = []  # (mid, qos) spooled, not yet acknowledged
-        self.last_message = 0.0
-        self.stopping = threading.Event()
-
-        url = urlparse(self.cfg.url)
-        tls = url.scheme == "mqtts"
-        client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=self.client_id,
-            clean_session=self.cfg.clean_session,
-            protocol=mqtt.MQTTv311,
-            manual_ack=True,
-        )
-        if self.cfg.username:
-            client.username_pw_set(self.cfg.username, self.password)
-        if tls:
-            client.tls_set(ca_certs=self.cfg.ca_file, cert_reqs=ssl.CERT_REQUIRED)
-        connected = threading.Event()
-        failure: list[str] = []
-
-        def on_connect(c: Any, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
-            if reason.is_failure:
-                failure.append(str(reason))
-            else:
-                c.subscribe([(t, self.cfg.qos) for t in self.cfg.topics])
-            connected.set()
-
-        client.on_connect = on_connect
-        client.on_message = self._on_message
-        try:
-            client.connect(
-                url.hostname or "localhost",
-                url.port or (8883 if tls else 1883),
-                keepalive=self.cfg.keepalive_s,
-            )
-        except OSError as exc:
-            raise ConnectionError(f"MQTT broker {self.cfg.url}: {exc}") from None
-        client.loop_start()
-        if not connected.wait(CONNECT_TIMEOUT_S) or failure:
-            client.loop_stop()
-            raise ConnectionError(
-                f"MQTT broker {self.cfg.url}: {failure[0] if failure else 'no CONNACK'}"
-            )
-        self.client = client
-        threading.Thread(target=self._syncer, name="rivc-mqtt-spool", daemon=True).start()
-
-    def _on_message(self, _c: Any, _u: Any, msg: Any) -> None:
-        try:
-            payload = msg.payload.decode("utf-8")
-        except UnicodeDecodeError:
-            payload = "base64:" + base64.b64encode(msg.payload).decode()
-        record = {"p": payload, "t": msg.topic, "q": msg.qos, "r": time.time()}
-        with self.lock:
-            self.spool.append(record)
-            self.pending.append((msg.mid, msg.qos))
-            self.last_message = time.monotonic()
-
-    def _syncer(self) -> None:
-        """Make received messages durable, then acknowledge them to the broker."""
-        while not self.stopping.wait(FSYNC_EVERY_S):
-            self._sync()
-
-    def _sync(self) -> None:
-        with self.lock:
-            if not self.pending:
-                return
-            self.spool.sync()
-            acks, self.pending = self.pending, []
-        for mid, qos in acks:
-            if qos:
-                self.client.ack(mid, qos)
+    def _status(self) -> dict[str, Any]:
+        return read_status(self.spool_path, self.receiver)
 
     # ------------------------------------------------------------------ Spark
 
     def initialOffset(self) -> dict[str, int]:
         self._ensure_connected()
-        return {"seq": self.spool.first}
+        return {"seq": self.spool.first_segment()}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Catch up on what the broker queued: wait until it has been quiet for drain_ms."""
         self._ensure_connected()
-        started = time.monotonic()
-        self.last_message = max(self.last_message, started)
+        started = time.time()
         quiet = self.cfg.drain_ms / 1000
-        while time.monotonic() - self.last_message < quiet:
-            if time.monotonic() - started > DRAIN_LIMIT_S:
+        while time.time() - max(started, self._status()["last_message"]) < quiet:
+            if time.time() - started > DRAIN_LIMIT_S:
                 break
             time.sleep(0.05)
-        self._sync()
-        self.target = self.spool.durable
+        self.target = self._settled()
+
+    def _settled(self) -> int:
+        """The durable end once every message received so far is fsynced."""
+        deadline = time.time() + 5
+        status = self._status()
+        while status["durable"] < status["received"] and time.time() < deadline:
+            time.sleep(FSYNC_EVERY_S)
+            status = self._status()
+        return int(status["durable"])
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         self._ensure_connected()
         begin = int(start["seq"])
-        with self.lock:
-            if self.spool.next < begin:
-                self.spool.reseed(begin)
-            end = self.spool.durable
+        status = self._status()
+        if status["received"] < begin:  # the spool was removed, the checkpoint kept
+            self._reseed(begin)
+            status = self._status()
+        end = int(status["durable"])
         if self.target is not None:
             end = min(end, self.target)
         cap = self.cfg.max_messages_per_trigger
@@ -284,10 +232,14 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = min(cap, limit.max_rows)
         return {"seq": max(begin, min(end, begin + cap))}
 
+    def _reseed(self, start: int) -> None:
+        stop_receiver(self.receiver)
+        Spool(self.spool_path, writer=True).reseed(start)
+        self.receiver = start_receiver(self.options, self.spool_path)
+
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[MessagesPartition]:
         self._ensure_connected()
-        with self.lock:
-            records = self.spool.read(int(start["seq"]), int(end["seq"]))
+        records = self.spool.read(int(start["seq"]), int(end["seq"]))
         rows = [(r["p"], r["t"], r["q"], datetime.fromtimestamp(r["r"], UTC)) for r in records]
         return [MessagesPartition(rows)]
 
@@ -296,18 +248,83 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, int]) -> None:
         self._ensure_connected()
-        with self.lock:
-            self.spool.commit(int(end["seq"]))
+        self.spool.commit(int(end["seq"]))
 
     def stop(self) -> None:
-        if self.client is None:
-            return
-        self.stopping.set()
-        self._sync()  # acknowledge what is spooled, or the broker would send it again
-        self.client.disconnect()
-        self.client.loop_stop()
-        with self.lock:
-            self.spool.close()
+        if self.receiver is not None:
+            stop_receiver(self.receiver)
+            self.receiver = None
+
+
+STATUS = "status.json"
+
+
+def start_receiver(options: dict[str, str], spool: Path) -> Any:
+    """Start the receiver process and wait until it is subscribed (or name why it is not)."""
+    import subprocess
+    import sys
+
+    spool.mkdir(parents=True, exist_ok=True)
+    (spool / STATUS).unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rivc.adapters.connectors.mqtt_receiver"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # terminal signals are rivc's; the reader stops it with SIGTERM
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(options).encode())  # the password travels here, not in argv
+    proc.stdin.close()
+    deadline = time.time() + CONNECT_TIMEOUT_S + 5
+    while time.time() < deadline:
+        status = _load_status(spool)
+        if status is not None:
+            if status.get("error"):
+                proc.wait(5)
+                raise ConnectionError(status["error"])
+            return proc
+        if proc.poll() is not None:
+            err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace")
+            lines = err.strip().splitlines()
+            raise ConnectionError(
+                f"MQTT receiver exited: {lines[-1] if lines else proc.returncode}"
+            )
+        time.sleep(0.02)
+    proc.kill()
+    raise ConnectionError("MQTT receiver did not subscribe in time")
+
+
+def stop_receiver(proc: Any) -> None:
+    """SIGTERM: the receiver fsyncs, disconnects (the broker keeps the session) and exits."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except Exception:  # noqa: BLE001  (subprocess.TimeoutExpired: it did not stop in time)
+        proc.kill()
+        proc.wait()
+
+
+def _load_status(spool: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((spool / STATUS).read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def read_status(spool: Path, proc: Any) -> dict[str, Any]:
+    status = _load_status(spool)
+    if proc is not None and proc.poll() is not None:
+        raise ConnectionError(
+            f"MQTT receiver stopped (exit {proc.returncode}): "
+            + ((status or {}).get("error") or "see Spark's log")
+        )
+    if status is None:
+        raise ConnectionError("MQTT receiver wrote no status")
+    return status
 
 
 def read_stream(

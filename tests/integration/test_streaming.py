@@ -207,3 +207,50 @@ def test_doctor_reaches_the_mqtt_broker(tmp_path):
         "[FAIL] source iot.sensors (mqtt mqtt://127.0.0.1:1884): connectivity error"
         in failed.output
     )
+
+
+def test_mqtt_burst_kill_and_restart_every_message_once(spark, tmp_path, session):
+    """20,000 QoS 1 messages at the publisher's full speed into a running pipeline, a kill -9
+    mid-stream, more messages while it is down (within the broker's queue of 1,000), then a
+    restart: every message once."""
+    topic, client_id, pub = session
+    root = mqtt_project(tmp_path / "b", topic, client_id)
+    assert rivc(root, "run").exit_code == 0  # subscribes: the broker keeps the session
+    set_trigger(root, '{processing_time: "3 seconds"}')
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("rivc")), "run", "--project-dir", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # warm-up messages until the stream delivers one
+            pub.send(range(-1, 0))
+            if (root / "out/readings/_delta_log").exists() and -1 in seqs(root):
+                break
+            time.sleep(0.5)
+        burst = 20_000
+        infos = [
+            pub.client.publish(
+                f"{topic}/d{i % 3}", json.dumps({"device": "d", "seq": i, "temp": 1.0}), qos=1
+            )
+            for i in range(burst)
+        ]
+        for info in infos:
+            info.wait_for_publish(60)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # kill once part of the burst reached the table
+            if len(seqs(root)) >= 2_000:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    pub.send(range(burst, burst + 500))  # while no pipeline runs
+    set_trigger(root, "available_now")
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    assert [s for s in seqs(root) if s >= 0] == list(range(burst + 500))

@@ -30,10 +30,10 @@ def test_offsets_survive_a_restart_and_commit_drops_segments(tmp_path, monkeypat
         "0000000000000020.jsonl",
     ]
     assert [r["p"] for r in again.read(12, 25)][0] == '{"i": 12}'
-    again.commit(25)  # everything committed: only a fresh, empty segment is left
-    assert [(p.name, p.stat().st_size) for p in tmp_path.iterdir()] == [
-        ("0000000000000025.jsonl", 0)
-    ]
+    reader = Spool(tmp_path, writer=False)  # Spark's side: reads and commits, never appends
+    reader.commit(25)  # everything committed: the writer's newest segment stays
+    assert [p.name for p in tmp_path.iterdir()] == ["0000000000000020.jsonl"]
+    assert reader.first_segment() == 20
     again.close()
     third = Spool(tmp_path)
     assert third.next == 25
@@ -59,3 +59,46 @@ def test_reseed_when_the_checkpoint_is_ahead(tmp_path):
     _fill(spool, 40, 42)
     assert (spool.first, spool.next, len(spool.read(40, 42))) == (40, 42, 2)
     spool.close()
+
+
+class _Sock:
+    """A socket that returns prepared chunks and records what is sent."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks, self.sent = list(chunks), b""
+
+    def settimeout(self, _t: object) -> None: ...
+
+    def recv(self, _n: int) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+
+def test_the_receiver_spools_a_read_then_acknowledges_it(tmp_path):
+    import json
+
+    from rivc.adapters.connectors.mqtt_receiver import Receiver, Wire
+
+    def publish(pid: int, payload: bytes, qos: int = 1) -> bytes:
+        body = (3).to_bytes(2, "big") + b"a/b" + pid.to_bytes(2, "big") + payload
+        n = len(body)
+        size = bytes([n]) if n < 128 else bytes([n % 128 | 0x80, n // 128])
+        return bytes([0x30 | qos << 1]) + size + body
+
+    big = publish(2, b"x" * 200)  # a remaining length of two bytes
+    stream = publish(1, b'{"i": 1}') + big
+    wire = Wire(_Sock([stream[:7], stream[7:150], stream[150:]]))
+    config = {"url": "mqtt://127.0.0.1:1", "topics": ["a/+"], "client_id": "c"}
+    receiver = Receiver(
+        {"config": json.dumps(config), "client_id": "c", "spool": str(tmp_path / "s")}
+    )
+    while receiver.spool.next < 2:
+        packets = wire.packets()
+        assert packets is not None
+        receiver.handle_all(wire, packets)
+    assert [r["p"] for r in receiver.spool.read(0, 2)] == ['{"i": 1}', "x" * 200]
+    assert wire.sock.sent == bytes([0x40, 2, 0, 1, 0x40, 2, 0, 2])  # PUBACK 1, PUBACK 2
+    assert wire.packets() is None  # the broker closed the connection
+    receiver.spool.close()
