@@ -254,6 +254,7 @@ def _stager(
                 "port": conn.port,
                 "user": conn.user,
                 "database": conn.database,
+                "tls": conn.tls.psycopg(),
             }
             options = {
                 "conn": json.dumps(public),

@@ -98,7 +98,20 @@ class ConnectionSpec(Spec):
     url: str | None = None
     url_env: str | None = None
     database: str | None = None
-    options: dict[str, str | int | bool] = {}
+    # TLS, with libpq's names for both databases (docs/sources.md); a url's query string may
+    # carry them too (?sslmode=verify-full&sslrootcert=...)
+    sslmode: Literal["disable", "prefer", "require", "verify-ca", "verify-full"] | None = None
+    sslrootcert: str | None = None  # the CA bundle that signed the server's certificate
+    sslcert: str | None = None  # a client certificate (PEM) ...
+    sslkey: str | None = None  # ... and its key
+
+    @model_validator(mode="after")
+    def _tls(self) -> ConnectionSpec:
+        if self.sslmode in ("verify-ca", "verify-full") and not self.sslrootcert:
+            raise ValueError(f"sslmode {self.sslmode} needs sslrootcert (the server's CA)")
+        if bool(self.sslcert) != bool(self.sslkey):
+            raise ValueError("a client certificate needs both sslcert and sslkey")
+        return self
 
 
 class ProfileSpec(Spec):

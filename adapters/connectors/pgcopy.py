@@ -358,6 +358,7 @@ class CopyReader(DataSourceReader):
             dbname=conn["database"],
             connect_timeout=10,
             autocommit=True,
+            **conn.get("tls", {}),
         ) as db:
             for statement in json.loads(o["settings"]):
                 db.execute(statement)

@@ -13,11 +13,11 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import DbColumn, Delivery
@@ -38,6 +38,52 @@ DEFAULT_PORTS = {"postgres": 5432, "mysql": 3306}
 
 
 @dataclass(frozen=True)
+class Tls:
+    """A connection's TLS settings (libpq's names), applied to psycopg, pymysql and JDBC."""
+
+    mode: str | None = None  # disable | prefer | require | verify-ca | verify-full
+    rootcert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def psycopg(self) -> dict[str, Any]:
+        keys = {"sslmode": self.mode, "sslrootcert": self.rootcert}
+        keys.update({"sslcert": self.cert, "sslkey": self.key})
+        return {k: v for k, v in keys.items() if v}
+
+    def pymysql(self) -> dict[str, Any]:
+        if self.mode in (None, "disable", "prefer"):
+            return {}
+        ssl: dict[str, Any] = {"ca": self.rootcert} if self.rootcert else {}
+        if self.cert:
+            ssl.update(cert=self.cert, key=self.key)
+        return {
+            "ssl": ssl or {"check_hostname": False},
+            "ssl_verify_cert": self.mode in ("verify-ca", "verify-full"),
+            "ssl_verify_identity": self.mode == "verify-full",
+        }
+
+    def jdbc(self, kind: str) -> str:
+        """URL parameters of pgjdbc or the MariaDB driver (client keys: pgjdbc only, as PKCS-8)."""
+        if self.mode is None:
+            return ""
+        if kind == "postgres":
+            params = {"sslmode": self.mode, "sslrootcert": self.rootcert}
+            params.update({"sslcert": self.cert, "sslkey": self.key})
+        elif self.mode in ("disable", "prefer"):
+            return ""
+        else:
+            params = {"useSsl": "true"}
+            if self.mode == "require":
+                params["trustServerCertificate"] = "true"
+            else:
+                params["serverSslCert"] = self.rootcert
+                if self.mode == "verify-ca":
+                    params["disableSslHostnameVerification"] = "true"
+        return "".join(f"&{k}={quote(v, safe='/')}" for k, v in params.items() if v)
+
+
+@dataclass(frozen=True)
 class Conn:
     """Resolved connection settings; `password` never reaches a message (see redact)."""
 
@@ -47,6 +93,7 @@ class Conn:
     user: str | None
     password: str | None
     database: str | None
+    tls: Tls = field(default_factory=lambda: Tls())
 
     @classmethod
     def resolve(cls, spec: ConnectionSpec, env: dict[str, str] | Any) -> Conn:
@@ -60,8 +107,13 @@ class Conn:
         url = spec.url or (env.get(spec.url_env) if spec.url_env else None)
         if spec.url_env and not url:
             raise ConnectorError(f"connection url_env {spec.url_env} is not set")
+        tls = {"sslmode": spec.sslmode, "sslrootcert": spec.sslrootcert}
+        tls.update({"sslcert": spec.sslcert, "sslkey": spec.sslkey})
         if url:
             u = urlparse(url)
+            for key, values in parse_qs(u.query).items():
+                if key in tls:  # the profile's own field wins
+                    tls[key] = tls[key] or values[-1]
             try:
                 url_port = u.port
             except ValueError:  # the text after ':' is not a port; it may be a password
@@ -77,7 +129,18 @@ class Conn:
             if spec.password_env not in env:
                 raise ConnectorError(f"connection password_env {spec.password_env} is not set")
             password = env[spec.password_env]
-        return cls(spec.type, host, port or DEFAULT_PORTS[spec.type], user, password, database)
+        mode = tls["sslmode"]
+        if mode not in (None, "disable", "prefer", "require", "verify-ca", "verify-full"):
+            raise ConnectorError(f"connection url: sslmode {mode!r} is not one rivc knows")
+        return cls(
+            spec.type,
+            host,
+            port or DEFAULT_PORTS[spec.type],
+            user,
+            password,
+            database,
+            Tls(mode, tls["sslrootcert"], tls["sslcert"], tls["sslkey"]),
+        )
 
     @property
     def jdbc_url(self) -> str:
@@ -87,11 +150,15 @@ class Conn:
             # default set by sessionInitStatement would only apply to the next one)
             return (
                 f"jdbc:postgresql://{self.host}:{self.port}/{db}?readOnly=true&readOnlyMode=always"
+                + self.tls.jdbc(self.kind)
             )
         # jdbc:mariadb:// makes Spark quote columns wrongly; the MySQL scheme with
         # permitMysqlScheme keeps Spark's MySQL dialect and the MariaDB driver. tinyInt1isBit off:
         # a TINYINT(1) holding 2 stays 2.
-        return f"jdbc:mysql://{self.host}:{self.port}/{db}?permitMysqlScheme&tinyInt1isBit=false"
+        return (
+            f"jdbc:mysql://{self.host}:{self.port}/{db}?permitMysqlScheme&tinyInt1isBit=false"
+            + self.tls.jdbc(self.kind)
+        )
 
     def connect(self) -> Any:
         """A Python DB-API connection for control queries, in UTC and read-only."""
@@ -108,6 +175,7 @@ class Conn:
                     connect_timeout=10,
                     autocommit=True,
                     options=" ".join(f"-c {k}={v}" for k, v in PG_SETTINGS.items()),
+                    **self.tls.psycopg(),
                 )
                 return conn
             import pymysql
@@ -121,6 +189,7 @@ class Conn:
                 connect_timeout=10,
                 autocommit=True,
                 init_command=MYSQL_INIT,
+                **self.tls.pymysql(),
             )
         except driver_errors() as exc:
             raise ExtractError(classify(str(exc)), str(exc)) from exc

@@ -158,3 +158,24 @@ def test_missing_jdbc_driver_is_named():
     assert root_cause(py4j).startswith("JDBC driver org.mariadb.jdbc.Driver is not on Spark's")
     other = "An error occurred while calling o9.load.\n: java.io.IOException: disk full\n\tat x"
     assert root_cause(other) == "IOException: disk full"
+
+
+def test_tls_settings_reach_every_driver_and_a_url_may_carry_them():
+    url = "postgresql://app@db.example/shop?sslmode=verify-full&sslrootcert=/etc/ca.crt"
+    pg = Conn.resolve(ConnectionSpec(type="postgres", url=url), {})
+    assert pg.tls.psycopg() == {"sslmode": "verify-full", "sslrootcert": "/etc/ca.crt"}
+    assert pg.jdbc_url.endswith("&sslmode=verify-full&sslrootcert=/etc/ca.crt")
+    my = Conn.resolve(
+        ConnectionSpec(type="mysql", sslmode="verify-ca", sslrootcert="/etc/ca.pem"), {}
+    )
+    assert my.tls.pymysql() == {
+        "ssl": {"ca": "/etc/ca.pem"},
+        "ssl_verify_cert": True,
+        "ssl_verify_identity": False,
+    }
+    assert "&useSsl=true&serverSslCert=/etc/ca.pem&disableSslHostnameVerification=true" in (
+        my.jdbc_url
+    )
+    assert Conn.resolve(ConnectionSpec(type="mysql"), {}).tls.pymysql() == {}
+    with pytest.raises(ValueError, match="needs sslrootcert"):
+        ConnectionSpec(type="postgres", sslmode="verify-full")
