@@ -59,6 +59,8 @@ def literal_sql(value: Any, dialect: str) -> str:
         node = exp.Null()
     elif isinstance(value, bool):
         node = exp.Boolean(this=value)
+    elif isinstance(value, bytes):  # hex: no byte of the value is ever read as syntax
+        return f"'\\x{value.hex()}'::bytea" if dialect == "postgres" else f"X'{value.hex()}'"
     elif isinstance(value, int | float | Decimal):
         node = exp.Literal.number(str(value))
     elif isinstance(value, dt.datetime):

@@ -21,8 +21,6 @@ from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import Delivery, decimal_args, refusal
 from rivc.compiler.errors import ConnectorError
 
-from .relational import select_list
-
 NAME = "rivc_pgcopy"
 
 
@@ -37,7 +35,8 @@ class CopyPlan:
 
     def select(self, base: str, predicate: str) -> str:
         where = f" WHERE {predicate}" if predicate else ""
-        return f"SELECT {select_list('postgres', self.columns)} FROM ({base}) AS _rivc{where}"
+        names = (f"{d.copy_expr} AS {dbtypes.quote('postgres', d.name)}" for d in self.columns)
+        return f"SELECT {', '.join(names)} FROM ({base}) AS _rivc{where}"
 
     def dumps(self) -> str:
         return json.dumps({"label": self.label, "columns": [asdict(d) for d in self.columns]})
@@ -76,7 +75,7 @@ def _first_bad(values: Any, ok: Any) -> str:
     """The first non-null value where `ok` is false."""
     import pyarrow.compute as pc
 
-    bad = pc.and_(pc.invert(pc.fill_null(ok, True)), pc.is_valid(values))
+    bad = pc.and_kleene(pc.invert(ok), pc.is_valid(values))
     return str(values.filter(bad)[0].as_py())
 
 
@@ -94,24 +93,7 @@ def convert(plan: CopyPlan, d: Delivery, values: Any) -> Any:
     if d.kind in ("native", "text"):
         return values if values.type == target else values.cast(target)
     if d.kind == "decimal":
-        p, s = decimal_args(d.spark)
-        # pyarrow parses a decimal with too many integer digits into a wrong number: check
-        # the digits first (cheaply: short texts cannot overflow), then let the cast refuse
-        # lost fraction digits.
-        longest = pc.max(pc.utf8_length(values)).as_py() or 0
-        if longest > p - s + 1:
-            ok = pc.match_substring_regex(values, f"^-?0*[0-9]{{0,{p - s}}}([.]|$)")
-            if not pc.all(pc.fill_null(ok, True)).as_py():
-                raise _refuse(plan, d, _first_bad(values, ok))
-        try:
-            return values.cast(target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            ok = pc.match_substring_regex(values, dbtypes.exact_decimal_pattern(p, s))
-            if not pc.all(pc.fill_null(ok, True)).as_py():
-                raise _refuse(plan, d, _first_bad(values, ok)) from None
-            # only trailing zeros beyond the scale: drop them and cast again
-            trimmed = pc.replace_substring_regex(values, r"([.][0-9]*?)0+$", r"\1")
-            return trimmed.cast(target)
+        return _exact_decimal(plan, d, values, target)
     if d.kind == "round":
         return _round(plan, d, values)
     if d.kind in ("timestamp", "date"):
@@ -128,7 +110,7 @@ def convert(plan: CopyPlan, d: Delivery, values: Any) -> Any:
     # cast: a declared scalar type
     if d.spark == "boolean":
         known = pc.is_in(values, pa.array(["t", "f", "true", "false"]))
-        if not pc.all(pc.fill_null(known, True)).as_py():
+        if not pc.all(known).as_py():
             raise _refuse(plan, d, _first_bad(values, known))
         true = pc.is_in(values, pa.array(["t", "true"]))
         return pc.if_else(pc.is_valid(values), true, pa.scalar(None, pa.bool_()))
@@ -136,6 +118,37 @@ def convert(plan: CopyPlan, d: Delivery, values: Any) -> Any:
         return values.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         raise _refuse(plan, d, _first_unparsed(values, target)) from None
+
+
+def _exact_decimal(plan: CopyPlan, d: Delivery, values: Any, target: Any) -> Any:
+    """PostgreSQL's text of numerics as decimal(p,s), exactly. The text is parsed at the scale
+    it has (pyarrow turns a value with too many digits for its target into a wrong number, so
+    the parse target always has room), then rescaled with Arrow's safe cast, which refuses any
+    lost digit; trailing zeros are no change. A value that does not fit is named."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    p, s = decimal_args(d.spark)
+    lengths = pc.utf8_length(values)
+    dots = pc.find_substring(values, ".")
+    whole = pc.if_else(pc.less(dots, 0), lengths, dots)  # digits before the point, and a sign
+    frac = pc.if_else(pc.less(dots, 0), 0, pc.subtract(pc.subtract(lengths, dots), 1))
+    most_whole, most_frac = pc.max(whole).as_py() or 0, pc.max(frac).as_py() or 0
+    scale = max(most_frac, s)
+    if most_whole + scale <= MAX_DIGITS:
+        try:
+            return values.cast(pa.decimal128(MAX_DIGITS, scale)).cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # NaN, or digits the target cannot hold: named below
+    ok = pc.match_substring_regex(values, dbtypes.exact_decimal_pattern(p, s))
+    if not pc.all(ok).as_py():
+        raise _refuse(plan, d, _first_bad(values, ok))
+    # more than 38 digits, all the extra ones trailing zeros: drop them and parse again
+    trimmed = pc.replace_substring_regex(values, r"([.][0-9]*?)0+$", r"\1")
+    return trimmed.cast(target)
+
+
+MAX_DIGITS = 38
 
 
 def delivered(plan: CopyPlan, schema: Any, batch: Any) -> Any:

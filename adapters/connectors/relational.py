@@ -408,6 +408,8 @@ def encode(value: Any) -> Any:
         return {"date": value.isoformat()}
     if isinstance(value, Decimal):
         return {"decimal": str(value)}
+    if isinstance(value, bytes):
+        return {"bytes": value.hex()}
     return value
 
 
@@ -419,6 +421,8 @@ def decode(value: Any) -> Any:
             return date.fromisoformat(value["date"])
         if "decimal" in value:
             return Decimal(value["decimal"])
+        if "bytes" in value:
+            return bytes.fromhex(value["bytes"])
     return value
 
 

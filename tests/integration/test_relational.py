@@ -221,7 +221,16 @@ def test_types_round_trip_to_delta(spark, tmp_path, kind):
             assert json.loads(row["j"]) == {"a": 1}
 
 
-def test_connection_killed_mid_read_is_retried(spark, tmp_path):
+KILL_READERS = {
+    "copy": "query: 'SELECT id, slow(id) AS s, v FROM big'",
+    "copy_spark": "query: 'SELECT id, slow(id) AS s, v FROM big', mode: chunked, "
+    "chunk_column: id, chunk_size: 1500, parallel: 2",
+    "jdbc": "query: \"SELECT id, slow(id) AS s, v, decode('00', 'hex') AS b FROM big\"",
+}
+
+
+@pytest.mark.parametrize("reader", list(KILL_READERS))
+def test_connection_killed_mid_read_is_retried(spark, tmp_path, reader):
     import threading
     import time
 
@@ -235,7 +244,7 @@ def test_connection_killed_mid_read_is_retried(spark, tmp_path):
         root = project(
             tmp_path / "kill",
             db,
-            "- {name: big, query: 'SELECT id, slow(id) AS s, v FROM big'}",
+            f"- {{name: big, {KILL_READERS[reader]}}}",
             {
                 "big_copy": "{{ config(materialized='table') }}\n"
                 "select id, s, v from {{ source('src', 'big') }}\n"

@@ -35,7 +35,7 @@ def test_select_reads_timestamptz_in_utc_as_text_and_applies_the_predicate():
     )
     sql = plan.select("SELECT * FROM t", "id >= 5")
     assert sql == (
-        'SELECT "id" AS "id", ("at" AT TIME ZONE \'UTC\')::text AS "at", "n"::text AS "n" '
+        'SELECT "id" AS "id", ("at" AT TIME ZONE \'UTC\') AS "at", "n" AS "n" '
         "FROM (SELECT * FROM t) AS _rivc WHERE id >= 5"
     )
     assert plan.ddl == "`id` int, `at` timestamp, `n` decimal(10,2)"

@@ -91,7 +91,7 @@ def test_retries_back_off_exponentially_and_stop_on_permanent_errors():
 
 def test_literals_and_cursor_values_round_trip():
     ts = datetime(2026, 1, 2, 3, 4, 5, 600)
-    for value in (ts, date(2026, 1, 2), Decimal("1.50"), 7, "it's"):
+    for value in (ts, date(2026, 1, 2), Decimal("1.50"), 7, "it's", b"\x00\xff"):
         assert decode(encode(value)) == value
     assert literal("postgres", ts) == "CAST('2026-01-02 03:04:05.000600' AS TIMESTAMP)"
     assert literal("mysql", ts) == "CAST('2026-01-02 03:04:05.000600' AS DATETIME(6))"
@@ -179,3 +179,9 @@ def test_tls_settings_reach_every_driver_and_a_url_may_carry_them():
     assert Conn.resolve(ConnectionSpec(type="mysql"), {}).tls.pymysql() == {}
     with pytest.raises(ValueError, match="needs sslrootcert"):
         ConnectionSpec(type="postgres", sslmode="verify-full")
+
+
+def test_binary_keys_are_hex_literals():
+    key = b"\x00'\\\xff"
+    assert literal("postgres", key) == "'\\x0027 5cff'::bytea".replace(" ", "")
+    assert literal("mysql", key) == "X'00275cff'"
