@@ -80,10 +80,12 @@ class Delivery:
 
     @property
     def copy_expr(self) -> str:
-        """The select expression for COPY, whose text of a value is the type's own text: a
-        `::text` cast would only cost the server time (bool is the exception: its cast says
-        true where its text says t)."""
-        return self.expr if self.db_type == "bool" else self.expr.removesuffix("::text")
+        """The select expression for COPY. For numerics and times COPY's text is the cast's
+        text, and the cast would only cost the server time; for others they differ (inet's
+        cast adds /128, bool's says true where COPY says t), so the cast stays."""
+        if self.kind in ("decimal", "date", "timestamp"):
+            return self.expr.removesuffix("::text")
+        return self.expr
 
     @property
     def transport(self) -> str:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner, Result
 
@@ -37,3 +38,13 @@ def only(items: list[Finding], rule: str) -> Finding:
 def rivc(root: Path, *args: str) -> Result:
     """`rivc ARGS --project-dir root` in this process (on the test session's SparkSession)."""
     return CliRunner().invoke(main, [*args, "--project-dir", str(root)], catch_exceptions=False)
+
+
+def iceberg_catalog(root: Path) -> Any:
+    """The project's default Iceberg catalog (SQLite under .rivc/iceberg), read by pyiceberg."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    home = root / ".rivc/iceberg"
+    return SqlCatalog(
+        "rivc", uri=f"sqlite:///{home / 'catalog.db'}", warehouse=(home / "warehouse").as_uri()
+    )

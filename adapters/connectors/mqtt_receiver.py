@@ -62,7 +62,9 @@ class Receiver:
         os.replace(tmp, self.path / STATUS)
 
     def connect(self) -> Wire:
-        """CONNECT and SUBSCRIBE (MQTT 3.1.1) over a plain or TLS socket."""
+        """CONNECT and SUBSCRIBE (MQTT 5) over a plain or TLS socket. MQTT 5 lets the client
+        say how many messages it takes in flight (Receive Maximum): the broker then sends a
+        burst at once instead of 20 at a time, so its queue never overflows while we run."""
         import socket
 
         url = urlparse(self.cfg.url)
@@ -83,21 +85,25 @@ class Receiver:
                 if self.password is not None:
                     flags |= 0x40
                     payload += _utf8(self.password)
-            header = _utf8("MQTT") + bytes([4, flags]) + self.cfg.keepalive_s.to_bytes(2, "big")
-            wire.send(0x10, header + payload)
+            props = bytes([0x21]) + RECEIVE_MAXIMUM.to_bytes(2, "big")
+            if not self.cfg.clean_session:  # the session outlives the connection
+                props += bytes([0x11]) + (0xFFFFFFFF).to_bytes(4, "big")
+            header = _utf8("MQTT") + bytes([5, flags]) + self.cfg.keepalive_s.to_bytes(2, "big")
+            wire.send(0x10, header + _varint(len(props)) + props + payload)
             kind, body = wire.packet()
             if kind != 0x20 or len(body) < 2:
                 raise ConnectionError(f"{where}: no CONNACK")
             if body[1]:
                 raise ConnectionError(
-                    f"{where}: connection refused ({_REFUSED.get(body[1], body[1])})"
+                    f"{where}: connection refused ({_REFUSED.get(body[1], hex(body[1]))})"
                 )
             filters = b"".join(_utf8(t) + bytes([self.cfg.qos]) for t in self.cfg.topics)
-            wire.send(0x82, (1).to_bytes(2, "big") + filters)
+            wire.send(0x82, (1).to_bytes(2, "big") + _varint(0) + filters)
             while True:  # messages queued for this session may come before the SUBACK
                 kind, body = wire.packet()
                 if kind == 0x90:
-                    if any(code == 0x80 for code in body[2:]):
+                    size, at = _read_varint(body, 2)  # SUBACK: id, properties, reason codes
+                    if any(code >= 0x80 for code in body[at + size :]):
                         raise ConnectionError(f"{where}: subscription refused")
                     break
                 self.handle(wire, kind, body)
@@ -125,6 +131,8 @@ class Receiver:
                 if qos:
                     pid = int.from_bytes(body[at : at + 2], "big")
                     at += 2
+                size, at = _read_varint(body, at)  # PUBLISH properties
+                at += size
                 if qos == 2 and pid in self.awaiting_release:
                     acks += bytes([0x50, 2]) + pid.to_bytes(2, "big")  # a resent PUBLISH
                     continue
@@ -219,13 +227,39 @@ class Receiver:
         self.stopping.set()
 
 
+RECEIVE_MAXIMUM = 65_535  # messages in flight the broker may send before our acknowledgements
+
 _REFUSED = {
-    1: "unacceptable protocol version",
-    2: "client id rejected",
-    3: "server unavailable",
-    4: "bad user name or password",
-    5: "not authorized",
+    0x01: "the broker speaks MQTT 3.1.1 only; the mqtt source needs MQTT 5",
+    0x84: "unsupported protocol version: the broker needs MQTT 5",
+    0x85: "client id rejected",
+    0x86: "bad user name or password",
+    0x87: "not authorized",
+    0x88: "server unavailable",
+    0x89: "server busy",
+    0x8C: "bad authentication method",
 }
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n % 128, n // 128
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    """A variable byte integer at `at`: (its value, the offset after it)."""
+    value, mult = 0, 1
+    while True:
+        byte = data[at]
+        at += 1
+        value += (byte & 0x7F) * mult
+        mult *= 128
+        if not byte & 0x80:
+            return value, at
 
 
 def _utf8(text: str) -> bytes:
@@ -243,13 +277,7 @@ class Wire:
         self.send_lock = threading.Lock()
 
     def send(self, kind: int, body: bytes) -> None:
-        size, n = bytearray(), len(body)
-        while True:
-            byte, n = n % 128, n // 128
-            size.append(byte | (0x80 if n else 0))
-            if not n:
-                break
-        self.sendall(bytes([kind]) + bytes(size) + body)
+        self.sendall(bytes([kind]) + _varint(len(body)) + body)
 
     def sendall(self, data: bytes) -> None:
         with self.send_lock:

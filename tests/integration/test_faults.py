@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database, project
 
-from rivc_testing import rivc, write_files
+from rivc_testing import iceberg_catalog, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +48,7 @@ def run_rivc(root: Path, fault: str | None = None) -> subprocess.CompletedProces
 
 
 def ids_by_sink(root: Path) -> dict[str, Counter[int]]:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    ice = SqlCatalog(
-        "rivc",
-        uri=f"sqlite:///{root / '.rivc/iceberg/catalog.db'}",
-        warehouse=(root / ".rivc/iceberg/warehouse").as_uri(),
-    )
+    ice = iceberg_catalog(root)
     files = sorted((root / "out/files").rglob("*.parquet"))
     return {
         "a_delta_append": Counter(
@@ -93,8 +87,7 @@ def test_kill_and_rerun_delivers_every_row_once(tmp_path, fault):
         root = project(
             tmp_path,
             db,
-            "- {name: events, table: events, mode: incremental, cursor_column: at, "
-            "unique_key: id}",
+            "- {name: events, table: events, mode: incremental, cursor_column: at, unique_key: id}",
             {},
             SINKS,
         )
@@ -133,8 +126,6 @@ sinks:
 
 def test_a_model_feeding_two_sinks_killed_after_the_first_commit(tmp_path):
     """The issue's case: the rerun used to append the first sink's rows again."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
     root = write_files(tmp_path, MODEL_PROJECT)
     killed = run_rivc(root, "after-commit:a_first")
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
@@ -143,11 +134,7 @@ def test_a_model_feeding_two_sinks_killed_after_the_first_commit(tmp_path):
     assert "resuming run" in rerun.stdout + rerun.stderr
     first = DeltaTable(str(root / "out/first")).to_pyarrow_table()
     assert first.num_rows == 500 and len(set(first.column("order_id").to_pylist())) == 500
-    ice = SqlCatalog(
-        "rivc",
-        uri=f"sqlite:///{root / '.rivc/iceberg/catalog.db'}",
-        warehouse=(root / ".rivc/iceberg/warehouse").as_uri(),
-    )
+    ice = iceberg_catalog(root)
     assert ice.load_table("m.second").scan().to_arrow().num_rows == 500
 
 

@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import Db, database, project
 
-from rivc_testing import rivc
+from rivc_testing import iceberg_catalog, rivc
 
 pytestmark = pytest.mark.integration
 
@@ -124,13 +124,7 @@ def _f32(value: float) -> float:
 
 
 def delivered(root: Path) -> dict[str, list[dict[str, Any]]]:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    ice = SqlCatalog(
-        "rivc",
-        uri=f"sqlite:///{root / '.rivc/iceberg/catalog.db'}",
-        warehouse=(root / ".rivc/iceberg/warehouse").as_uri(),
-    )
+    ice = iceberg_catalog(root)
     files = sorted((root / "out/parquet").rglob("*.parquet"))
     return {
         "delta": DeltaTable(str(root / "out/delta")).to_pyarrow_table().to_pylist(),

@@ -82,7 +82,7 @@ def test_the_receiver_spools_a_read_then_acknowledges_it(tmp_path):
     from rivc.adapters.connectors.mqtt_receiver import Receiver, Wire
 
     def publish(pid: int, payload: bytes, qos: int = 1) -> bytes:
-        body = (3).to_bytes(2, "big") + b"a/b" + pid.to_bytes(2, "big") + payload
+        body = (3).to_bytes(2, "big") + b"a/b" + pid.to_bytes(2, "big") + b"\x00" + payload
         n = len(body)
         size = bytes([n]) if n < 128 else bytes([n % 128 | 0x80, n // 128])
         return bytes([0x30 | qos << 1]) + size + body
