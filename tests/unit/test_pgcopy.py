@@ -1,5 +1,4 @@
-"""The COPY reader's pieces that need no database: the chunk stream, the query it sends and the
-exact conversion of values carried as PostgreSQL's text."""
+"""The COPY reader's pieces that need no database: the query it sends and the exact conversion of values carried as PostgreSQL's text."""
 
 from __future__ import annotations
 
@@ -8,20 +7,10 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from rivc.adapters.connectors.pgcopy import CopyPlan, _Stream, arrow_type, convert
+from rivc.adapters.connectors.pgcopy import CopyPlan, arrow_type, convert
 from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import DbColumn
 from rivc.compiler.errors import ConnectorError
-
-
-def test_stream_reads_exact_sizes_across_chunks():
-    stream = _Stream(iter([b"ab", memoryview(b"cde"), b"", b"fgh"]))
-    assert stream.read_ahead()
-    assert stream.read(4) == b"abcd"
-    assert stream.read(3) == b"efg"
-    assert stream.read(10) == b"h"
-    assert stream.read(10) == b""
-    assert not _Stream(iter([])).read_ahead()
 
 
 def plan_of(*columns: DbColumn, declared: dict[str, str] | None = None) -> CopyPlan:
