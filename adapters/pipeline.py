@@ -226,9 +226,15 @@ class SinkWriter:
 
     def _write_all(self, df: DataFrame, batch_id: int, dead: DataFrame | None) -> int:
         """Write the batch (and its dead letters); returns the rows written."""
+        route = next((t for t in self.transforms if t.type == "route"), None)
+        for writer in (
+            (self.main, *(self.targets[t] for t in route.routes.values()))
+            if route
+            else (self.main,)
+        ):
+            writer.refuse_unwritable(df.schema)
         if dead is not None:
             self._dead_letters(dead, batch_id)
-        route = next((t for t in self.transforms if t.type == "route"), None)
         if route is None:
             return self._attempt(lambda: self.main(df, batch_id), df, batch_id)
         field_ = q(route.field)

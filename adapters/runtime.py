@@ -26,6 +26,7 @@ from rivc.compiler.connectors import (
     KafkaSourceConfig,
     MqttSourceConfig,
 )
+from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec, RateLimit
@@ -554,6 +555,18 @@ class BatchWriter:
             state.close()
         known.append(sink_for(self.connector, self.config, self.ctx).last_batch_id())
         return max((k for k in known if k is not None), default=None)
+
+    def refuse_unwritable(self, schema: Any) -> None:
+        """Compile refuses the column types it knows the sink cannot hold; this, the rest,
+        before any write or retry."""
+        fmt = getattr(self.config, "format", None)
+        for f in schema.fields:
+            why = unwritable(self.connector, fmt, f.dataType.simpleString())
+            if why is not None:
+                raise ConnectorError(
+                    f"{self.nid} cannot hold column {f.name!r}, of type "
+                    f"{f.dataType.simpleString()}: {why}"
+                )
 
     def __call__(self, df: DataFrame, batch_id: int) -> int:
         def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from . import transforms as tf
 from .connectors import DeltaSinkConfig
+from .dbtypes import unwritable
 from .errors import (
     CompileFailed,
     GraphError,
@@ -507,6 +508,18 @@ def _sink_node(
     columns = _transformed(spec.transforms, columns, sink.where, findings, "sink")
     if columns is not None:
         _check_expectations(spec.quality, columns, sink.where, findings)
+        fmt = getattr(sink.config, "format", None)
+        for col, kind in columns.items():
+            why = unwritable(spec.connector, fmt, kind) if kind else None
+            if why is not None:
+                findings.append(
+                    _spec_finding(
+                        f"sink {spec.name!r} cannot hold column {col!r} of {src!r}, of type "
+                        f"{kind.lower()}: {why}",
+                        sink.where,
+                        "from",
+                    )
+                )
         for key, cols in sink.connector.key_columns(sink.config).items():
             for col in cols:
                 if col not in columns:

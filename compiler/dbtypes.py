@@ -334,3 +334,29 @@ def spark_convert(label: str, d: Delivery) -> str:
         value = f"try_cast({c} AS {d.spark})"
         ok = f"{value} IS NOT NULL"
     return f"CASE WHEN {c} IS NULL THEN NULL WHEN {ok} THEN {value} ELSE {refuse} END"
+
+
+# --------------------------------------------------------------------------- what sinks hold
+
+_INTERVAL = re.compile(r"\binterval\b")
+_VOID = re.compile(r"\b(void|null)\b")
+_MAP_KEY = re.compile(r"\bmap<\s*(\w+)")
+
+
+def unwritable(connector: str, fmt: str | None, spark_type: str) -> str | None:
+    """Why a `connector` sink (writing `fmt`, for files) cannot hold a column of `spark_type`
+    exactly, with the fix; None when it can. The table is in docs/types.md."""
+    t = spark_type.strip().lower()
+    tables = connector in ("delta", "iceberg")
+    if connector not in ("delta", "iceberg", "files"):
+        return None
+    if _INTERVAL.search(t):
+        return (
+            "no table or file format rivc writes has an interval type; cast it in the model, "
+            "e.g. to bigint seconds or to string"
+        )
+    if _VOID.search(t) and (tables or fmt in ("parquet", "avro")):
+        return "an untyped NULL column has no type to store; cast it, e.g. CAST(NULL AS string)"
+    if fmt == "avro" and any(k != "string" for k in _MAP_KEY.findall(t)):
+        return "Avro map keys are strings; cast the keys in the model, or use a Parquet sink"
+    return None

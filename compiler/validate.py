@@ -173,6 +173,10 @@ def resolve_columns(
         if isinstance(inner, exp.Column):
             types = {cols[inner.name] for cols in schema.values() if inner.name in cols}
             kind = types.pop() if len(types) == 1 else "UNKNOWN"
+        elif isinstance(inner, exp.Cast):
+            kind = re.sub(r"([,:])\s+", r"\1", inner.to.sql(dialect="spark").lower())
+        elif isinstance(inner, exp.Interval):
+            kind = "interval"
         out[sel.alias_or_name] = kind
     return out
 

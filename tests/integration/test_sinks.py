@@ -228,3 +228,25 @@ sinks:
     assert paid.num_rows == 2 * expected
     assert table.properties["rivc.batch.rivc:sinks:ice"] == "1"
     assert [s.summary["rivc.batch.rivc:sinks:ice"] for s in table.snapshots()][-1] == "1"
+
+
+def test_a_type_compile_could_not_see_is_refused_before_the_table_is_touched(spark, tmp_path):
+    model = """{{ config(materialized='view') }}
+select order_id, created_at - timestamp'2026-01-01 00:00:00' as since_new_year
+from {{ source('gen', 'orders') }}
+"""
+    sinks = """
+sinks:
+  - {name: lake, from: orders, connector: delta, config: {table_uri: out/delta}}
+"""
+    root = project(tmp_path / "p", sinks, model)
+    result = rivc(root, "run")
+    assert result.exit_code == 1, result.output
+    failed = results(root)["sink:lake"]
+    assert failed["status"] == "error"
+    assert failed["error"] == (
+        "sink:lake cannot hold column 'since_new_year', of type interval day to second: no "
+        "table or file format rivc writes has an interval type; cast it in the model, e.g. to "
+        "bigint seconds or to string"
+    )
+    assert not (root / "out" / "delta").exists()

@@ -106,3 +106,46 @@ def test_a_non_numeric_port_is_not_echoed(make_project):
     line = one_line_error(out)
     assert line.startswith("profiles.yml:3:") and "port" in line
     assert "s3cr3t" not in line
+
+
+def test_a_column_a_sink_cannot_hold_is_refused_at_compile_time(make_project):
+    root = make_project(
+        {
+            "models/gaps.sql": "select order_id, interval 1 day as gap,\n"
+            "  cast(map(1, 'a') as map<int, string>) as tags\n"
+            "from {{ source('demo', 'orders') }}\n",
+            "sinks/out.yml": """
+                sinks:
+                  - name: lake
+                    from: gaps
+                    connector: delta
+                    config: {table_uri: out/gaps}
+                  - name: files
+                    from: gaps
+                    connector: files
+                    config: {path: out/gaps_avro, format: avro}
+                  - name: text
+                    from: gaps
+                    connector: files
+                    config: {path: out/gaps_jsonl, format: jsonl}
+            """,
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 2
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert lines == [
+        "sinks/out.yml:3:5: error: sink 'lake' cannot hold column 'gap' of 'gaps', of type "
+        "interval: no table or file format rivc writes has an interval type; cast it in the "
+        "model, e.g. to bigint seconds or to string",
+        "sinks/out.yml:7:5: error: sink 'files' cannot hold column 'gap' of 'gaps', of type "
+        "interval: no table or file format rivc writes has an interval type; cast it in the "
+        "model, e.g. to bigint seconds or to string",
+        "sinks/out.yml:7:5: error: sink 'files' cannot hold column 'tags' of 'gaps', of type "
+        "map<int,string>: Avro map keys are strings; cast the keys in the model, or use a "
+        "Parquet sink",
+        "sinks/out.yml:11:5: error: sink 'text' cannot hold column 'gap' of 'gaps', of type "
+        "interval: no table or file format rivc writes has an interval type; cast it in the "
+        "model, e.g. to bigint seconds or to string",
+    ], out
+    assert not (root / "target" / "manifest.json").exists()
