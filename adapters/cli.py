@@ -296,7 +296,7 @@ def ls_cmd(
 @click.option("--category", help="Only this category (database, storage, lakehouse, ...).")
 def connectors(category: str | None) -> None:
     """The connector catalog."""
-    from rivc.compiler.connectors import CONNECTORS
+    from rivc.compiler.registry import CONNECTORS
 
     for info in sorted(CONNECTORS.values(), key=lambda c: (c.kind, c.category, c.name)):
         if category and info.category != category:

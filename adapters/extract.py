@@ -66,15 +66,6 @@ def _conn(rt: Runtime, node: dict[str, Any]) -> tuple[Any, Conn, dict[str, int]]
     return source, Conn.resolve(spec, os.environ), source.source.tuning.resolved()
 
 
-def lazy_read(rt: Runtime, node: dict[str, Any]) -> DataFrame:
-    """The whole query, read when used: what tests and previews see, with no state involved."""
-    source, conn, tuning = _conn(rt, node)
-    base = rt.plan.sql(node_id(node))
-    with connection(conn) as db:
-        plan = _deliveries(db, conn, base, source.table, node)
-    return read_query(rt.spark, conn, tuning, base, [], plan, _label(node))
-
-
 def _label(node: dict[str, Any]) -> str:
     return f"source {node['name']}"
 

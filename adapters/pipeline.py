@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler import transforms as tf
 from rivc.compiler.errors import ConnectorError, RivcError
+from rivc.compiler.registry import ConnectorInfo
 from rivc.compiler.specs import RateLimit, SinkRetry
 from rivc.compiler.transforms import ERROR_COLUMN, Expectation, q
 
@@ -313,10 +314,10 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
     return (PySparkException,)
 
 
-def health_check(ctx: SinkContext, config: Any) -> None:
+def health_check(ctx: SinkContext, info: ConnectorInfo, config: Any) -> None:
     """Before the first batch: the sink's local location can be written."""
     from .preflight import probe_sink
 
-    error = probe_sink(config, ctx.root)
+    error = probe_sink(info, config, ctx.root)
     if error:
         raise ConnectorError(f"sink {ctx.sink}: health check failed: {error}")

@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rivc.compiler.connectors import DeltaSinkConfig, FilesSinkConfig, MqttSourceConfig
 from rivc.compiler.project import Project
+from rivc.compiler.registry import ConnectorInfo
 from rivc.compiler.specs import SourceTable
 
+from .connectors.registry import probe
 from .connectors.relational import (
     Conn,
     ExtractError,
@@ -174,11 +175,12 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
         except ExtractError as exc:
             out.append((what, False, _doctor_category(exc.category, exc.message)))
     for fqn, table in sorted(project.sources.items()):
-        if isinstance(table.config, MqttSourceConfig):
-            ok, detail = _mqtt_probe(table.config)
-            out.append((f"source {fqn} (mqtt {table.config.url})", ok, detail))
+        reached = probe(table.connector, table.config)
+        if reached is not None:
+            where = getattr(table.config, "url", "")
+            out.append((f"source {fqn} ({table.connector.name} {where})".replace(" )", ")"), *reached))
     for name, sink in sorted(project.sinks.items()):
-        location = sink_location(sink.config)
+        location = sink.connector.location(sink.config)
         if location is None:
             continue
         what = f"sink {name} ({sink.spec.connector} {location})"
@@ -190,67 +192,13 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
     return out
 
 
-def sink_location(config: Any) -> str | None:
-    if isinstance(config, DeltaSinkConfig):
-        return config.table_uri
-    if isinstance(config, FilesSinkConfig):
-        return config.path
-    return None
-
-
-def probe_sink(config: Any, root: Path) -> str | None:
+def probe_sink(info: ConnectorInfo, config: Any, root: Path) -> str | None:
     """Why a sink's local location cannot be written, or None when it can (or is remote)."""
-    location = sink_location(config)
+    location = info.location(config)
     if location is None or "://" in location:
         return None
     ok, detail = _write_probe(root / location)
     return None if ok else detail
-
-
-def _mqtt_probe(cfg: MqttSourceConfig) -> tuple[bool, str]:
-    """Connect and authenticate to the broker with a throwaway clean session."""
-    import secrets
-    import ssl
-    import threading
-    from urllib.parse import urlparse
-
-    import paho.mqtt.client as mqtt
-    from paho.mqtt.enums import CallbackAPIVersion
-
-    url = urlparse(cfg.url)
-    tls = url.scheme == "mqtts"
-    host, port = url.hostname or "localhost", url.port or (8883 if tls else 1883)
-    client = mqtt.Client(
-        CallbackAPIVersion.VERSION2, client_id=f"rivc-doctor-{secrets.token_hex(4)}"
-    )
-    if cfg.username:
-        password = cfg.password or (os.environ.get(cfg.password_env) if cfg.password_env else None)
-        client.username_pw_set(cfg.username, password)
-    if tls:
-        client.tls_set(ca_certs=cfg.ca_file, cert_reqs=ssl.CERT_REQUIRED)
-    answered = threading.Event()
-    reason: list[Any] = []
-
-    def on_connect(_c: Any, _u: Any, _f: Any, code: Any, _p: Any) -> None:
-        reason.append(code)
-        answered.set()
-
-    client.on_connect = on_connect
-    try:
-        client.connect(host, port, keepalive=10)
-    except OSError as exc:
-        return False, f"connectivity error: {host}:{port}: {exc}"
-    client.loop_start()
-    try:
-        if not answered.wait(5):
-            return False, f"connectivity error: {host}:{port}: no answer from the broker"
-        if reason[0].is_failure:
-            category = "auth error" if "authoriz" in str(reason[0]).lower() else "other"
-            return False, f"{category}: {reason[0]}"
-        return True, f"{host}:{port}"
-    finally:
-        client.disconnect()
-        client.loop_stop()
 
 
 def _doctor_category(category: str, message: str) -> str:

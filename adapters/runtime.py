@@ -20,19 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connectors import (
-    DatagenConfig,
-    FilesSourceConfig,
-    KafkaSourceConfig,
-    MqttSourceConfig,
-)
 from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec, RateLimit
 
 from .connectors import delta
-from .connectors.base import SinkContext, WriteResult, sink_for
+from .connectors.base import SinkContext, SourceContext, WriteResult
+from .connectors.registry import read_source, sink_for
 from .errortext import model_error, rivc_error_inside
 from .faults import fault
 from .pipeline import SinkWriter, health_check, transform_source
@@ -197,10 +192,7 @@ class Runtime:
     def spark(self) -> SparkSession:
         with self._lock:
             if self._spark is None:
-                from .connectors.datagen import DatagenSource
-
                 spark = self.session()
-                spark.dataSource.register(DatagenSource)
                 self._spark = spark
                 for register in self.deferred.values():  # views made before Spark ran
                     register(spark)
@@ -256,45 +248,20 @@ class Runtime:
         return transform_source(self._read_source(node), source.table.transforms)
 
     def _read_source(self, node: dict[str, Any]) -> DataFrame:
+        """A source table as its connector reads it (rivc.compiler.registry names the reader)."""
         source = self.plan.project.sources[node["name"]]
-        cfg = source.config
-        if isinstance(cfg, DatagenConfig):
-            reader = self.spark.readStream if cfg.stream else self.spark.read
-            return reader.format("rivc_datagen").option("config", cfg.model_dump_json()).load()
-        if source.connector.relational:  # a plain read of the query, for previews and tests
-            from .extract import lazy_read
-
-            return lazy_read(self, node)
-        if isinstance(cfg, MqttSourceConfig):
-            from .connectors.mqtt import read_stream
-
-            source_name, table_name = node["name"].split(".", 1)
-            project = self.plan.manifest["project"]
-            password = cfg.password or (
-                os.environ.get(cfg.password_env) if cfg.password_env else None
-            )
-            df: DataFrame = read_stream(
-                self.spark,
-                cfg,
-                dict(source.table.columns),
-                self.plan.root / STATE_DIR / "spool" / node["name"],
-                cfg.client_id or f"rivc-{project}-{source_name}-{table_name}",
-                password,
-            )
-            return df
-        if isinstance(cfg, KafkaSourceConfig):
-            from .connectors.kafka import read_stream as read_kafka
-
-            kafka: DataFrame = read_kafka(self.spark, cfg, dict(source.table.columns))
-            return kafka
-        if isinstance(cfg, FilesSourceConfig):
-            from .connectors.files import read_source
-
-            path = cfg.path if "://" in cfg.path else str(self.plan.root / cfg.path)
-            return read_source(self.spark, path, cfg, dict(source.table.columns), cfg.stream)
-        raise ConnectorError(
-            f"source {node['name']}: the {source.source.connector} connector cannot run yet"
+        relational = source.connector.relational
+        ctx = SourceContext(
+            node["name"],
+            self.plan.manifest["project"],
+            self.plan.root,
+            source.config,
+            dict(source.table.columns),
+            self.plan.sql(f"source:{node['name']}") if relational else None,
+            self.plan.profile.connections.get(source.source.connection or ""),
+            source.source.tuning.resolved() if relational else {},
         )
+        return read_source(self.spark, source.connector, ctx)
 
     # ------------------------------------------------------------------ nodes
 
@@ -463,7 +430,7 @@ class Runtime:
             d = sinks[sink]
             ctx = SinkContext(self.plan.root, self.plan.manifest["project"], sink)
             if spec.health_check:
-                health_check(ctx, d.config)
+                health_check(ctx, d.connector, d.config)
             return BatchWriter(
                 f"sink:{sink}", d.spec.connector, d.config, ctx, self.run_id, self.state.path
             )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import transforms as tf
-from .connectors import DeltaSinkConfig
+from .connector_specs import DeltaSinkConfig
 from .dbtypes import unwritable
 from .errors import (
     CompileFailed,

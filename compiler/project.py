@@ -8,19 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .connectors import (
-    CONNECTORS,
-    KAFKA_METADATA,
-    MQTT_METADATA,
-    ConnectorInfo,
-    DatagenConfig,
-    KafkaSourceConfig,
-    MqttSourceConfig,
-    datagen_columns,
-)
 from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .locate import PROJECT_FILE, find_profiles, list_project_files, read_project_file
+from .registry import ConnectorInfo, connector, unknown
 from .specbase import IDENT, Spec
 from .specs import (
     InlineSink,
@@ -63,15 +54,8 @@ class SourceTableDef:
         return f"{self.source.name}.{self.table.name}"
 
     def known_columns(self) -> dict[str, str] | None:
-        """Declared columns, or the columns a generator is known to produce; None if unknown."""
-        if isinstance(self.config, MqttSourceConfig | KafkaSourceConfig):
-            extra = MQTT_METADATA if isinstance(self.config, MqttSourceConfig) else KAFKA_METADATA
-            return {**self.table.columns, **(extra if self.config.metadata_columns else {})}
-        if self.table.columns:
-            return dict(self.table.columns)
-        if isinstance(self.config, DatagenConfig):
-            return datagen_columns(self.config)
-        return None
+        """The columns this table produces, as far as compile knows them; None if unknown."""
+        return self.connector.columns(self.config, self.table.columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,13 +210,10 @@ def _add_sources(
     parsed: SourcesFile = validate_doc(SourcesFile, doc)
     for i, source in enumerate(parsed.sources):
         at: YamlPath = ("sources", i)
-        info = CONNECTORS.get(("source", source.connector))
+        info = connector("source", source.connector)
         if info is None:
-            known = sorted(n for k, n in CONNECTORS if k == "source")
             raise ProjectError(
-                f"unknown source connector {source.connector!r}{did_you_mean(source.connector, known)}"
-                f" (known: {', '.join(known)})",
-                doc.location((*at, "connector")),
+                unknown("source", source.connector), doc.location((*at, "connector"))
             )
         if info.relational:
             if not source.connection:
@@ -303,13 +284,9 @@ def _add_sinks(doc: YamlDoc, out: dict[str, SinkDef]) -> None:
 
 
 def _sink_connector(name: str, doc: YamlDoc, at: YamlPath) -> ConnectorInfo:
-    info = CONNECTORS.get(("sink", name))
+    info = connector("sink", name)
     if info is None:
-        known = sorted(n for k, n in CONNECTORS if k == "sink")
-        raise ProjectError(
-            f"unknown sink connector {name!r}{did_you_mean(name, known)} (known: {', '.join(known)})",
-            doc.location(at),
-        )
+        raise ProjectError(unknown("sink", name), doc.location(at))
     return info
 
 

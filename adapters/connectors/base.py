@@ -1,4 +1,9 @@
-"""What a sink connector is: a spec'd config, `committed(batch_id)` and `write(table, batch_id)`."""
+"""What a connector's runtime is given and must provide.
+
+A source is a function `read(spark, ctx: SourceContext) -> DataFrame`; a sink is a `Sink`
+subclass built from its config and a SinkContext. rivc.compiler.registry names both by import
+path; registry.py (beside this module) imports them.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,35 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rivc.compiler.errors import ConnectorError, did_you_mean
+from rivc.compiler.errors import ConnectorError
+from rivc.compiler.specs import ConnectionSpec
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
-T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a source's read function gets: everything from the manifest and the profile, so a
+    connector never reaches into the runtime."""
+
+    name: str  # "source.table"
+    project: str
+    root: Path  # the project directory: relative paths resolve here; rivc's state is in .rivc/
+    config: Any  # the connector's config spec
+    columns: dict[str, str]  # declared columns (name -> Spark SQL type)
+    query: str | None = None  # relational sources: the compiled query
+    connection: ConnectionSpec | None = None  # relational sources: the profile's connection
+    tuning: dict[str, int] = field(default_factory=dict)  # relational sources: resolved tuning
+
+    def path(self, value: str) -> str:
+        """A local path relative to the project, or a URI (s3://...) as it is."""
+        return value if "://" in value else str((self.root / value).resolve())
 
 
 @dataclass(frozen=True)
@@ -225,35 +248,3 @@ def stream(data: pads.Dataset) -> Any:
     return data.scanner(
         batch_size=65_536, batch_readahead=1, fragment_readahead=1, use_threads=False
     ).to_reader()
-
-
-class Registry(Generic[T]):
-    def __init__(self, kind: str, entry_point_group: str) -> None:
-        self.kind, self.group = kind, entry_point_group
-        self._classes: dict[str, type[T]] = {}
-
-    def register(self, name: str) -> Any:
-        def deco(cls: type[T]) -> type[T]:
-            self._classes[name] = cls
-            return cls
-
-        return deco
-
-    def get(self, name: str) -> type[T]:
-        if name not in self._classes:
-            for ep in entry_points(group=self.group, name=name):
-                self._classes[name] = ep.load()
-        if name not in self._classes:
-            raise ConnectorError(
-                f"no runtime for {self.kind} connector {name!r} yet{did_you_mean(name, self._classes)}"
-            )
-        return self._classes[name]
-
-
-SINKS: Registry[Sink] = Registry("sink", entry_point_group="rivc.sinks")
-
-
-def sink_for(connector: str, config: Any, ctx: SinkContext) -> Sink:
-    from . import delta, files, iceberg, stdout  # noqa: F401  (registers the built-ins)
-
-    return SINKS.get(connector)(config, ctx)

@@ -24,7 +24,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
-from rivc.compiler.connectors import DatagenConfig, datagen_columns
+from rivc.compiler.connector_specs import DatagenConfig, datagen_columns
+
+from .base import SourceContext
 
 NAME = "rivc_datagen"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # batch data starts here, so it never changes
@@ -112,6 +114,14 @@ class Generator:
     def rows(self, start: int, end: int) -> Iterator[tuple[Any, ...]]:
         for i in range(start, end):
             yield self.row(i)
+
+
+def read(spark: Any, ctx: SourceContext) -> Any:
+    """The registry's entry point: a batch, or a stream when the config says `stream`."""
+    cfg: DatagenConfig = ctx.config
+    spark.dataSource.register(DatagenSource)
+    reader = spark.readStream if cfg.stream else spark.read
+    return reader.format(NAME).option("config", cfg.model_dump_json()).load()
 
 
 def seed_of(cfg: DatagenConfig) -> int:

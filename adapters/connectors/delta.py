@@ -10,11 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connectors import DeltaSinkConfig, parse_size
+from rivc.compiler.connector_specs import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
 from .base import (
-    SINKS,
     Sink,
     SparkFile,
     WriteResult,
@@ -140,7 +139,6 @@ def read(spark: SparkSession, uri: str) -> DataFrame:
     return spark.read.parquet(*dt.file_uris())
 
 
-@SINKS.register("delta")
 class DeltaSink(Sink):
     config: DeltaSinkConfig
 

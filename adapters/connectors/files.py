@@ -13,16 +13,22 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connectors import FilesSinkConfig, FilesSourceConfig, parse_size
+from rivc.compiler.connector_specs import FilesSinkConfig, FilesSourceConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult, stream
+from .base import Sink, SourceContext, WriteResult, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
     from pyspark.sql import DataFrame, SparkSession
 
 SPARK_FORMATS = {"json": "json", "jsonl": "json", "csv": "csv", "parquet": "parquet"}
+
+
+def read(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+    """The registry's entry point: a path relative to the project, or a URI."""
+    cfg: FilesSourceConfig = ctx.config
+    return read_source(spark, ctx.path(cfg.path), cfg, ctx.columns, cfg.stream)
 
 
 def read_source(
@@ -64,7 +70,6 @@ SLICE_ROWS = 1_000  # most rows per write when max_file_size is set
 BINARY = ("parquet", "avro")  # formats that compress inside the file
 
 
-@SINKS.register("files")
 class FilesSink(Sink):
     """Files named from the batch id (`batch-<id>-part-<n>`): a replayed batch rewrites the same
     files instead of adding new ones. Each file is written under a hidden name, then renamed, so

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from rivc.compiler.connectors import IcebergSinkConfig, parse_size
+from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
-from .base import SINKS, Sink, WriteResult, commit_with_retries, large, spark_write, stream
+from .base import Sink, WriteResult, commit_with_retries, large, spark_write, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -35,7 +35,6 @@ SPARK_PARTITIONS = {
 }
 
 
-@SINKS.register("iceberg")
 class IcebergSink(Sink):
     config: IcebergSinkConfig
 

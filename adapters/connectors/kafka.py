@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rivc.compiler.connectors import KafkaSourceConfig
+from rivc.compiler.connector_specs import KafkaSourceConfig
 from rivc.compiler.errors import ConnectorError
+
+from .base import SourceContext
 
 JARS_HINT = (
     "the kafka source needs Spark's Kafka connector on the classpath: add the jars "
@@ -51,6 +53,11 @@ def options(cfg: KafkaSourceConfig) -> dict[str, str]:
         )
     out.update({k if k.startswith("kafka.") else f"kafka.{k}": v for k, v in cfg.options.items()})
     return out
+
+
+def read(spark: Any, ctx: SourceContext) -> Any:
+    """The registry's entry point."""
+    return read_stream(spark, ctx.config, ctx.columns)
 
 
 def read_stream(spark: Any, cfg: KafkaSourceConfig, columns: dict[str, str]) -> Any:

@@ -23,7 +23,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from rivc.compiler.connectors import MqttSourceConfig
+from rivc.compiler.connector_specs import MqttSourceConfig
+
+from .base import SourceContext
 
 NAME = "rivc_mqtt"
 SCHEMA = "payload string, topic string, qos int, received_at timestamp"
@@ -327,6 +329,21 @@ def read_status(spool: Path, proc: Any) -> dict[str, Any]:
     return status
 
 
+def read(spark: Any, ctx: SourceContext) -> Any:
+    """The registry's entry point: the stream of `ctx.name`, spooled under .rivc/spool/."""
+    cfg: MqttSourceConfig = ctx.config
+    source_name, table_name = ctx.name.split(".", 1)
+    password = cfg.password or (os.environ.get(cfg.password_env) if cfg.password_env else None)
+    return read_stream(
+        spark,
+        cfg,
+        ctx.columns,
+        ctx.root / ".rivc" / "spool" / ctx.name,
+        cfg.client_id or f"rivc-{ctx.project}-{source_name}-{table_name}",
+        password,
+    )
+
+
 def read_stream(
     spark: Any,
     cfg: MqttSourceConfig,
@@ -352,3 +369,49 @@ def read_stream(
     if cfg.metadata_columns:
         select += ["topic AS mqtt_topic", "qos AS mqtt_qos", "received_at AS mqtt_received_at"]
     return parsed.selectExpr(*select)
+
+
+def probe(cfg: MqttSourceConfig) -> tuple[bool, str]:
+    """Connect and authenticate to the broker with a throwaway clean session."""
+    import secrets
+    import ssl
+    import threading
+    from urllib.parse import urlparse
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    url = urlparse(cfg.url)
+    tls = url.scheme == "mqtts"
+    host, port = url.hostname or "localhost", url.port or (8883 if tls else 1883)
+    client = mqtt.Client(
+        CallbackAPIVersion.VERSION2, client_id=f"rivc-doctor-{secrets.token_hex(4)}"
+    )
+    if cfg.username:
+        password = cfg.password or (os.environ.get(cfg.password_env) if cfg.password_env else None)
+        client.username_pw_set(cfg.username, password)
+    if tls:
+        client.tls_set(ca_certs=cfg.ca_file, cert_reqs=ssl.CERT_REQUIRED)
+    answered = threading.Event()
+    reason: list[Any] = []
+
+    def on_connect(_c: Any, _u: Any, _f: Any, code: Any, _p: Any) -> None:
+        reason.append(code)
+        answered.set()
+
+    client.on_connect = on_connect
+    try:
+        client.connect(host, port, keepalive=10)
+    except OSError as exc:
+        return False, f"connectivity error: {host}:{port}: {exc}"
+    client.loop_start()
+    try:
+        if not answered.wait(5):
+            return False, f"connectivity error: {host}:{port}: no answer from the broker"
+        if reason[0].is_failure:
+            category = "auth error" if "authoriz" in str(reason[0]).lower() else "other"
+            return False, f"{category}: {reason[0]}"
+        return True, f"{host}:{port}"
+    finally:
+        client.disconnect()
+        client.loop_stop()

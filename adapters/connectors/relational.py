@@ -1,14 +1,16 @@
-"""PostgreSQL and MySQL/MariaDB sources: source-safe extraction through Spark JDBC.
+"""PostgreSQL and MySQL/MariaDB sources: connections, queries and the JDBC reader.
 
-Control queries (high-water marks, chunk bounds, EXPLAIN, connection checks) go through the
-Python drivers (psycopg, pymysql); rows go through Spark's JDBC reader. Every extraction is
-written once to a staging Parquet directory, so downstream nodes read one consistent copy and
-the database is queried once per run.
+Control queries (high-water marks, chunk bounds, EXPLAIN, connection checks, column probes) go
+through the Python drivers (psycopg, pymysql). Rows go through PostgreSQL's COPY (pgcopy.py)
+where it can carry every column, else through Spark's JDBC reader (read_query). Extraction
+itself (modes, windows, staging, state) is adapters/extract.py; `read` here is the plain read
+of a source's whole query that previews, tests and unselected upstream sources use.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +28,7 @@ from rivc.compiler.params import literal_sql
 from rivc.compiler.specs import ConnectionSpec, SourceTable
 
 from ..errortext import rivc_error_inside
+from .base import SourceContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -631,6 +634,17 @@ def jdbc_reader(spark: SparkSession, conn: Conn, tuning: dict[str, int], paralle
     if conn.password:
         reader = reader.option("password", conn.password)
     return reader
+
+
+def read(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+    """The registry's entry point: the whole query, read when used, with no state involved."""
+    if ctx.connection is None or ctx.query is None:
+        raise ConnectorError(f"source {ctx.name}: its connection is not in the profile")
+    conn = Conn.resolve(ctx.connection, os.environ)
+    label = f"source {ctx.name}"
+    with connection(conn) as db:
+        plan = deliveries(conn.kind, probe(db, conn.kind, ctx.query), ctx.columns, label)
+    return read_query(spark, conn, ctx.tuning, ctx.query, [], plan, label)
 
 
 def read_query(

@@ -6,15 +6,14 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from rivc.compiler.connectors import StdoutSinkConfig
+from rivc.compiler.connector_specs import StdoutSinkConfig
 
-from .base import SINKS, Sink, WriteResult
+from .base import Sink, WriteResult
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
 
-@SINKS.register("stdout")
 class StdoutSink(Sink):
     config: StdoutSinkConfig
 

@@ -14,7 +14,7 @@ import pytest
 
 from rivc.adapters.connectors.base import SinkContext
 from rivc.adapters.connectors.files import FilesSink
-from rivc.compiler.connectors import FilesSinkConfig
+from rivc.compiler.connector_specs import FilesSinkConfig
 
 ROWS = [
     {

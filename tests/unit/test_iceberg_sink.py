@@ -13,7 +13,7 @@ import pytest
 
 from rivc.adapters.connectors.base import SinkContext
 from rivc.adapters.connectors.iceberg import IcebergSink
-from rivc.compiler.connectors import IcebergSinkConfig
+from rivc.compiler.connector_specs import IcebergSinkConfig
 from rivc.compiler.errors import ConnectorError
 
 

@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from rivc.adapters.connectors.base import SinkContext
 from rivc.adapters.connectors.delta import DeltaSink
 from rivc.adapters.connectors.files import FilesSink
-from rivc.compiler.connectors import DeltaSinkConfig, FilesSinkConfig
+from rivc.compiler.connector_specs import DeltaSinkConfig, FilesSinkConfig
 
 KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
 

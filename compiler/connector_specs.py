@@ -7,8 +7,7 @@ what a valid configuration looks like, so `rivc compile` can check it without Sp
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -308,101 +307,3 @@ class IcebergSinkConfig(Spec):
         if self.mode == "upsert" and not self.key_fields:
             raise ValueError("mode upsert needs key_fields")
         return self
-
-
-# --------------------------------------------------------------------------- catalog
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectorInfo:
-    name: str
-    kind: Literal["source", "sink"]
-    category: str
-    config: type[Spec]
-    description: str
-    relational: bool = False
-
-    def key_columns(self, config: Any) -> dict[str, tuple[str, ...]]:
-        """Config fields that name input columns, for compile-time checks."""
-        fields = {"merge_keys", "partition_by", "key_fields", "time_column"}
-        out: dict[str, tuple[str, ...]] = {}
-        for f in fields & set(type(config).model_fields):
-            value = getattr(config, f)
-            if value:
-                out[f] = (value,) if isinstance(value, str) else tuple(value)
-        if isinstance(config, IcebergSinkConfig) and config.partitioning:
-            out["partitioning"] = tuple(p.field for p in config.partitioning)
-        return out
-
-
-CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
-    (c.kind, c.name): c
-    for c in (
-        ConnectorInfo(
-            "postgres",
-            "source",
-            "database",
-            RelationalConfig,
-            "PostgreSQL tables and queries (JDBC), source-safe modes",
-            relational=True,
-        ),
-        ConnectorInfo(
-            "mysql",
-            "source",
-            "database",
-            RelationalConfig,
-            "MySQL and MariaDB tables and queries (JDBC)",
-            relational=True,
-        ),
-        ConnectorInfo(
-            "datagen",
-            "source",
-            "generate",
-            DatagenConfig,
-            "synthetic orders, users or pageviews; batch or stream",
-        ),
-        ConnectorInfo(
-            "files",
-            "source",
-            "storage",
-            FilesSourceConfig,
-            "a directory of json, csv or parquet files; batch or stream",
-        ),
-        ConnectorInfo(
-            "mqtt",
-            "source",
-            "stream",
-            MqttSourceConfig,
-            "MQTT topics (JSON payloads), with a durable local spool; streaming",
-        ),
-        ConnectorInfo(
-            "kafka",
-            "source",
-            "stream",
-            KafkaSourceConfig,
-            "Kafka topics (JSON values) through Spark's Kafka connector; streaming",
-        ),
-        ConnectorInfo(
-            "delta",
-            "sink",
-            "lakehouse",
-            DeltaSinkConfig,
-            "Delta Lake tables (delta-rs), exactly-once per batch",
-        ),
-        ConnectorInfo(
-            "iceberg",
-            "sink",
-            "lakehouse",
-            IcebergSinkConfig,
-            "Apache Iceberg tables (pyiceberg), exactly-once per batch",
-        ),
-        ConnectorInfo(
-            "files",
-            "sink",
-            "storage",
-            FilesSinkConfig,
-            "parquet, csv, jsonl, json or avro files, local or s3://",
-        ),
-        ConnectorInfo("stdout", "sink", "debug", StdoutSinkConfig, "JSON lines on standard output"),
-    )
-}

@@ -1,0 +1,41 @@
+"""The runtime half of rivc.compiler.registry: a connector's entry names its runtime by import
+path; this module imports it when a run, `rivc doctor` or a generated job needs it."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from rivc.compiler.errors import ConnectorError
+from rivc.compiler.registry import ConnectorInfo, connector, unknown
+
+from .base import Sink, SinkContext, SourceContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def _load(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def sink_for(name: str, config: Any, ctx: SinkContext) -> Sink:
+    info = connector("sink", name)
+    if info is None:
+        raise ConnectorError(unknown("sink", name))
+    sink: Sink = _load(info.runtime)(config, ctx)
+    return sink
+
+
+def read_source(spark: SparkSession, info: ConnectorInfo, ctx: SourceContext) -> DataFrame:
+    df: DataFrame = _load(info.runtime)(spark, ctx)
+    return df
+
+
+def probe(info: ConnectorInfo, config: Any) -> tuple[bool, str] | None:
+    """Doctor's reach check of a source endpoint, when the connector has one."""
+    if info.probe is None:
+        return None
+    result: tuple[bool, str] = _load(info.probe)(config)
+    return result

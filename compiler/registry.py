@@ -1,0 +1,195 @@
+"""The connectors: one entry each, read by compile, run, `rivc check`, `rivc doctor` and
+`rivc connectors`.
+
+An entry holds the compile half of a connector (its `config:` spec class, the columns a source
+table produces, the config fields that name input columns, where a sink writes) and names its
+runtime half by import path. rivc.adapters.connectors.registry imports that path when a run
+needs it, so compile never imports Spark or an adapter, and nothing registers by the side
+effect of an import.
+
+Adding a connector takes three pieces (docs/architecture.md): a spec class in
+connector_specs.py, a runtime module under adapters/connectors/ (a `Sink` subclass, or a
+`read(spark, ctx)` function for a source) and one entry in CONNECTORS. Connectors are not
+loaded from Python entry points: a connector changes what compile accepts, so it ships with
+rivc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .connector_specs import (
+    KAFKA_METADATA,
+    MQTT_METADATA,
+    DatagenConfig,
+    DeltaSinkConfig,
+    FilesSinkConfig,
+    FilesSourceConfig,
+    IcebergSinkConfig,
+    KafkaSourceConfig,
+    MqttSourceConfig,
+    RelationalConfig,
+    StdoutSinkConfig,
+    datagen_columns,
+)
+from .errors import did_you_mean
+from .specbase import Spec
+
+Columns = Callable[[Any, Mapping[str, str]], "dict[str, str] | None"]
+
+
+def declared(_config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
+    """The table's declared columns; None (unknown until run) when none are declared."""
+    return dict(columns) or None
+
+
+def _with_metadata(extra: Mapping[str, str]) -> Columns:
+    def columns(config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
+        return {**columns, **(extra if config.metadata_columns else {})}
+
+    return columns
+
+
+def _datagen(config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
+    return dict(columns) or datagen_columns(config)
+
+
+def _nowhere(_config: Any) -> str | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectorInfo:
+    name: str
+    kind: Literal["source", "sink"]
+    category: str
+    config: type[Spec]
+    description: str
+    runtime: str  # "module:attribute": a Sink class, or a source's read(spark, ctx) function
+    relational: bool = False  # extracted through a profile connection (adapters/extract.py)
+    columns: Columns = declared  # a source table's columns, known at compile time
+    location: Callable[[Any], str | None] = _nowhere  # a sink's path or URI (doctor, preflight)
+    probe: str | None = None  # "module:attribute": doctor's reach check, (config) -> (ok, detail)
+
+    def key_columns(self, config: Any) -> dict[str, tuple[str, ...]]:
+        """Config fields that name input columns, for compile-time checks."""
+        fields = {"merge_keys", "partition_by", "key_fields", "time_column"}
+        out: dict[str, tuple[str, ...]] = {}
+        for f in fields & set(type(config).model_fields):
+            value = getattr(config, f)
+            if value:
+                out[f] = (value,) if isinstance(value, str) else tuple(value)
+        if isinstance(config, IcebergSinkConfig) and config.partitioning:
+            out["partitioning"] = tuple(p.field for p in config.partitioning)
+        return out
+
+
+_RUNTIME = "rivc.adapters.connectors"
+
+CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
+    (c.kind, c.name): c
+    for c in (
+        ConnectorInfo(
+            "postgres",
+            "source",
+            "database",
+            RelationalConfig,
+            "PostgreSQL tables and queries (COPY or JDBC), source-safe modes",
+            f"{_RUNTIME}.relational:read",
+            relational=True,
+        ),
+        ConnectorInfo(
+            "mysql",
+            "source",
+            "database",
+            RelationalConfig,
+            "MySQL and MariaDB tables and queries (JDBC), source-safe modes",
+            f"{_RUNTIME}.relational:read",
+            relational=True,
+        ),
+        ConnectorInfo(
+            "datagen",
+            "source",
+            "generate",
+            DatagenConfig,
+            "synthetic orders, users or pageviews; batch or stream",
+            f"{_RUNTIME}.datagen:read",
+            columns=_datagen,
+        ),
+        ConnectorInfo(
+            "files",
+            "source",
+            "storage",
+            FilesSourceConfig,
+            "a directory of json, csv or parquet files; batch or stream",
+            f"{_RUNTIME}.files:read",
+        ),
+        ConnectorInfo(
+            "mqtt",
+            "source",
+            "stream",
+            MqttSourceConfig,
+            "MQTT topics (JSON payloads), with a durable local spool; streaming",
+            f"{_RUNTIME}.mqtt:read",
+            columns=_with_metadata(MQTT_METADATA),
+            probe=f"{_RUNTIME}.mqtt:probe",
+        ),
+        ConnectorInfo(
+            "kafka",
+            "source",
+            "stream",
+            KafkaSourceConfig,
+            "Kafka topics (JSON values) through Spark's Kafka connector; streaming",
+            f"{_RUNTIME}.kafka:read",
+            columns=_with_metadata(KAFKA_METADATA),
+        ),
+        ConnectorInfo(
+            "delta",
+            "sink",
+            "lakehouse",
+            DeltaSinkConfig,
+            "Delta Lake tables (delta-rs), exactly-once per batch",
+            f"{_RUNTIME}.delta:DeltaSink",
+            location=lambda config: config.table_uri,
+        ),
+        ConnectorInfo(
+            "iceberg",
+            "sink",
+            "lakehouse",
+            IcebergSinkConfig,
+            "Apache Iceberg tables (pyiceberg), exactly-once per batch",
+            f"{_RUNTIME}.iceberg:IcebergSink",
+        ),
+        ConnectorInfo(
+            "files",
+            "sink",
+            "storage",
+            FilesSinkConfig,
+            "parquet, csv, jsonl, json or avro files, local or s3://",
+            f"{_RUNTIME}.files:FilesSink",
+            location=lambda config: config.path,
+        ),
+        ConnectorInfo(
+            "stdout",
+            "sink",
+            "debug",
+            StdoutSinkConfig,
+            "JSON lines on standard output",
+            f"{_RUNTIME}.stdout:StdoutSink",
+        ),
+    )
+}
+
+
+def connector(kind: Literal["source", "sink"], name: str) -> ConnectorInfo | None:
+    return CONNECTORS.get((kind, name))
+
+
+def unknown(kind: Literal["source", "sink"], name: str) -> str:
+    """The error text for a connector name that is not in the registry."""
+    known = sorted(n for k, n in CONNECTORS if k == kind)
+    return (
+        f"unknown {kind} connector {name!r}{did_you_mean(name, known)} (known: {', '.join(known)})"
+    )

@@ -1,0 +1,64 @@
+"""Adding a connector touches its spec, its runtime module and one registry entry: compile, run,
+`rivc connectors` and `rivc doctor` all read the registry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from plugins.ledger import ENTRY
+
+from rivc.adapters.cli import main
+from rivc.compiler.registry import CONNECTORS
+from rivc_testing import rivc, write_files
+
+pytestmark = pytest.mark.integration
+
+FILES = {
+    "rivc_project.yml": "name: reg\n",
+    "sources/gen.yml": "sources:\n  - name: gen\n    connector: datagen\n    tables:\n"
+    "      - {name: orders, config: {pattern: orders, max_events: 20, seed: 3,"
+    " events_per_second: 0.001}}\n",
+    "models/big.sql": "select order_id, total from {{ source('gen', 'orders') }} where total > 0\n",
+    "sinks/out.yml": "sinks:\n  - {name: book, from: big, connector: ledger,"
+    " config: {path: out/book}}\n",
+}
+
+
+def test_a_connector_added_to_the_registry_compiles_runs_and_is_listed(
+    spark, tmp_path, monkeypatch
+):
+    root = write_files(tmp_path / "p", FILES)
+    refused = rivc(root, "compile")
+    assert refused.exit_code == 2
+    assert "unknown sink connector 'ledger'" in refused.output
+
+    monkeypatch.setitem(CONNECTORS, ("sink", "ledger"), ENTRY)
+    listed = CliRunner().invoke(main, ["connectors"])
+    assert "ledger" in listed.output and "each batch as one JSON line" in listed.output
+    bad = write_files(
+        tmp_path / "bad",
+        {
+            **FILES,
+            "sinks/out.yml": FILES["sinks/out.yml"].replace(
+                "path: out/book", "paht: out/book"
+            ),
+        },
+    )
+    result = rivc(bad, "compile")
+    assert result.exit_code == 2 and "sinks/out.yml:2:" in result.output, result.output
+
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (root / "out/book/ledger.jsonl").read_text().splitlines()]
+    assert [line["batch"] for line in lines] == [0]
+    assert {r["order_id"] for r in lines[0]["rows"]} and all(
+        float(r["total"]) > 0 for r in lines[0]["rows"]
+    )
+    # the next batch goes above what the sink holds
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (root / "out/book/ledger.jsonl").read_text().splitlines()]
+    assert [line["batch"] for line in lines] == [0, 1]
+    assert "sink book (ledger out/book)" in rivc(root, "doctor").output
