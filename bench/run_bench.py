@@ -57,7 +57,7 @@ def main() -> None:
         print(f"rivc run, new process, first run:  {statistics.median(first):6.2f} s")
         print(f"rivc run, new process, second run: {statistics.median(second):6.2f} s")
 
-        from rivc.adapters.cli_runtime import _spark
+        from rivc.adapters.cli.execute import _spark
         from rivc.adapters.runner import RunOptions, execute
 
         started = time.perf_counter()

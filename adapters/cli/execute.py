@@ -1,12 +1,10 @@
-"""`rivc run | test | build | show | check | doctor | state | metrics`: the commands that execute
-a project or read what executions recorded. They register on the group defined in cli.py."""
+"""`rivc run | test | build | show | check | doctor`: the commands that execute a project on
+Spark or reach its databases."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
@@ -14,21 +12,21 @@ import click
 from rivc.compiler.errors import CompileFailed, EnvironmentFault
 from rivc.compiler.redact import redact_text
 
-from .cli import (
+from ..spark import SPARK_LOG
+from ..state import STATE_DIR
+from .common import (
     EXIT_FAILED,
     _compile,
+    _console,
     _params,
     _root,
     _vars,
     apply,
     compile_options,
     handle_errors,
-    main,
     project_dir_option,
     select_options,
 )
-from .spark import SPARK_LOG
-from .state import STATE_DIR
 
 
 def _debug() -> bool:
@@ -39,7 +37,7 @@ def _debug() -> bool:
 def _spark(plan: Any, debug: bool = False) -> Any:
     from pyspark.errors import PySparkException
 
-    from .spark import get_session
+    from ..spark import get_session
 
     log = None if debug else plan.root / STATE_DIR / SPARK_LOG  # --debug: Spark's output too
     try:
@@ -59,19 +57,10 @@ def _spark(plan: Any, debug: bool = False) -> Any:
 EXIT_INTERRUPTED = 130  # stopped by Ctrl-C, as shells report SIGINT
 
 
-def _console() -> Any:
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:  # logs and CI: wide enough for the summary table
-        console = Console(highlight=False, width=140)
-    return console
-
-
 def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
 
-    from .report import Progress, summary
-    from .runner import RunOptions, execute
+    from ..report import Progress, summary
+    from ..runner import RunOptions, execute
 
     root = _root(kw.pop("project_dir"))
     options = RunOptions(
@@ -111,7 +100,7 @@ def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], Callable
     """The options `run`, `test` and `build` share, plus `extra`."""
     return apply(
         [
-            main.command(),
+            click.command(),
             click.argument("selection", nargs=-1),
             *select_options,
             *compile_options,
@@ -144,7 +133,7 @@ def build(selection: tuple[str, ...], **kw: Any) -> None:
     _execute("build", selection, **kw)
 
 
-@main.command()
+@click.command()
 @click.argument("node")
 @click.option("--limit", type=int, default=10, show_default=True)
 @project_dir_option
@@ -153,7 +142,7 @@ def show(node: str, limit: int, project_dir: str | None) -> None:
     """Preview rows of a model, source table or sink input."""
     from rich.table import Table
 
-    from .runner import show as show_rows
+    from ..runner import show as show_rows
 
     debug = _debug()
     data = show_rows(_root(project_dir), node, limit, lambda plan: _spark(plan, debug))
@@ -165,7 +154,7 @@ def show(node: str, limit: int, project_dir: str | None) -> None:
     _console().print(table)
 
 
-@main.command()
+@click.command()
 @click.argument("selection", nargs=-1)
 @apply(select_options + compile_options)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
@@ -182,8 +171,8 @@ def check(
 ) -> None:
     """Preflight: EXPLAIN every selected database extraction; verdict and advice. Exit 1 if
     a check failed or a verdict is UNSAFE."""
-    from .preflight import check_table, to_json
-    from .state import StateStore
+    from ..preflight import check_table, to_json
+    from ..state import StateStore
 
     root = _root(project_dir)
     compiled = _compile(root, select + selection, exclude, _params(params), _vars(vars_), None)
@@ -217,14 +206,14 @@ def check(
     sys.exit(EXIT_FAILED if any(c.verdict in ("FAILED", "UNSAFE") for c in checks) else 0)
 
 
-@main.command()
+@click.command()
 @project_dir_option
 @handle_errors
 def doctor(project_dir: str | None) -> None:
     """Connect to every connection of the profile and write-probe every sink location."""
     from rivc.compiler.project import load_project
 
-    from .preflight import doctor as run_doctor
+    from ..preflight import doctor as run_doctor
 
     lines = run_doctor(load_project(_root(project_dir)))
     for what, ok, detail in lines:
@@ -232,108 +221,3 @@ def doctor(project_dir: str | None) -> None:
     if not lines:
         click.echo("Nothing to check: no connections and no sink locations.")
     sys.exit(0 if all(ok for _, ok, _ in lines) else EXIT_FAILED)
-
-
-@main.group()
-def state() -> None:
-    """The state store: cursors, committed batches, written files."""
-
-
-def _store(project_dir: str | None) -> Any:
-    from .state import StateStore
-
-    return StateStore.for_project(_root(project_dir))
-
-
-def _print_rows(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
-    from rich.table import Table
-
-    if as_json:
-        click.echo(json.dumps({title: rows}, indent=2, default=str))
-        return
-    table = Table(title=title, title_justify="left", show_edge=False)
-    for col in rows[0] if rows else ["(none)"]:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
-    _console().print(table)
-
-
-@state.command("show")
-@click.option("--json", "as_json", is_flag=True)
-@project_dir_option
-@handle_errors
-def state_show(as_json: bool, project_dir: str | None) -> None:
-    """Cursors, the last committed batch of every sink, recent runs."""
-    shown = _store(project_dir).show()
-    if as_json:
-        click.echo(json.dumps(shown, indent=2, default=str))
-        return
-    for title, rows in shown.items():
-        _print_rows(title, rows, as_json=False)
-
-
-@state.command("files")
-@click.argument("selection", nargs=-1)
-@click.option("--json", "as_json", is_flag=True)
-@project_dir_option
-@handle_errors
-def state_files(selection: tuple[str, ...], as_json: bool, project_dir: str | None) -> None:
-    """The file manifest: every file a sink wrote, with its run, batch, rows and bytes."""
-    store = _store(project_dir)
-    nodes = [s if ":" in s else f"sink:{s}" for s in selection] or None
-    _print_rows("files", store.files(nodes), as_json)
-
-
-def _chosen(root: Path, selection: tuple[str, ...], exclude: tuple[str, ...]) -> list[str] | None:
-    """Node ids a selection names; None for no selection (everything)."""
-    if not selection and not exclude:
-        return None
-    return list(_compile(root, selection, exclude, {}, {}, None).chosen)
-
-
-@state.command("reset")
-@click.argument("selection", nargs=-1)
-@apply(select_options)
-@click.option("--yes", is_flag=True, help="Do not ask.")
-@project_dir_option
-@handle_errors
-def state_reset(
-    selection: tuple[str, ...],
-    select: tuple[str, ...],
-    exclude: tuple[str, ...],
-    yes: bool,
-    project_dir: str | None,
-) -> None:
-    """Forget cursors, batches and files of the selection (everything without one)."""
-    root = _root(project_dir)
-    nodes = _chosen(root, selection + select, exclude)
-    what = ", ".join(nodes) if nodes else "every node"
-    if not yes and not click.confirm(f"Forget the state of {what}?"):
-        sys.exit(EXIT_FAILED)
-    from .state import new_run_id, run_lock
-
-    with run_lock(root, new_run_id()):
-        count = _store(project_dir).reset(nodes)
-    click.echo(f"Removed {count} state record(s) of {what}.")
-
-
-@main.command()
-@click.argument("selection", nargs=-1)
-@apply(select_options)
-@click.option("--last", type=int, default=5, show_default=True, help="Runs to show.")
-@click.option("--json", "as_json", is_flag=True)
-@project_dir_option
-@handle_errors
-def metrics(
-    selection: tuple[str, ...],
-    select: tuple[str, ...],
-    exclude: tuple[str, ...],
-    last: int,
-    as_json: bool,
-    project_dir: str | None,
-) -> None:
-    """Node results of the last runs: status, rows, files, bytes, duration, peak RSS, schema."""
-    root = _root(project_dir)
-    nodes = _chosen(root, selection + select, exclude)
-    _print_rows("node runs", _store(project_dir).history(nodes, last), as_json)

@@ -1,0 +1,5 @@
+"""`python -m rivc.adapters.cli`: the rivc command."""
+
+from . import main
+
+main()

@@ -1,0 +1,123 @@
+"""What every command shares: error handling (one line, exit 2), options, project lookup, compile."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from rivc.compiler.errors import RivcError
+from rivc.compiler.locate import find_project_root
+from rivc.compiler.redact import redact_text
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_FAILED, EXIT_INVALID = 1, 2
+
+
+def _fail(message: str, code: int = EXIT_INVALID) -> None:
+    click.echo(redact_text(message), err=True)
+    sys.exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """RivcError -> its message on stderr and exit 2 (re-raised under --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        try:
+            return fn(*args, **kwargs)
+        except RivcError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            _fail(str(exc))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _root(project_dir: str | None) -> Path:
+    return find_project_root(Path(project_dir) if project_dir else Path.cwd())
+
+
+def _params(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise RivcError(f"--param {item!r}: expected name=value")
+        out[name.strip()] = value
+    return out
+
+
+def _vars(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RivcError(f"--vars: invalid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise RivcError("--vars: expected a mapping such as '{start: 2024-01-01}'")
+    return data
+
+
+project_dir_option = click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False),
+    help="Project directory (default: found from the current one).",
+)
+select_options = [
+    click.option("--select", "-s", "select", multiple=True, help="Nodes to include (dbt syntax)."),
+    click.option("--exclude", multiple=True, help="Nodes to leave out."),
+]
+compile_options = [
+    click.option(
+        "--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind a ${name} parameter."
+    ),
+    click.option("--vars", "vars_", metavar="YAML", help="Override project vars, as YAML."),
+]
+
+
+def apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
+    def deco(fn: F) -> F:
+        for opt in reversed(options):
+            fn = opt(fn)
+        return fn
+
+    return deco
+
+
+def _compile(
+    root: Path,
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    params: dict[str, str],
+    variables: dict[str, Any],
+    workers: int | None,
+) -> Any:
+    from rivc.compiler import CompileOptions, load_project
+    from rivc.compiler.build import analyze
+
+    from ..target import load_cache, save_cache
+
+    target = root / "target"
+    cache = load_cache(target)
+    options = CompileOptions(select, exclude, params, variables, workers)
+    compiled = analyze(load_project(root), options, cache)
+    save_cache(target, cache)
+    return compiled
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # logs and CI: wide enough for the summary table
+        console = Console(highlight=False, width=140)
+    return console

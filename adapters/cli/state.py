@@ -1,0 +1,126 @@
+"""`rivc state show|files|reset` and `rivc metrics`: what the state store holds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .common import (
+    EXIT_FAILED,
+    _compile,
+    _console,
+    _root,
+    apply,
+    handle_errors,
+    project_dir_option,
+    select_options,
+)
+
+
+@click.group()
+def state() -> None:
+    """The state store: cursors, committed batches, written files."""
+
+
+def _store(project_dir: str | None) -> Any:
+    from ..state import StateStore
+
+    return StateStore.for_project(_root(project_dir))
+
+
+def _print_rows(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
+    from rich.table import Table
+
+    if as_json:
+        click.echo(json.dumps({title: rows}, indent=2, default=str))
+        return
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for col in rows[0] if rows else ["(none)"]:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    _console().print(table)
+
+
+@state.command("show")
+@click.option("--json", "as_json", is_flag=True)
+@project_dir_option
+@handle_errors
+def state_show(as_json: bool, project_dir: str | None) -> None:
+    """Cursors, the last committed batch of every sink, recent runs."""
+    shown = _store(project_dir).show()
+    if as_json:
+        click.echo(json.dumps(shown, indent=2, default=str))
+        return
+    for title, rows in shown.items():
+        _print_rows(title, rows, as_json=False)
+
+
+@state.command("files")
+@click.argument("selection", nargs=-1)
+@click.option("--json", "as_json", is_flag=True)
+@project_dir_option
+@handle_errors
+def state_files(selection: tuple[str, ...], as_json: bool, project_dir: str | None) -> None:
+    """The file manifest: every file a sink wrote, with its run, batch, rows and bytes."""
+    store = _store(project_dir)
+    nodes = [s if ":" in s else f"sink:{s}" for s in selection] or None
+    _print_rows("files", store.files(nodes), as_json)
+
+
+def _chosen(root: Path, selection: tuple[str, ...], exclude: tuple[str, ...]) -> list[str] | None:
+    """Node ids a selection names; None for no selection (everything)."""
+    if not selection and not exclude:
+        return None
+    return list(_compile(root, selection, exclude, {}, {}, None).chosen)
+
+
+@state.command("reset")
+@click.argument("selection", nargs=-1)
+@apply(select_options)
+@click.option("--yes", is_flag=True, help="Do not ask.")
+@project_dir_option
+@handle_errors
+def state_reset(
+    selection: tuple[str, ...],
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    yes: bool,
+    project_dir: str | None,
+) -> None:
+    """Forget cursors, batches and files of the selection (everything without one)."""
+    root = _root(project_dir)
+    nodes = _chosen(root, selection + select, exclude)
+    what = ", ".join(nodes) if nodes else "every node"
+    if not yes and not click.confirm(f"Forget the state of {what}?"):
+        sys.exit(EXIT_FAILED)
+    from ..state import new_run_id, run_lock
+
+    with run_lock(root, new_run_id()):
+        count = _store(project_dir).reset(nodes)
+    click.echo(f"Removed {count} state record(s) of {what}.")
+
+
+@click.command()
+@click.argument("selection", nargs=-1)
+@apply(select_options)
+@click.option("--last", type=int, default=5, show_default=True, help="Runs to show.")
+@click.option("--json", "as_json", is_flag=True)
+@project_dir_option
+@handle_errors
+def metrics(
+    selection: tuple[str, ...],
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    last: int,
+    as_json: bool,
+    project_dir: str | None,
+) -> None:
+    """Node results of the last runs: status, rows, files, bytes, duration, peak RSS, schema."""
+    root = _root(project_dir)
+    nodes = _chosen(root, selection + select, exclude)
+    _print_rows("node runs", _store(project_dir).history(nodes, last), as_json)
