@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.errors import ConnectorError
+from rivc.compiler.specs import SourceTable
 
 from .connectors.relational import (
     Conn,
@@ -36,15 +35,13 @@ from .connectors.relational import (
     with_retries,
 )
 from .faults import fault
+from .parquet import arrow_columns, dataset, parquet_rows, parquet_schema
 from .pipeline import transform_source
-from .runtime import _dataset, arrow_columns, parquet_rows, parquet_schema
-from .state import STATE_DIR, NodeResult
+from .state import NodeResult, StateStore
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
-    from pyspark.sql import DataFrame
-
-    from .runtime import Runtime
+    from pyspark.sql import DataFrame, SparkSession
 
 EXTRACT = "extract"
 
@@ -56,27 +53,33 @@ class Pending:
     chunked: bool
 
 
-def _conn(rt: Runtime, node: dict[str, Any]) -> tuple[Any, Conn, dict[str, int]]:
-    source = rt.plan.project.sources[node["name"]]
-    spec = rt.plan.profile.connections.get(source.source.connection or "")
-    if spec is None:
-        raise ConnectorError(
-            f"source {node['name']}: connection {source.source.connection!r} is not in the profile"
-        )
-    return source, Conn.resolve(spec, os.environ), source.source.tuning.resolved()
+@dataclass(frozen=True)
+class ExtractContext:
+    """What an extraction reads from its run. It writes to the state store (the staged copy,
+    chunk checkpoints, schemas) and returns the rest as an Extraction."""
+
+    nid: str
+    name: str  # "source.table"
+    table: SourceTable
+    conn: Conn
+    tuning: dict[str, int]
+    query: str  # the compiled query
+    staging: Path  # .rivc/extract/<source.table>/
+    state: StateStore
+    run_id: str
+    full_refresh: bool
+    resume_from: str | None  # a killed run this one resumes
+    spark: Callable[[], SparkSession]  # started on first use: `parallel: 1` COPY needs none
 
 
-def _label(node: dict[str, Any]) -> str:
-    return f"source {node['name']}"
+@dataclass
+class Extraction:
+    """An extraction's outcome, for the runtime to apply."""
 
-
-def _deliveries(db: Any, conn: Conn, base: str, table: Any, node: dict[str, Any]) -> list[Any]:
-    """How each column is read: the database's types through the one mapping (dbtypes)."""
-    return deliveries(conn.kind, probe(db, conn.kind, base), dict(table.columns), _label(node))
-
-
-def node_id(node: dict[str, Any]) -> str:
-    return f"source:{node['name']}"
+    result: NodeResult
+    files: list[str] | None = None  # the staged Parquet, when a sink may take it as it is
+    view: Callable[[SparkSession], DataFrame] | None = None  # the relation downstream reads
+    pending: Pending | None = None  # committed once everything downstream succeeded
 
 
 def _errors() -> tuple[type[BaseException], ...]:
@@ -87,13 +90,19 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (ExtractError, PySparkException, Py4JError, psycopg.Error)
 
 
-def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
-    source, conn, tuning = _conn(rt, node)
-    table = source.table
-    base = rt.plan.sql(nid)
-    staging = rt.plan.root / STATE_DIR / EXTRACT / node["name"]
-    stored = load_cursor(rt.state.cursor(nid)) if table.mode == "incremental" else None
-    if rt.full_refresh:
+def extract(ctx: ExtractContext) -> Extraction:
+    """Copy the table's window once into staged Parquet, check it, and say what to commit."""
+    nid, table, conn, tuning, base, staging = (
+        ctx.nid,
+        ctx.table,
+        ctx.conn,
+        ctx.tuning,
+        ctx.query,
+        ctx.staging,
+    )
+    label = f"source {ctx.name}"
+    stored = load_cursor(ctx.state.cursor(nid)) if table.mode == "incremental" else None
+    if ctx.full_refresh:
         stored = None
     exported_at = datetime.now(UTC).replace(tzinfo=None)
 
@@ -103,27 +112,25 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
         nonlocal via
         with connection(conn) as db:
             window = plan_window(db, conn.kind, base, table, stored)
-            plan = _deliveries(db, conn, base, table, node)
-            stage, via = _stager(rt, conn, tuning, base, plan, _label(node), table.parallel)
+            plan = deliveries(conn.kind, probe(db, conn.kind, base), dict(table.columns), label)
+            stage, via = _stager(ctx.spark, conn, tuning, base, plan, label, table.parallel)
         if window.chunks is not None:
-            return window, _extract_chunks(rt, nid, stage, window, staging, table)
+            return window, _extract_chunks(ctx, stage, window)
         data = staging / "data"
         stage([window.predicate or ""], data)
         return window, parquet_files([data])
 
-    replay = _replay(rt, nid, table)
+    replay = _replay(ctx)
     if replay is not None:  # a resumed run delivers what the killed one staged, not a superset
         window, files, retries, via = replay[0], replay[1], 0, "the killed run's staged copy"
     else:
         (window, files), retries = with_retries(attempt, tuning, _errors())
         cursor_text = dump_cursor(window.cursor) if window.cursor is not None else None
-        rt.state.record_extract(rt.run_id, nid, files, cursor_text, window.description)
-    fault("after-staging", node["name"])
+        ctx.state.record_extract(ctx.run_id, nid, files, cursor_text, window.description)
+    fault("after-staging", ctx.name)
     # The checks read the staged Parquet with Arrow: no Spark job, and no JVM at all when
     # nothing downstream needs one.
     as_is = not (table.meta_columns.exported_at or table.meta_columns.row_hash or table.transforms)
-    if as_is:  # a sink may take these files as they are
-        rt.staged_files[node["relation"]] = files
     rows = parquet_rows(files)
     notes = [f"{window.description} via {via}"]
     if retries:
@@ -134,74 +141,80 @@ def extract(rt: Runtime, nid: str, node: dict[str, Any]) -> NodeResult:
     if table.meta_columns.row_hash:
         columns["_rivc_row_hash"] = "bigint"
     fail_on_change = table.on_schema_change == "fail"
-    before = rt.state.last_schema(nid)
-    schema = rt.state.schema_change(rt.run_id, nid, columns, record=not fail_on_change)
+    before = ctx.state.last_schema(nid)
+    schema = ctx.state.schema_change(ctx.run_id, nid, columns, record=not fail_on_change)
     if schema == "CHANGED":
         diff = _schema_diff(before or {}, columns)
         if fail_on_change:
-            return NodeResult(
+            return Extraction(
+                NodeResult(
+                    nid,
+                    "source",
+                    "error",
+                    rows=rows,
+                    retries=retries,
+                    schema=schema,
+                    error=f"schema changed and on_schema_change is fail: {diff}",
+                )
+            )
+        notes.append(f"schema changed: {diff}")
+    problems, warnings = _quality(files, table, rows)
+    notes += warnings
+    if problems:
+        return Extraction(
+            NodeResult(
                 nid,
                 "source",
                 "error",
                 rows=rows,
                 retries=retries,
                 schema=schema,
-                error=f"schema changed and on_schema_change is fail: {diff}",
+                error="quality: " + "; ".join(problems),
             )
-        notes.append(f"schema changed: {diff}")
-    problems, warnings = _quality(files, table, rows)
-    notes += warnings
-    if problems:
-        return NodeResult(
+        )
+    if rows == 0 and table.skip_empty:
+        return Extraction(
+            NodeResult(
+                nid,
+                "source",
+                "skipped",
+                rows=0,
+                retries=retries,
+                schema=schema,
+                message="no rows and skip_empty: downstream skipped, cursor not advanced",
+            )
+        )
+    cursor = window.cursor
+    if cursor is not None and table.unique_key and rows:
+        cursor = {**cursor, "keys": _boundary_keys(dataset(files), table, cursor)}
+    return Extraction(
+        NodeResult(
             nid,
             "source",
-            "error",
+            "success",
             rows=rows,
             retries=retries,
             schema=schema,
-            error="quality: " + "; ".join(problems),
-        )
-    if rows == 0 and table.skip_empty:
-        return NodeResult(
-            nid,
-            "source",
-            "skipped",
-            rows=0,
-            retries=retries,
-            schema=schema,
-            message="no rows and skip_empty: downstream skipped, cursor not advanced",
-        )
-    rt.view(
-        node["relation"],
+            message="; ".join(n for n in notes if n),
+        ),
+        files if as_is else None,
         lambda spark: transform_source(
             _with_meta(spark.read.parquet(*files), table, exported_at), table.transforms
         ),
-    )
-    cursor = window.cursor
-    if cursor is not None and table.unique_key and rows:
-        cursor = {**cursor, "keys": _boundary_keys(_dataset(files), table, cursor)}
-    rt.pending[nid] = Pending(cursor, staging, window.chunks is not None)
-    return NodeResult(
-        nid,
-        "source",
-        "success",
-        rows=rows,
-        retries=retries,
-        schema=schema,
-        message="; ".join(n for n in notes if n),
+        Pending(cursor, staging, window.chunks is not None),
     )
 
 
-def _replay(rt: Runtime, nid: str, table: Any) -> tuple[Window, list[str]] | None:
+def _replay(ctx: ExtractContext) -> tuple[Window, list[str]] | None:
     """The staged copy of the run this one resumes, if it is still there (chunked tables
     resume from their own chunk checkpoints)."""
-    if rt.resume_from is None or table.mode == "chunked" or rt.full_refresh:
+    if ctx.resume_from is None or ctx.table.mode == "chunked" or ctx.full_refresh:
         return None
-    staged = rt.state.extract_of(rt.resume_from, nid)
+    staged = ctx.state.extract_of(ctx.resume_from, ctx.nid)
     if staged is None or not all(Path(f).exists() for f in staged[0]):
         return None
     files, cursor, description = staged
-    rt.state.record_extract(rt.run_id, nid, files, cursor, description)
+    ctx.state.record_extract(ctx.run_id, ctx.nid, files, cursor, description)
     return Window(None, load_cursor(cursor), description=description), files
 
 
@@ -221,7 +234,7 @@ Stage = Callable[[list[str], Path], None]
 
 
 def _stager(
-    rt: Runtime,
+    spark: Callable[[], SparkSession],
     conn: Conn,
     tuning: dict[str, int],
     base: str,
@@ -265,8 +278,9 @@ def _stager(
 
             def copy_in_spark(predicates: list[str], path: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
-                rt.spark.dataSource.register(PgCopySource)
-                reader = rt.spark.read.format(NAME)
+                session = spark()
+                session.dataSource.register(PgCopySource)
+                reader = session.read.format(NAME)
                 for key, value in options.items():
                     reader = reader.option(key, value)
                 reader.option("predicates", json.dumps(predicates)).option(
@@ -276,28 +290,22 @@ def _stager(
             return (copy_here, "COPY") if parallel <= 1 else (copy_in_spark, "COPY in Spark")
 
     def jdbc_stage(predicates: list[str], path: Path) -> None:
-        read_query(rt.spark, conn, tuning, base, predicates, columns, label).write.mode(
+        read_query(spark(), conn, tuning, base, predicates, columns, label).write.mode(
             "overwrite"
         ).parquet(str(path))
 
     return jdbc_stage, "JDBC"
 
 
-def _extract_chunks(
-    rt: Runtime,
-    nid: str,
-    stage: Stage,
-    window: Window,
-    staging: Path,
-    table: Any,
-) -> list[str]:
+def _extract_chunks(ctx: ExtractContext, stage: Stage, window: Window) -> list[str]:
     """Chunks `parallel` at a time; each finished group is checkpointed, so a rerun resumes."""
+    nid, table, staging = ctx.nid, ctx.table, ctx.staging
     chunks = window.chunks or []
     plan = hashlib.blake2b(
         repr((table.query or table.table, table.chunk_column, table.chunk_size)).encode(),
         digest_size=8,
     ).hexdigest()
-    done = rt.state.done_chunks(nid, plan)
+    done = ctx.state.done_chunks(nid, plan)
     if not done and staging.exists():
         shutil.rmtree(staging)  # leftovers of another plan
     todo = [c for c in chunks if c[0] not in done]
@@ -310,8 +318,8 @@ def _extract_chunks(
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)  # no half-written group left behind
             raise
-        rt.state.chunk_done(nid, plan, [c for c, _ in group], str(path))
-    paths = sorted(set(rt.state.done_chunks(nid, plan).values()))
+        ctx.state.chunk_done(nid, plan, [c for c, _ in group], str(path))
+    paths = sorted(set(ctx.state.done_chunks(nid, plan).values()))
     if not paths:
         stage(["1 = 0"], staging / "empty")
         return parquet_files([staging / "empty"])
@@ -325,7 +333,7 @@ def _quality(files: list[str], table: Any, rows: int) -> tuple[list[str], list[s
     q = table.quality
     if q.null_ratio_max is None and q.unique_columns is None:
         files = []  # row_count needs no data
-    data = _dataset(files) if files else None
+    data = dataset(files) if files else None
     fails: list[str] = []
     warns: list[str] = []
 
@@ -404,15 +412,23 @@ def _schema_diff(before: dict[str, str], columns: dict[str, str]) -> str:
     return "; ".join(p for p in parts if p) or "column order"
 
 
-def commit_pending(rt: Runtime, results: list[NodeResult]) -> None:
+def commit_pending(
+    state: StateStore,
+    run_id: str,
+    pending: dict[str, Pending],
+    downstream: Callable[[str], set[str]],
+    results: list[NodeResult],
+) -> None:
+    """Advance the cursors of extracted sources whose downstream nodes all succeeded; forget
+    their staged copies. `pending` keeps the rest (their cursors stay where they were)."""
     status = {r.node: r.status for r in results}
-    for nid, pending in list(rt.pending.items()):
-        downstream = [n for n in rt.plan.downstream(nid) if n in status]
-        if not downstream or any(status[n] not in ("success", "pass", "warn") for n in downstream):
+    for nid, p in list(pending.items()):
+        below = [n for n in downstream(nid) if n in status]
+        if not below or any(status[n] not in ("success", "pass", "warn") for n in below):
             continue  # keep the old cursor (and the chunk checkpoints, to resume)
-        if pending.cursor is not None:
-            rt.state.set_cursor(nid, dump_cursor(pending.cursor), rt.run_id)
-        if pending.chunked:
-            rt.state.clear_chunks(nid)
-        shutil.rmtree(pending.staging, ignore_errors=True)
-        del rt.pending[nid]
+        if p.cursor is not None:
+            state.set_cursor(nid, dump_cursor(p.cursor), run_id)
+        if p.chunked:
+            state.clear_chunks(nid)
+        shutil.rmtree(p.staging, ignore_errors=True)
+        del pending[nid]

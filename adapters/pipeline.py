@@ -27,12 +27,12 @@ from rivc.compiler.specs import RateLimit, SinkRetry
 from rivc.compiler.transforms import ERROR_COLUMN, Expectation, q
 
 from .connectors.base import SinkContext
+from .delivery import BatchWriter
 from .state import StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from .runtime import BatchWriter
 
 ROW_COLUMN = "_rivc_row"  # the row as JSON where it failed, for its dead-letter envelope
 TRACKED = (ERROR_COLUMN, ROW_COLUMN)

@@ -121,7 +121,7 @@ def check_table(project: Project, fqn: str, sql: str, state: StateStore | None) 
             rows, scan = explain(db, conn.kind, probe)
             if window.chunks:
                 rows *= len(window.chunks)
-                if "sparse key range" in window.description:
+                if window.sparse:
                     result.warnings.append(
                         "sparse key range: most chunk windows are empty; chunk on a dense "
                         "surrogate or use incremental"

@@ -1,7 +1,9 @@
 """Executing compiled nodes on Spark: the code both `rivc run` and `target/jobs/<sink>.py` call.
 
-It works from `target/manifest.json` and the compiled SQL, never from the project's sources, so a
-generated job on a cluster does exactly what the runner does in-process.
+It runs the SQL compiled into target/ (read once per run, a snapshot that a concurrent compile
+cannot change) with the connector configs and secrets of the project's specs, which
+target/manifest.json leaves out. So a generated job does what the runner does in-process, and
+needs the project folder beside target/.
 """
 
 from __future__ import annotations
@@ -9,36 +11,34 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec, RateLimit
 
 from .connectors import delta
 from .connectors.base import SinkContext, SourceContext, WriteResult
-from .connectors.registry import read_source, sink_for
+from .connectors.registry import read_source
+from .delivery import STAGING, BatchWriter
 from .errortext import model_error, rivc_error_inside
 from .faults import fault
+from .parquet import arrow_columns, parquet_schema, staged
 from .pipeline import SinkWriter, health_check, transform_source
 from .state import STATE_DIR, NodeResult, StateStore
 
 if TYPE_CHECKING:
-    import pyarrow.dataset as pads
     from pyspark.sql import DataFrame, SparkSession
 
 CHECKPOINTS = "checkpoints"
-STAGING = "staging"  # batches on their way from Spark to a connector
 SAMPLE_ROWS = 5  # failing rows a test prints
 
 
@@ -140,34 +140,6 @@ def peak_rss_mb(spark: SparkSession | None) -> float:
 
 def columns_of(df: DataFrame) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in df.schema.fields}
-
-
-def arrow_columns(schema: Any) -> dict[str, str]:
-    """An Arrow schema's columns with the type names Spark gives them when it reads the files."""
-    import pyarrow as pa
-
-    def name(t: Any) -> str:
-        if pa.types.is_timestamp(t):
-            return "timestamp" if t.tz else "timestamp_ntz"
-        if pa.types.is_decimal(t):
-            return f"decimal({t.precision},{t.scale})"
-        simple = {
-            pa.bool_(): "boolean",
-            pa.int8(): "tinyint",
-            pa.int16(): "smallint",
-            pa.int32(): "int",
-            pa.int64(): "bigint",
-            pa.float32(): "float",
-            pa.float64(): "double",
-            pa.string(): "string",
-            pa.large_string(): "string",
-            pa.binary(): "binary",
-            pa.large_binary(): "binary",
-            pa.date32(): "date",
-        }
-        return simple.get(t, str(t))
-
-    return {f.name: name(f.type) for f in schema}
 
 
 @dataclass
@@ -301,10 +273,40 @@ class Runtime:
         return self.state.schema_change(self.run_id, nid, columns_of(df))
 
     def _run_source(self, nid: str, node: dict[str, Any]) -> NodeResult:
-        if self.plan.project.sources[node["name"]].connector.relational:
-            from .extract import extract
+        source = self.plan.project.sources[node["name"]]
+        if source.connector.relational:
+            from .connectors.relational import Conn
+            from .extract import EXTRACT, ExtractContext, extract
 
-            return extract(self, nid, node)
+            spec = self.plan.profile.connections.get(source.source.connection or "")
+            if spec is None:
+                raise ConnectorError(
+                    f"source {node['name']}: connection {source.source.connection!r} is not in "
+                    "the profile"
+                )
+            done = extract(
+                ExtractContext(
+                    nid,
+                    node["name"],
+                    source.table,
+                    Conn.resolve(spec, os.environ),
+                    source.source.tuning.resolved(),
+                    self.plan.sql(nid),
+                    self.plan.root / STATE_DIR / EXTRACT / node["name"],
+                    self.state,
+                    self.run_id,
+                    self.full_refresh,
+                    self.resume_from,
+                    lambda: self.spark,
+                )
+            )
+            if done.files is not None:
+                self.staged_files[node["relation"]] = done.files
+            if done.view is not None and done.result.status == "success":
+                self.view(node["relation"], done.view)
+            if done.pending is not None and done.result.status == "success":
+                self.pending[nid] = done.pending
+            return done.result
         df = self._source_df(node)
         df.createOrReplaceTempView(node["relation"])
         return NodeResult(nid, "source", "success", schema=self._schema(nid, df))
@@ -313,7 +315,7 @@ class Runtime:
         """Advance the cursors of extracted sources whose downstream nodes all succeeded."""
         from .extract import commit_pending
 
-        commit_pending(self, results)
+        commit_pending(self.state, self.run_id, self.pending, self.plan.downstream, results)
 
     def _run_model(self, nid: str, node: dict[str, Any]) -> NodeResult:
         name, mat = node["name"], node["config"].get("materialized", "view")
@@ -500,100 +502,6 @@ class Runtime:
         )
 
 
-class BatchWriter:
-    """The foreachBatch function of a sink: skip a replayed batch, write, then record the commit.
-
-    It holds only picklable values, so Spark Connect can run it in a server-side Python worker.
-    """
-
-    def __init__(
-        self, nid: str, connector: str, config: Any, ctx: SinkContext, run_id: str, state: Path
-    ) -> None:
-        self.nid, self.connector, self.config, self.ctx = nid, connector, config, ctx
-        self.run_id, self.state_path = run_id, state
-
-    def last_batch_id(self) -> int | None:
-        """The highest batch id of this sink that the state store or the table itself holds:
-        new batches start above it, whatever was reset or lost (a table never skips new data)."""
-        state = StateStore(self.state_path)
-        try:
-            known = [state.last_batch_id(self.nid)]
-        finally:
-            state.close()
-        known.append(sink_for(self.connector, self.config, self.ctx).last_batch_id())
-        return max((k for k in known if k is not None), default=None)
-
-    def refuse_unwritable(self, schema: Any) -> None:
-        """Compile refuses the column types it knows the sink cannot hold; this, the rest,
-        before any write or retry."""
-        fmt = getattr(self.config, "format", None)
-        for f in schema.fields:
-            why = unwritable(self.connector, fmt, f.dataType.simpleString())
-            if why is not None:
-                raise ConnectorError(
-                    f"{self.nid} cannot hold column {f.name!r}, of type "
-                    f"{f.dataType.simpleString()}: {why}"
-                )
-
-    def __call__(self, df: DataFrame, batch_id: int) -> int:
-        def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
-            limited = df.limit(max_rows) if max_rows is not None else df
-            where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
-            return staged(limited, where)
-
-        return self._deliver(batch_id, data, df)
-
-    def write_files(self, files: list[str], batch_id: int) -> int:
-        """A batch that is already Parquet on disk (an extracted table)."""
-
-        @contextmanager
-        def data(max_rows: int | None) -> Iterator[pads.Dataset]:
-            dataset = _dataset(files)
-            yield dataset if max_rows is None else _dataset_head(dataset, max_rows)
-
-        return self._deliver(batch_id, data, files=files)
-
-    def _deliver(
-        self,
-        batch_id: int,
-        data: Callable[[int | None], AbstractContextManager[pads.Dataset]],
-        df: DataFrame | None = None,
-        files: list[str] | None = None,
-    ) -> int:
-        """Skip a replayed batch; else let Spark's executors write it if the sink can take
-        that, or stream it to the sink; record it only after the sink committed. Returns the
-        rows written."""
-        sink = sink_for(self.connector, self.config, self.ctx)
-        replayed = sink.committed(batch_id)
-        result = WriteResult() if replayed else None
-        if result is None and df is not None and sink.max_rows is None:
-            result = sink.write_spark(df, batch_id)
-        if result is None and files is not None and sink.max_rows is None:
-            result = sink.adopt(files, batch_id)
-        if result is None:
-            with data(sink.max_rows) as batch:
-                result = sink.write(batch, batch_id)
-        fault("after-commit", self.ctx.sink)
-        state = StateStore(self.state_path)
-        try:
-            # State advances only now, after the sink's own commit.
-            state.commit_batch(
-                self.nid,
-                batch_id,
-                self.run_id,
-                result.rows,
-                result.bytes,
-                result.files,
-                result.retries,
-                replayed=replayed,
-                commits=result.commits,
-                commit_ms=result.commit_s * 1000,
-            )
-        finally:
-            state.close()
-        return result.rows
-
-
 @contextmanager
 def graceful_interrupt(event: threading.Event) -> Iterator[None]:
     """The first Ctrl-C sets `event` (streams stop after their current batch, no new node
@@ -613,50 +521,6 @@ def graceful_interrupt(event: threading.Event) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-@contextmanager
-def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
-    """The batch as an Arrow dataset that Spark wrote as Parquet, in parallel and in bounded
-    memory; connectors stream it in record batches instead of collecting it on the driver."""
-    shutil.rmtree(path, ignore_errors=True)
-    df.write.mode("overwrite").option("compression", "lz4").parquet(str(path))
-    try:
-        yield _dataset([str(path)])
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def parquet_schema(files: list[str]) -> Any:
-    """The schema of staged Parquet files, from the first footer (pyarrow.dataset, a slow
-    import, is not needed for that)."""
-    import pyarrow.parquet as pq
-
-    return pq.read_schema(files[0].removeprefix("file://")).remove_metadata()
-
-
-def parquet_rows(files: list[str]) -> int:
-    import pyarrow.parquet as pq
-
-    return sum(pq.ParquetFile(f.removeprefix("file://")).metadata.num_rows for f in files)
-
-
-def _dataset(paths: list[str]) -> pads.Dataset:
-    import pyarrow.dataset as pads
-
-    # pre_buffer would read whole files ahead: memory would then grow with the batch
-    options = pads.ParquetFragmentScanOptions(pre_buffer=False, buffer_size=1 << 20)
-    fmt = pads.ParquetFileFormat(default_fragment_scan_options=options)
-    files = [p.removeprefix("file://") for p in paths]
-    return pads.dataset(
-        files[0] if len(files) == 1 and Path(files[0]).is_dir() else files, format=fmt
-    )
-
-
-def _dataset_head(dataset: pads.Dataset, rows: int) -> pads.Dataset:
-    import pyarrow.dataset as pads
-
-    return pads.dataset(dataset.head(rows))
 
 
 def _keys(value: Any) -> tuple[str, ...]:

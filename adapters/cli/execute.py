@@ -96,7 +96,7 @@ full_refresh = click.option(
 )
 
 
-def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], click.Command]:
     """The options `run`, `test` and `build` share, plus `extra`."""
     return apply(
         [

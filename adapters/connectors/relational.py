@@ -441,6 +441,7 @@ class Window:
     cursor: dict[str, Any] | None = None  # state to store after commit
     chunks: list[tuple[int, str]] | None = None  # chunked: (chunk number, predicate)
     description: str = ""
+    sparse: bool = False  # chunked: most windows are empty (fewer rows than 10% of the span)
 
 
 def scalar(conn: Any, sql: str) -> Any:
@@ -528,9 +529,10 @@ def plan_window(
         ]
         span = int(hi) - int(lo) + 1
         note = f"chunked {col} [{lo}, {hi}] in {len(chunks)} chunks of {size}"
-        if count and count / span < 0.1:
+        sparse = bool(count) and count / span < 0.1
+        if sparse:
             note += f"; sparse key range: {count} rows over a span of {span}"
-        return Window(None, chunks=chunks, description=note)
+        return Window(None, chunks=chunks, description=note, sparse=sparse)
     return Window(None, description="full")
 
 

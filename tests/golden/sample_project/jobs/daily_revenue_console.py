@@ -2,8 +2,9 @@
 
 Runs the sink as `rivc run --select sink:daily_revenue_console` does, on whatever Spark runs this file:
     spark-submit target/jobs/daily_revenue_console.py
-It reads target/manifest.json and the compiled SQL next to it and binds, without running them,
-the nodes the sink reads:
+It reads target/manifest.json, the compiled SQL next to it and the project's specs, and makes
+the nodes the sink reads available as relations without running them as nodes (a source is
+read whole, with no extraction state; a view is its SQL; a table is read from the warehouse):
     source:shop.orders
     model:stg_orders
     source:shop.users

@@ -1,0 +1,118 @@
+"""Delivering one batch to one sink: skip a replay, write (Spark's executors, adopted files, or
+a stream of record batches), then record the commit in the state store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rivc.compiler.dbtypes import unwritable
+from rivc.compiler.errors import ConnectorError
+
+from .connectors.base import SinkContext, WriteResult
+from .connectors.registry import sink_for
+from .faults import fault
+from .parquet import dataset, dataset_head, staged
+from .state import STATE_DIR, StateStore
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
+    from pyspark.sql import DataFrame
+
+STAGING = "staging"  # batches on their way from Spark to a connector
+
+
+class BatchWriter:
+    """The foreachBatch function of a sink: skip a replayed batch, write, then record the commit.
+
+    It holds only picklable values, so Spark Connect can run it in a server-side Python worker.
+    """
+
+    def __init__(
+        self, nid: str, connector: str, config: Any, ctx: SinkContext, run_id: str, state: Path
+    ) -> None:
+        self.nid, self.connector, self.config, self.ctx = nid, connector, config, ctx
+        self.run_id, self.state_path = run_id, state
+
+    def last_batch_id(self) -> int | None:
+        """The highest batch id of this sink that the state store or the table itself holds:
+        new batches start above it, whatever was reset or lost (a table never skips new data)."""
+        state = StateStore(self.state_path)
+        try:
+            known = [state.last_batch_id(self.nid)]
+        finally:
+            state.close()
+        known.append(sink_for(self.connector, self.config, self.ctx).last_batch_id())
+        return max((k for k in known if k is not None), default=None)
+
+    def refuse_unwritable(self, schema: Any) -> None:
+        """Compile refuses the column types it knows the sink cannot hold; this, the rest,
+        before any write or retry."""
+        fmt = getattr(self.config, "format", None)
+        for f in schema.fields:
+            why = unwritable(self.connector, fmt, f.dataType.simpleString())
+            if why is not None:
+                raise ConnectorError(
+                    f"{self.nid} cannot hold column {f.name!r}, of type "
+                    f"{f.dataType.simpleString()}: {why}"
+                )
+
+    def __call__(self, df: DataFrame, batch_id: int) -> int:
+        def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
+            limited = df.limit(max_rows) if max_rows is not None else df
+            where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
+            return staged(limited, where)
+
+        return self._deliver(batch_id, data, df)
+
+    def write_files(self, files: list[str], batch_id: int) -> int:
+        """A batch that is already Parquet on disk (an extracted table)."""
+
+        @contextmanager
+        def data(max_rows: int | None) -> Iterator[pads.Dataset]:
+            whole = dataset(files)
+            yield whole if max_rows is None else dataset_head(whole, max_rows)
+
+        return self._deliver(batch_id, data, files=files)
+
+    def _deliver(
+        self,
+        batch_id: int,
+        data: Callable[[int | None], AbstractContextManager[pads.Dataset]],
+        df: DataFrame | None = None,
+        files: list[str] | None = None,
+    ) -> int:
+        """Skip a replayed batch; else let Spark's executors write it if the sink can take
+        that, or stream it to the sink; record it only after the sink committed. Returns the
+        rows written."""
+        sink = sink_for(self.connector, self.config, self.ctx)
+        replayed = sink.committed(batch_id)
+        result = WriteResult() if replayed else None
+        if result is None and df is not None and sink.max_rows is None:
+            result = sink.write_spark(df, batch_id)
+        if result is None and files is not None and sink.max_rows is None:
+            result = sink.adopt(files, batch_id)
+        if result is None:
+            with data(sink.max_rows) as batch:
+                result = sink.write(batch, batch_id)
+        fault("after-commit", self.ctx.sink)
+        state = StateStore(self.state_path)
+        try:
+            # State advances only now, after the sink's own commit.
+            state.commit_batch(
+                self.nid,
+                batch_id,
+                self.run_id,
+                result.rows,
+                result.bytes,
+                result.files,
+                result.retries,
+                replayed=replayed,
+                commits=result.commits,
+                commit_ms=result.commit_s * 1000,
+            )
+        finally:
+            state.close()
+        return result.rows

@@ -1,0 +1,86 @@
+"""Staged Parquet: how batches and extracted tables sit on disk between Spark, Arrow and the
+connectors, read back in bounded memory."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
+    from pyspark.sql import DataFrame
+
+
+def arrow_columns(schema: Any) -> dict[str, str]:
+    """An Arrow schema's columns with the type names Spark gives them when it reads the files."""
+    import pyarrow as pa
+
+    def name(t: Any) -> str:
+        if pa.types.is_timestamp(t):
+            return "timestamp" if t.tz else "timestamp_ntz"
+        if pa.types.is_decimal(t):
+            return f"decimal({t.precision},{t.scale})"
+        simple = {
+            pa.bool_(): "boolean",
+            pa.int8(): "tinyint",
+            pa.int16(): "smallint",
+            pa.int32(): "int",
+            pa.int64(): "bigint",
+            pa.float32(): "float",
+            pa.float64(): "double",
+            pa.string(): "string",
+            pa.large_string(): "string",
+            pa.binary(): "binary",
+            pa.large_binary(): "binary",
+            pa.date32(): "date",
+        }
+        return simple.get(t, str(t))
+
+    return {f.name: name(f.type) for f in schema}
+
+
+@contextmanager
+def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
+    """The batch as an Arrow dataset that Spark wrote as Parquet, in parallel and in bounded
+    memory; connectors stream it in record batches instead of collecting it on the driver."""
+    shutil.rmtree(path, ignore_errors=True)
+    df.write.mode("overwrite").option("compression", "lz4").parquet(str(path))
+    try:
+        yield dataset([str(path)])
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def parquet_schema(files: list[str]) -> Any:
+    """The schema of staged Parquet files, from the first footer (pyarrow.dataset, a slow
+    import, is not needed for that)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(files[0].removeprefix("file://")).remove_metadata()
+
+
+def parquet_rows(files: list[str]) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f.removeprefix("file://")).metadata.num_rows for f in files)
+
+
+def dataset(paths: list[str]) -> pads.Dataset:
+    import pyarrow.dataset as pads
+
+    # pre_buffer would read whole files ahead: memory would then grow with the batch
+    options = pads.ParquetFragmentScanOptions(pre_buffer=False, buffer_size=1 << 20)
+    fmt = pads.ParquetFileFormat(default_fragment_scan_options=options)
+    files = [p.removeprefix("file://") for p in paths]
+    return pads.dataset(
+        files[0] if len(files) == 1 and Path(files[0]).is_dir() else files, format=fmt
+    )
+
+
+def dataset_head(data: pads.Dataset, rows: int) -> pads.Dataset:
+    import pyarrow.dataset as pads
+
+    return pads.dataset(data.head(rows))

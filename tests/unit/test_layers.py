@@ -1,0 +1,109 @@
+"""The import graph of rivc: no circles, and no import upward (docs/architecture.md).
+
+Layers, lowest first: compiler (no adapters, no Spark), the connectors (not the run, the CLI or
+the extraction that drive them), the run (runtime, delivery, extraction, pipeline, runner), and
+the CLI on top. Every import counts, including those inside functions and TYPE_CHECKING blocks.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# modules a connector may use besides compiler/ and its own package: leaf utilities
+CONNECTOR_MAY_USE = {"rivc.adapters.faults", "rivc.adapters.errortext"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for top in ("compiler", "adapters"):
+        for path in (REPO / top).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(("rivc", *parts)).removesuffix(".__init__")
+            out[name] = path
+    return out
+
+
+def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                candidates = [target, *(f"{target}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                candidates = [a.name for a in node.names]
+            else:
+                continue
+            found |= {c for c in candidates if c in mods and c != name}
+        edges[name] = found
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    assert cycles(imports(modules())) == []
+
+
+def test_no_upward_imports():
+    upward = []
+    for a, targets in imports(modules()).items():
+        for b in targets:
+            if a.startswith("rivc.compiler") and not b.startswith("rivc.compiler"):
+                upward.append((a, b))
+            connector = a.startswith("rivc.adapters.connectors")
+            if connector and not b.startswith(("rivc.compiler", "rivc.adapters.connectors")):
+                if b not in CONNECTOR_MAY_USE:
+                    upward.append((a, b))
+            if not a.startswith("rivc.adapters.cli") and b.startswith("rivc.adapters.cli"):
+                upward.append((a, b))
+    assert sorted(upward) == []
+
+
+def test_the_checker_sees_a_circle_and_an_upward_import():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+    mods = modules()
+    assert "rivc.adapters.runtime" in imports(mods)["rivc.adapters.runner"]
+    assert "rivc.compiler.registry" in imports(mods)["rivc.adapters.connectors.registry"]
