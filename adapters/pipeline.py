@@ -24,7 +24,9 @@ from rivc.compiler import transforms as tf
 from rivc.compiler.errors import ConnectorError, RivcError
 from rivc.compiler.registry import ConnectorInfo
 from rivc.compiler.specs import RateLimit, SinkRetry
-from rivc.compiler.transforms import ERROR_COLUMN, Expectation, q
+from rivc.compiler.sql import literal
+from rivc.compiler.sql import quote as q
+from rivc.compiler.transforms import ERROR_COLUMN, Expectation
 
 from .connectors.base import SinkContext
 from .delivery import BatchWriter
@@ -68,7 +70,7 @@ def apply(df: DataFrame, plan: tf.TransformPlan, track: bool) -> DataFrame:
             data = [q(c) for c in df.columns if c not in TRACKED]
             reasons = ", ".join(
                 f"CASE WHEN {q(c)} IS NOT NULL AND try_cast({q(c)} AS {t}) IS NULL "
-                f"THEN {tf.lit(f'cast of {c} to {t} failed')} END"
+                f"THEN {literal(f'cast of {c} to {t} failed')} END"
                 for c, t in step.casts
             )
             df = df.selectExpr(
@@ -212,7 +214,7 @@ class SinkWriter:
         dead = None
         if cast_failures or any(totals[f"q{i}"] for i in to_dlq):
             reasons = ", ".join(
-                f"CASE WHEN _rivc_q{i} THEN {tf.lit(self.quality[i].label + ' failed')} END"
+                f"CASE WHEN _rivc_q{i} THEN {literal(self.quality[i].label + ' failed')} END"
                 for i in to_dlq
             )
             error = f"coalesce({ERROR_COLUMN}, concat_ws('; ', {reasons or 'NULL'}))"
@@ -239,10 +241,10 @@ class SinkWriter:
         if route is None:
             return self._attempt(lambda: self.main(df, batch_id), df, batch_id)
         field_ = q(route.field)
-        values = ", ".join(tf.lit(v) for v in route.routes)
+        values = ", ".join(literal(v) for v in route.routes)
         rows = 0
         for value, target in route.routes.items():
-            part = df.where(f"CAST({field_} AS STRING) = {tf.lit(value)}")
+            part = df.where(f"CAST({field_} AS STRING) = {literal(value)}")
             writer = self.targets[target]
             rows += self._attempt(lambda w=writer, p=part: w(p, batch_id), part, batch_id)
         rest = df.where(f"{field_} IS NULL OR CAST({field_} AS STRING) NOT IN ({values})")
@@ -275,7 +277,7 @@ class SinkWriter:
         )
         if self.dead_letter is None or df is None:
             raise ConnectorError(message) from error
-        failed = df.selectExpr("to_json(struct(*)) AS row", f"{tf.lit(reason)} AS error")
+        failed = df.selectExpr("to_json(struct(*)) AS row", f"{literal(reason)} AS error")
         self._dead_letters(envelope(failed, self.name, batch_id, attempts), batch_id)
         if self.failures >= r.max_consecutive_failures:
             raise ConnectorError(
@@ -300,7 +302,7 @@ def envelope(rows: DataFrame, sink: str, batch_id: int, attempts: int) -> DataFr
     """(row, error) -> the dead-letter envelope: row as JSON, sink, error, batch id, attempts, time."""
     return rows.selectExpr(
         "row",
-        f"{tf.lit(sink)} AS sink",
+        f"{literal(sink)} AS sink",
         "error",
         f"CAST({batch_id} AS BIGINT) AS batch_id",
         f"CAST({attempts} AS INT) AS attempts",

@@ -178,7 +178,9 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
         reached = probe(table.connector, table.config)
         if reached is not None:
             where = getattr(table.config, "url", "")
-            out.append((f"source {fqn} ({table.connector.name} {where})".replace(" )", ")"), *reached))
+            out.append(
+                (f"source {fqn} ({table.connector.name} {where})".replace(" )", ")"), *reached)
+            )
     for name, sink in sorted(project.sinks.items()):
         location = sink.connector.location(sink.config)
         if location is None:

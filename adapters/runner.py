@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rivc.compiler.errors import CompileFailed
+from rivc.compiler.locate import TARGET_DIR
 
 from .runtime import Plan, Runtime, graceful_interrupt
 from .state import NodeResult, StateStore, new_run_id, now, run_lock
@@ -78,7 +79,7 @@ def compile_for_run(
 
     from .target import load_cache, save_cache, write_artifacts
 
-    target = root / "target"
+    target = root / TARGET_DIR
     cache = load_cache(target)
     copts = CompileOptions(options.select, options.exclude, options.params, options.vars)
     compiled = analyze(load_project(root), copts, cache)
@@ -153,7 +154,7 @@ def execute(
         started_at,
         interrupted.is_set(),
     )
-    out = root / "target" / "run_results.json"
+    out = root / TARGET_DIR / "run_results.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
+from rivc.compiler.locate import STATE_DIR, TARGET_DIR
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec, RateLimit
 
@@ -33,7 +34,7 @@ from .errortext import model_error, rivc_error_inside
 from .faults import fault
 from .parquet import arrow_columns, parquet_schema, staged
 from .pipeline import SinkWriter, health_check, transform_source
-from .state import STATE_DIR, NodeResult, StateStore
+from .state import NodeResult, StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,7 +54,7 @@ class Plan:
 
     @classmethod
     def load(cls, root: Path, env: Mapping[str, str] | None = None) -> Plan:
-        path = root / "target" / "manifest.json"
+        path = root / TARGET_DIR / "manifest.json"
         try:
             manifest = json.loads(path.read_text())
         except OSError:
@@ -64,7 +65,7 @@ class Plan:
                 rel = node.get(key)
                 if rel is not None:
                     try:
-                        compiled[str(rel)] = (root / "target" / str(rel)).read_text()
+                        compiled[str(rel)] = (root / TARGET_DIR / str(rel)).read_text()
                     except OSError:
                         pass  # named in the error of sql() if a node needs it
         project = load_project(root, os.environ if env is None else env)

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rivc.compiler.errors import StateError
-
-STATE_DIR = ".rivc"
+from rivc.compiler.locate import STATE_DIR
 
 MIGRATIONS: list[str] = [
     """
@@ -169,8 +168,7 @@ class StateStore:
         a sink committed before the crash is recognised and skipped. Any other is closed as
         aborted."""
         dead = self._rows(
-            "SELECT run_id, fingerprint FROM runs WHERE status = 'running' "
-            "ORDER BY started_at DESC"
+            "SELECT run_id, fingerprint FROM runs WHERE status = 'running' ORDER BY started_at DESC"
         )
         resumed = None
         if dead and fingerprint is not None and dead[0]["fingerprint"] == fingerprint:
@@ -181,7 +179,11 @@ class StateStore:
                 for row in dead:
                     self.db.execute(
                         "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
-                        ("resumed" if row["run_id"] == resumed else "aborted", now(), row["run_id"]),
+                        (
+                            "resumed" if row["run_id"] == resumed else "aborted",
+                            now(),
+                            row["run_id"],
+                        ),
                     )
                 self.db.execute(
                     "INSERT INTO runs (run_id, command, selection, started_at, finished_at, "

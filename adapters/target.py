@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rivc.compiler.locate import DEFAULT_PATHS, find_profiles, list_project_files
+from rivc.compiler.locate import DEFAULT_PATHS, STATE_DIR, find_profiles, list_project_files
 from rivc.compiler.version import VERSION
 
-CACHE_DIR = ".rivc"
+CACHE_DIR = STATE_DIR  # target/.rivc/: the compile cache and fingerprint
 FINGERPRINT = "fingerprint.json"
 CACHE = "compile_cache.pickle"
 FORMAT = 1

@@ -24,12 +24,13 @@ from .errors import (
     did_you_mean,
 )
 from .graph import Node, ProjectGraph, node_id
-from .params import bind, literal_sql, resolve_params
+from .params import bind, resolve_params
 from .project import Located, Project, SinkDef, SourceTableDef, load_project
 from .redact import redact
-from .render import RenderContext, Renderer, quote, source_relation
+from .render import RenderContext, Renderer, source_relation
 from .selector import select
 from .specs import GENERIC_TESTS, NodeId
+from .sql import literal, quote
 from .validate import (
     Finding,
     check_read_only,
@@ -795,10 +796,7 @@ def _generic_test(
         )
     elif kind == "accepted_values":
         values = ", ".join(
-            literal_sql(v if spec.quote else v, "spark")
-            if spec.quote or not isinstance(v, str)
-            else v
-            for v in spec.values
+            literal(v, "spark") if spec.quote or not isinstance(v, str) else v for v in spec.values
         )
         sql = (
             f"SELECT {col}, COUNT(*) AS n_records\nFROM {rel}\nWHERE {col} IS NOT NULL "

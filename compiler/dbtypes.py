@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from .sql import quote
+
 Kind = Literal["native", "text", "decimal", "round", "timestamp", "date", "cast"]
 
 DEFAULT_NUMERIC = (38, 18)  # unconstrained numeric: decimal(38,18)
@@ -93,12 +95,6 @@ class Delivery:
         return self.spark if self.kind == "native" else "string"
 
 
-def quote(dialect: str, name: str) -> str:
-    if dialect == "postgres":
-        return '"' + name.replace('"', '""') + '"'
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _decimal(precision: int | None, scale: int | None) -> str:
     if precision is None or precision <= 0:
         p, s = DEFAULT_NUMERIC
@@ -135,7 +131,7 @@ _PG_ARRAYS = {"bool", "int2", "int4", "int8", "float4", "float8", "text", "varch
 
 def postgres(col: DbColumn, declared: str | None = None) -> Delivery:
     """The delivery of a PostgreSQL column (`declared`: the user's type from `columns:`)."""
-    q = quote("postgres", col.name)
+    q = quote(col.name, "postgres")
     described = _described(col)
     if declared is not None:
         return _declared(col.name, described, declared, f"{q}::text")
@@ -193,7 +189,7 @@ _MY_STRINGS = {
 
 def mysql(col: DbColumn, declared: str | None = None) -> Delivery:
     """The delivery of a MySQL/MariaDB column, always read through JDBC."""
-    q = quote("mysql", col.name)
+    q = quote(col.name, "mysql")
     described = _described(col)
     if declared is not None:
         return _declared(col.name, described, declared, f"CAST({q} AS CHAR)")

@@ -8,6 +8,8 @@ from pathlib import Path
 from .errors import ProjectError
 
 PROJECT_FILE = "rivc_project.yml"
+TARGET_DIR = "target"  # what compile writes: manifest, compiled SQL, jobs
+STATE_DIR = ".rivc"  # what runs keep: the state store, staged copies, checkpoints, logs
 PROFILES_FILE = "profiles.yml"
 DEFAULT_PATHS = {
     "models": "models",

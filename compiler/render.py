@@ -14,6 +14,7 @@ import jinja2
 
 from .errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
 from .specs import ModelConfig
+from .sql import quote
 
 CONFIG_KEYS = frozenset(ModelConfig.model_fields)
 
@@ -21,10 +22,6 @@ CONFIG_KEYS = frozenset(ModelConfig.model_fields)
 def source_relation(source: str, table: str) -> str:
     """The temp view name the runner registers for a source table."""
     return f"{source}__{table}"
-
-
-def quote(name: str) -> str:
-    return f"`{name}`"
 
 
 @dataclass

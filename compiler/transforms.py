@@ -18,23 +18,10 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from .specbase import Spec, StrList, _as_tuple
+from .sql import literal, quote
 
 Columns = dict[str, str]  # name -> Spark SQL type ("UNKNOWN" when not known)
 ERROR_COLUMN = "_rivc_error"  # the reason a row was set aside, while a batch is checked
-
-
-def q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def lit(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 # --------------------------------------------------------------------------- specs
@@ -167,7 +154,7 @@ class Expectation(Spec):
     def failing(self, among: str | None = None) -> str:
         """A Spark SQL condition that is true for a row failing this check; `unique` counts
         duplicates only among the rows for which `among` holds."""
-        cols = [q(c) for c in self.targets]
+        cols = [quote(c) for c in self.targets]
         if self.check == "not_null":
             return " OR ".join(f"{c} IS NULL" for c in cols)
         if self.check == "unique":  # every occurrence of a key after its first in the batch
@@ -175,15 +162,15 @@ class Expectation(Spec):
             scope = f"({among}), " if among else ""
             return f"row_number() OVER (PARTITION BY {scope}{keys} ORDER BY {keys}) > 1"
         if self.check == "accepted_values":
-            values = ", ".join(lit(v) for v in self.values)
+            values = ", ".join(literal(v) for v in self.values)
             return " OR ".join(f"({c} IS NOT NULL AND {c} NOT IN ({values}))" for c in cols)
         if self.check == "range":
             parts = []
             for c in cols:
                 if self.min is not None:
-                    parts.append(f"{c} < {lit(self.min)}")
+                    parts.append(f"{c} < {literal(self.min)}")
                 if self.max is not None:
-                    parts.append(f"{c} > {lit(self.max)}")
+                    parts.append(f"{c} > {literal(self.max)}")
             return " OR ".join(parts)
         return f"NOT coalesce(({self.expression}), false)"
 
@@ -273,13 +260,13 @@ def plan(transforms: tuple[Any, ...], columns: Columns) -> TransformPlan:
             exprs = []
             for c in cols:
                 if c in t.fields:
-                    s = f"CAST({q(c)} AS STRING)"
-                    masked = f"repeat({lit(t.char)}, greatest(length({s}) - {keep}, 0))"
+                    s = f"CAST({quote(c)} AS STRING)"
+                    masked = f"repeat({literal(t.char)}, greatest(length({s}) - {keep}, 0))"
                     if keep:
                         masked = f"concat({masked}, right({s}, {keep}))"
-                    exprs.append(f"{masked} AS {q(c)}")
+                    exprs.append(f"{masked} AS {quote(c)}")
                 else:
-                    exprs.append(q(c))
+                    exprs.append(quote(c))
             steps.append(Step(tuple(exprs)))
             cols = {c: ("string" if c in t.fields else v) for c, v in cols.items()}
         elif isinstance(t, Rename):
@@ -287,36 +274,38 @@ def plan(transforms: tuple[Any, ...], columns: Columns) -> TransformPlan:
             renamed = {t.map.get(c, c): v for c, v in cols.items()}
             if len(renamed) != len(cols):
                 raise TransformError(i, "map", "rename: two columns would get the same name")
-            steps.append(Step(tuple(f"{q(c)} AS {q(t.map.get(c, c))}" for c in cols)))
+            steps.append(Step(tuple(f"{quote(c)} AS {quote(t.map.get(c, c))}" for c in cols)))
             cols = renamed
         elif isinstance(t, Drop | Keep):
             need(t.fields)
             kept = [c for c in cols if (c in t.fields) == isinstance(t, Keep)]
             if not kept:
                 raise TransformError(i, "fields", f"{t.type}: no column would be left")
-            steps.append(Step(tuple(q(c) for c in kept)))
+            steps.append(Step(tuple(quote(c) for c in kept)))
             cols = {c: cols[c] for c in kept}
         elif isinstance(t, Insert):
             added: Columns = {}
             exprs = []
             for name, value in t.static.items():
-                exprs.append(f"{lit(value)} AS {q(name)}")
+                exprs.append(f"{literal(value)} AS {quote(name)}")
                 added[name] = _literal_type(value)
             if t.timestamp:
-                exprs.append(f"current_timestamp() AS {q(t.timestamp)}")
+                exprs.append(f"current_timestamp() AS {quote(t.timestamp)}")
                 added[t.timestamp] = "timestamp"
             if t.uuid:
-                exprs.append(f"uuid() AS {q(t.uuid)}")
+                exprs.append(f"uuid() AS {quote(t.uuid)}")
                 added[t.uuid] = "string"
             clash = [n for n in added if n in cols]
             if clash:
                 raise TransformError(i, "type", f"insert: column {clash[0]!r} already exists")
-            steps.append(Step((*(q(c) for c in cols), *exprs)))
+            steps.append(Step((*(quote(c) for c in cols), *exprs)))
             cols.update(added)
         elif isinstance(t, Cast):
             need(list(t.fields))
             exprs = [
-                f"try_cast({q(c)} AS {t.fields[c]}) AS {q(c)}" if c in t.fields else q(c)
+                f"try_cast({quote(c)} AS {t.fields[c]}) AS {quote(c)}"
+                if c in t.fields
+                else quote(c)
                 for c in cols
             ]
             steps.append(Step(tuple(exprs), casts=tuple(t.fields.items())))
@@ -335,12 +324,10 @@ def plan(transforms: tuple[Any, ...], columns: Columns) -> TransformPlan:
             image = struct_fields(cols[t.after])
             if image is None:
                 raise TransformError(i, "after", f"unwrap_cdc: {t.after!r} is not a struct")
-            op = q(t.op_field)
+            op = quote(t.op_field)
             if t.deletes == "drop":
                 steps.append(Step(where=f"{op} IS NULL OR lower({op}) NOT IN ('delete', 'd')"))
-            img = (
-                f"CASE WHEN lower({op}) IN ('delete', 'd') THEN {q(t.before)} ELSE {q(t.after)} END"
-            )
+            img = f"CASE WHEN lower({op}) IN ('delete', 'd') THEN {quote(t.before)} ELSE {quote(t.after)} END"
             kind = (
                 f"CASE lower({op}) WHEN 'c' THEN 'insert' WHEN 'r' THEN 'insert' WHEN 'u' THEN "
                 f"'update' WHEN 'd' THEN 'delete' ELSE lower({op}) END"
@@ -373,7 +360,7 @@ def _literal_type(value: Any) -> str:
 
 def to_sql(relation: str, steps: tuple[Step, ...]) -> str:
     """The steps as one Spark SQL query over `relation`, to show in target/compiled/."""
-    sql = f"SELECT * FROM {q(relation)}"
+    sql = f"SELECT * FROM {quote(relation)}"
     for n, step in enumerate(steps):
         if step.where is not None:
             sql = f"SELECT * FROM ({sql}) AS t{n} WHERE {step.where}"

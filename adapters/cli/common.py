@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from rivc.compiler.errors import RivcError
-from rivc.compiler.locate import find_project_root
+from rivc.compiler.locate import TARGET_DIR, find_project_root
 from rivc.compiler.redact import redact_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -106,7 +106,7 @@ def _compile(
 
     from ..target import load_cache, save_cache
 
-    target = root / "target"
+    target = root / TARGET_DIR
     cache = load_cache(target)
     options = CompileOptions(select, exclude, params, variables, workers)
     compiled = analyze(load_project(root), options, cache)

@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from rivc.compiler.errors import CompileFailed, EnvironmentFault
+from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.redact import redact_text
 
 from ..spark import SPARK_LOG
-from ..state import STATE_DIR
 from .common import (
     EXIT_FAILED,
     _compile,
@@ -179,7 +179,7 @@ def check(
     if compiled.errors:
         raise CompileFailed(f.error for f in compiled.errors)
     project = compiled.project
-    state = StateStore.for_project(root) if (root / ".rivc" / "state.db").exists() else None
+    state = StateStore.for_project(root) if (root / STATE_DIR / "state.db").exists() else None
     checks = []
     for nid in compiled.selected:
         node = compiled.graph.nodes[nid]

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from rivc.compiler.errors import CompileFailed
+from rivc.compiler.locate import TARGET_DIR
 from rivc.compiler.redact import redact_text
 
 from .common import (
@@ -62,7 +63,7 @@ def compile_cmd(
     """Render, validate and write target/ (manifest, graph, compiled SQL). No JVM."""
     started = time.perf_counter()
     root = _root(project_dir)
-    target = root / "target"
+    target = root / TARGET_DIR
     command = {
         "cmd": "compile",
         "select": sorted(select + selection),

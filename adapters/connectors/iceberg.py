@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlparse
 
 from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.locate import STATE_DIR
 
 from .base import Sink, WriteResult, commit_with_retries, large, spark_write, stream
 
@@ -60,7 +61,7 @@ class IcebergSink(Sink):
             return RestCatalog("rivc", **{k: v for k, v in props.items() if v})
         from pyiceberg.catalog.sql import SqlCatalog
 
-        home = self.ctx.root / ".rivc" / "iceberg"
+        home = self.ctx.root / STATE_DIR / "iceberg"
         home.mkdir(parents=True, exist_ok=True)
         warehouse = c.warehouse or str(home / "warehouse")
         if "://" not in warehouse:

@@ -24,6 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rivc.compiler.connector_specs import MqttSourceConfig
+from rivc.compiler.locate import STATE_DIR
 
 from .base import SourceContext
 
@@ -338,7 +339,7 @@ def read(spark: Any, ctx: SourceContext) -> Any:
         spark,
         cfg,
         ctx.columns,
-        ctx.root / ".rivc" / "spool" / ctx.name,
+        ctx.root / STATE_DIR / "spool" / ctx.name,
         cfg.client_id or f"rivc-{ctx.project}-{source_name}-{table_name}",
         password,
     )

@@ -24,8 +24,9 @@ from urllib.parse import parse_qs, quote, unquote, urlparse
 from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import DbColumn, Delivery
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.params import literal_sql
 from rivc.compiler.specs import ConnectionSpec, SourceTable
+from rivc.compiler.sql import literal
+from rivc.compiler.sql import quote as quote_name
 
 from ..errortext import rivc_error_inside
 from .base import SourceContext
@@ -396,11 +397,6 @@ def with_retries(
 # --------------------------------------------------------------------------- queries
 
 
-def literal(kind: str, value: Any) -> str:
-    """A value from a control query or the state store as a literal of the source's dialect."""
-    return literal_sql(value, kind)
-
-
 def encode(value: Any) -> Any:
     """A cursor value for the state store (JSON), typed so it decodes to the same literal."""
     if isinstance(value, datetime):
@@ -462,8 +458,8 @@ def plan_window(
     """The predicate of this run's extraction, from the mode and the stored cursor."""
     wrapped = f"({base}) AS _rivc"
 
-    def lit(value: Any) -> str:
-        return literal(kind, value)
+    def lit(value: Any) -> str:  # a bound or stored value as a literal of the source's dialect
+        return literal(value, kind)
 
     if table.mode == "incremental":
         col = quote_ident(kind, table.cursor_column or "")
@@ -608,7 +604,7 @@ def deliveries(
 
 
 def select_list(kind: str, plan: list[Delivery]) -> str:
-    return ", ".join(f"{d.expr} AS {dbtypes.quote(kind, d.name)}" for d in plan)
+    return ", ".join(f"{d.expr} AS {quote_name(d.name, kind)}" for d in plan)
 
 
 @contextmanager

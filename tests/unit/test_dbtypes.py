@@ -6,6 +6,7 @@ import pytest
 
 from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import DbColumn
+from rivc.compiler.sql import quote
 
 
 @pytest.mark.parametrize(
@@ -77,8 +78,8 @@ def test_declared_types_are_read_from_the_databases_text():
 
 
 def test_identifiers_are_quoted_with_their_quote_doubled():
-    assert dbtypes.quote("postgres", 'a"b') == '"a""b"'
-    assert dbtypes.quote("mysql", "a`b") == "`a``b`"
+    assert quote('a"b', "postgres") == '"a""b"'
+    assert quote("a`b", "mysql") == quote("a`b") == "`a``b`"
 
 
 def test_exact_decimal_pattern():

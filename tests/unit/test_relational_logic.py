@@ -13,13 +13,13 @@ from rivc.adapters.connectors.relational import (
     classify,
     decode,
     encode,
-    literal,
     root_cause,
     session_init,
     with_retries,
 )
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import TUNING_PROFILES, ConnectionSpec
+from rivc.compiler.sql import literal
 
 SPARK_ERROR = """An error occurred while calling o76.parquet.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 failed, most recent
@@ -93,9 +93,9 @@ def test_literals_and_cursor_values_round_trip():
     ts = datetime(2026, 1, 2, 3, 4, 5, 600)
     for value in (ts, date(2026, 1, 2), Decimal("1.50"), 7, "it's", b"\x00\xff"):
         assert decode(encode(value)) == value
-    assert literal("postgres", ts) == "CAST('2026-01-02 03:04:05.000600' AS TIMESTAMP)"
-    assert literal("mysql", ts) == "CAST('2026-01-02 03:04:05.000600' AS DATETIME(6))"
-    assert literal("postgres", Decimal("1.50")) == literal("mysql", Decimal("1.50")) == "1.50"
+    assert literal(ts, "postgres") == "CAST('2026-01-02 03:04:05.000600' AS TIMESTAMP)"
+    assert literal(ts, "mysql") == "CAST('2026-01-02 03:04:05.000600' AS DATETIME(6))"
+    assert literal(Decimal("1.50"), "postgres") == literal(Decimal("1.50"), "mysql") == "1.50"
 
 
 @pytest.mark.parametrize(
@@ -108,8 +108,8 @@ def test_literals_and_cursor_values_round_trip():
     ],
 )
 def test_string_literals_escape_quotes_and_backslashes(value, postgres, mysql):
-    assert literal("postgres", value) == postgres
-    assert literal("mysql", value) == mysql
+    assert literal(value, "postgres") == postgres
+    assert literal(value, "mysql") == mysql
 
 
 def test_sessions_pin_the_settings_literals_and_text_forms_rely_on():
@@ -183,5 +183,5 @@ def test_tls_settings_reach_every_driver_and_a_url_may_carry_them():
 
 def test_binary_keys_are_hex_literals():
     key = b"\x00'\\\xff"
-    assert literal("postgres", key) == "'\\x0027 5cff'::bytea".replace(" ", "")
-    assert literal("mysql", key) == "X'00275cff'"
+    assert literal(key, "postgres") == "'\\x0027 5cff'::bytea".replace(" ", "")
+    assert literal(key, "mysql") == "X'00275cff'"
