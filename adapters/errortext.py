@@ -1,8 +1,12 @@
-"""rivc's own errors raised inside Spark, found again in Spark's error text.
+"""The one module that reads error text.
 
-A RivcError raised in a Python task, or a value refused by a `raise_error` in Spark SQL
-(compiler/dbtypes.py), reaches the driver wrapped in Spark's exception text. Both carry the
-marker `rivc.compiler.errors.<Class>: `, and this is where it is read back.
+- rivc's own errors raised inside Spark: a RivcError raised in a Python task, or a value refused
+  by a `raise_error` in Spark SQL (compiler/dbtypes.py), reaches the driver wrapped in Spark's
+  exception text. Both carry the marker `rivc.compiler.errors.<Class>: `, read back here.
+- Spark's errors in a model's SQL, placed at the file's line and column.
+- Database and network errors, classified (Rivet's categories) to decide retries, and reduced to
+  the database's own words.
+- Whether a sink write failure is worth another attempt.
 """
 
 from __future__ import annotations
@@ -36,3 +40,139 @@ def model_error(exc: BaseException, sql: str, path: str) -> str | None:
     col = start - (sql.rfind("\n", 0, start) + 1) + 1
     message = _SPARK_TAIL.sub("", str(exc.getMessage()).strip().splitlines()[0])  # type: ignore[attr-defined]
     return f"{path}:{line}:{col}: error: {message}"
+
+
+# --------------------------------------------------------------------------- databases
+
+# Rivet's classification: (category, retried, extra delay in seconds, message patterns)
+CATEGORIES: list[tuple[str, bool, float, re.Pattern[str]]] = [
+    (
+        "auth",
+        False,
+        0,
+        re.compile(
+            r"password authentication failed|authentication failed|access denied|permission denied"
+            r"|role .* does not exist|no pg_hba\.conf entry|invalid credentials|28000|28P01|42501",
+            re.I,
+        ),
+    ),
+    (
+        "deadlock",
+        True,
+        1,
+        re.compile(r"deadlock|serialization failure|could not serialize|40001|40P01", re.I),
+    ),
+    (
+        "capacity",
+        True,
+        15,
+        re.compile(
+            r"too many connections|the database system is (starting up|shutting down)"
+            r"|server is starting|53300|57P03",
+            re.I,
+        ),
+    ),
+    (
+        "timeout",
+        True,
+        0,
+        re.compile(
+            r"statement timeout|canceling statement|lock wait timeout|timed out|57014", re.I
+        ),
+    ),
+    (
+        "network",
+        True,
+        0,
+        re.compile(
+            r"connection (reset|refused|closed)|broken pipe|terminating connection|server closed"
+            r"|gone away|lost connection|EOF|SSL|connection attempt failed|I/O error"
+            r"|could not connect|Communications link failure|57P01|08006|08001|08003",
+            re.I,
+        ),
+    ),
+    (
+        "permanent",
+        False,
+        0,
+        re.compile(
+            r"syntax error|does not exist|doesn't exist|unknown column|no such table|42P01|42703"
+            r"|42601|1146|1054|1064",
+            re.I,
+        ),
+    ),
+]
+
+
+_SQL_CAUSE = re.compile(r"(?:PSQLException|SQL[A-Za-z]*Exception|mariadb[\w.]*Exception): ([^\n]+)")
+_CAUSE = re.compile(r"^\s*Caused by: [\w.$]+: ([^\n]+)", re.M)
+_PY_CAUSE = re.compile(r"^\s*(?:psycopg|pymysql)[\w.]*: ([^\n]+)", re.M)  # from Python workers
+
+
+_NO_DRIVER = re.compile(r"ClassNotFoundException: ([\w.]+)")
+_JAVA_ERROR = re.compile(r"^: ([\w.$]+(?:Exception|Error)): ([^\n]+)", re.M)  # py4j's first cause
+
+
+def root_cause(message: str) -> str:
+    """The database's own words inside a Spark/py4j error (its stack traces would mislead)."""
+    driver = _NO_DRIVER.search(message)
+    if driver:
+        return (
+            f"JDBC driver {driver.group(1)} is not on Spark's classpath: install Debian's "
+            "libpostgresql-jdbc-java / libmariadb-java, or add the driver's jar to spark.jars"
+        )
+    m = _SQL_CAUSE.search(message)
+    if m:
+        return m.group(1).strip()
+    py = _PY_CAUSE.findall(message)
+    if py:
+        return str(py[-1]).strip()
+    causes = _CAUSE.findall(message)
+    if causes:
+        return str(causes[-1]).strip()
+    java = _JAVA_ERROR.search(message)
+    if java:
+        return f"{java.group(1).rsplit('.', 1)[-1]}: {java.group(2).strip()}"
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    return lines[0].strip() if lines else message
+
+
+def classify(message: str) -> str:
+    message = root_cause(message)
+    for category, _, _, pattern in CATEGORIES:
+        if pattern.search(message):
+            return category
+    return "other"
+
+
+def doctor_category(category: str, message: str) -> str:
+    """`rivc doctor`'s words for a failed connection check."""
+    if category == "auth":
+        return f"auth error: {message}"
+    if category in ("network", "capacity", "timeout"):
+        return f"connectivity error: {message}"
+    if "does not exist" in message or "Unknown database" in message:
+        return f"not found: {message}"
+    return f"other: {message}"
+
+
+# --------------------------------------------------------------------------- sinks and Spark
+
+_TRANSIENT = re.compile(
+    r"timed? ?out|temporar|connection (reset|refused|aborted|closed)|unavailable|throttl|"
+    r"slow ?down|too many requests|\b(429|500|502|503|504)\b|conflict|commit to .* failed",
+    re.I,
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """Worth another attempt: I/O and network failures, timeouts, throttling, commit conflicts."""
+    if isinstance(exc, OSError | TimeoutError | ConnectionError):
+        return True
+    return bool(_TRANSIENT.search(str(exc)))
+
+
+def missing_data_source(exc: BaseException) -> bool:
+    """Spark has no data source of that name (its jar is not on the classpath)."""
+    condition = getattr(exc, "getCondition", lambda: None)()
+    return condition == "DATA_SOURCE_NOT_FOUND" or "Failed to find data source" in str(exc)

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import random
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from rivc.compiler.transforms import ERROR_COLUMN, Expectation
 
 from .connectors.base import SinkContext
 from .delivery import BatchWriter
+from .errortext import transient
 from .state import StateStore
 
 if TYPE_CHECKING:
@@ -38,20 +38,6 @@ if TYPE_CHECKING:
 
 ROW_COLUMN = "_rivc_row"  # the row as JSON where it failed, for its dead-letter envelope
 TRACKED = (ERROR_COLUMN, ROW_COLUMN)
-_TRANSIENT = re.compile(
-    r"timed? ?out|temporar|connection (reset|refused|aborted|closed)|unavailable|throttl|"
-    r"slow ?down|too many requests|\b(429|500|502|503|504)\b|conflict|commit to .* failed",
-    re.I,
-)
-
-
-def transient(exc: BaseException) -> bool:
-    """Worth another attempt: I/O and network failures, timeouts, throttling, commit conflicts."""
-    if isinstance(exc, OSError | TimeoutError | ConnectionError):
-        return True
-    return bool(_TRANSIENT.search(str(exc)))
-
-
 def apply(df: DataFrame, plan: tf.TransformPlan, track: bool) -> DataFrame:
     """Run a transform plan on `df`. With `track`, a failed cast keeps the row, with the reason in
     _rivc_error and the row before the cast in _rivc_row; without, a failed cast fails the query."""

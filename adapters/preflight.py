@@ -23,12 +23,11 @@ from .connectors.registry import probe
 from .connectors.relational import (
     Conn,
     ExtractError,
-    classify,
     connection,
     driver_errors,
     plan_window,
-    root_cause,
 )
+from .errortext import classify, doctor_category, root_cause
 from .state import StateStore
 
 MANY_ROWS = 10_000_000  # index scan beyond this: ACCEPTABLE
@@ -173,7 +172,7 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
                 cur.fetchone()
             out.append((what, True, f"{conn.host}:{conn.port}/{conn.database or ''}"))
         except ExtractError as exc:
-            out.append((what, False, _doctor_category(exc.category, exc.message)))
+            out.append((what, False, doctor_category(exc.category, exc.message)))
     for fqn, table in sorted(project.sources.items()):
         reached = probe(table.connector, table.config)
         if reached is not None:
@@ -201,16 +200,6 @@ def probe_sink(info: ConnectorInfo, config: Any, root: Path) -> str | None:
         return None
     ok, detail = _write_probe(root / location)
     return None if ok else detail
-
-
-def _doctor_category(category: str, message: str) -> str:
-    if category == "auth":
-        return f"auth error: {message}"
-    if category in ("network", "capacity", "timeout"):
-        return f"connectivity error: {message}"
-    if "does not exist" in message or "Unknown database" in message:
-        return f"not found: {message}"
-    return f"other: {message}"
 
 
 def _write_probe(path: Path) -> tuple[bool, str]:

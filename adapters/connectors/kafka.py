@@ -12,6 +12,7 @@ from typing import Any
 from rivc.compiler.connector_specs import KafkaSourceConfig
 from rivc.compiler.errors import ConnectorError
 
+from ..errortext import missing_data_source
 from .base import SourceContext
 
 JARS_HINT = (
@@ -69,8 +70,7 @@ def read_stream(spark: Any, cfg: KafkaSourceConfig, columns: dict[str, str]) -> 
     try:
         raw = reader.load()
     except PySparkException as exc:
-        text = str(exc)
-        if "DATA_SOURCE_NOT_FOUND" in text or "Failed to find data source: kafka" in text:
+        if missing_data_source(exc):
             raise ConnectorError(JARS_HINT.format(v=spark.version)) from None
         raise
     declared = {k: v for k, v in columns.items() if not k.startswith("kafka_")}

@@ -410,7 +410,8 @@ def probe(cfg: MqttSourceConfig) -> tuple[bool, str]:
         if not answered.wait(5):
             return False, f"connectivity error: {host}:{port}: no answer from the broker"
         if reason[0].is_failure:
-            category = "auth error" if "authoriz" in str(reason[0]).lower() else "other"
+            # bad user name or password, not authorized (MQTT 3.1.1: 4, 5; MQTT 5: 134, 135)
+            category = "auth error" if reason[0].value in (4, 5, 134, 135) else "other"
             return False, f"{category}: {reason[0]}"
         return True, f"{host}:{port}"
     finally:

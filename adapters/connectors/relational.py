@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ from rivc.compiler.specs import ConnectionSpec, SourceTable
 from rivc.compiler.sql import literal
 from rivc.compiler.sql import quote as quote_name
 
-from ..errortext import rivc_error_inside
+from ..errortext import CATEGORIES, classify, rivc_error_inside, root_cause
 from .base import SourceContext
 
 if TYPE_CHECKING:
@@ -240,107 +239,6 @@ def session_init(kind: str, tuning: dict[str, int]) -> str:
 
 
 # --------------------------------------------------------------------------- errors
-
-
-# Rivet's classification: (category, retried, extra delay in seconds, message patterns)
-CATEGORIES: list[tuple[str, bool, float, re.Pattern[str]]] = [
-    (
-        "auth",
-        False,
-        0,
-        re.compile(
-            r"password authentication failed|authentication failed|access denied|permission denied"
-            r"|role .* does not exist|no pg_hba\.conf entry|invalid credentials|28000|28P01|42501",
-            re.I,
-        ),
-    ),
-    (
-        "deadlock",
-        True,
-        1,
-        re.compile(r"deadlock|serialization failure|could not serialize|40001|40P01", re.I),
-    ),
-    (
-        "capacity",
-        True,
-        15,
-        re.compile(
-            r"too many connections|the database system is (starting up|shutting down)"
-            r"|server is starting|53300|57P03",
-            re.I,
-        ),
-    ),
-    (
-        "timeout",
-        True,
-        0,
-        re.compile(
-            r"statement timeout|canceling statement|lock wait timeout|timed out|57014", re.I
-        ),
-    ),
-    (
-        "network",
-        True,
-        0,
-        re.compile(
-            r"connection (reset|refused|closed)|broken pipe|terminating connection|server closed"
-            r"|gone away|lost connection|EOF|SSL|connection attempt failed|I/O error"
-            r"|could not connect|Communications link failure|57P01|08006|08001|08003",
-            re.I,
-        ),
-    ),
-    (
-        "permanent",
-        False,
-        0,
-        re.compile(
-            r"syntax error|does not exist|doesn't exist|unknown column|no such table|42P01|42703"
-            r"|42601|1146|1054|1064",
-            re.I,
-        ),
-    ),
-]
-
-
-_SQL_CAUSE = re.compile(r"(?:PSQLException|SQL[A-Za-z]*Exception|mariadb[\w.]*Exception): ([^\n]+)")
-_CAUSE = re.compile(r"^\s*Caused by: [\w.$]+: ([^\n]+)", re.M)
-_PY_CAUSE = re.compile(r"^\s*(?:psycopg|pymysql)[\w.]*: ([^\n]+)", re.M)  # from Python workers
-
-
-_NO_DRIVER = re.compile(r"ClassNotFoundException: ([\w.]+)")
-_JAVA_ERROR = re.compile(r"^: ([\w.$]+(?:Exception|Error)): ([^\n]+)", re.M)  # py4j's first cause
-
-
-def root_cause(message: str) -> str:
-    """The database's own words inside a Spark/py4j error (its stack traces would mislead)."""
-    driver = _NO_DRIVER.search(message)
-    if driver:
-        return (
-            f"JDBC driver {driver.group(1)} is not on Spark's classpath: install Debian's "
-            "libpostgresql-jdbc-java / libmariadb-java, or add the driver's jar to spark.jars"
-        )
-    m = _SQL_CAUSE.search(message)
-    if m:
-        return m.group(1).strip()
-    py = _PY_CAUSE.findall(message)
-    if py:
-        return str(py[-1]).strip()
-    causes = _CAUSE.findall(message)
-    if causes:
-        return str(causes[-1]).strip()
-    java = _JAVA_ERROR.search(message)
-    if java:
-        return f"{java.group(1).rsplit('.', 1)[-1]}: {java.group(2).strip()}"
-    lines = [line for line in message.strip().splitlines() if line.strip()]
-    return lines[0].strip() if lines else message
-
-
-def classify(message: str) -> str:
-    message = root_cause(message)
-    for category, _, _, pattern in CATEGORIES:
-        if pattern.search(message):
-            return category
-    return "other"
 
 
 def retried(category: str) -> tuple[bool, float]:

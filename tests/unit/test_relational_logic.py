@@ -10,13 +10,12 @@ import pytest
 from rivc.adapters.connectors.relational import (
     Conn,
     ExtractError,
-    classify,
     decode,
     encode,
-    root_cause,
     session_init,
     with_retries,
 )
+from rivc.adapters.errortext import classify, root_cause
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import TUNING_PROFILES, ConnectionSpec
 from rivc.compiler.sql import literal

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rivc.adapters import pipeline
-from rivc.adapters.pipeline import SinkWriter, transient
+from rivc.adapters.errortext import transient
+from rivc.adapters.pipeline import SinkWriter
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import RateLimit
 
