@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rivc.compiler.errors import CompileFailed
 from rivc.compiler.locate import TARGET_DIR
+from rivc.compiler.sql import quote
 
 from .runtime import Plan, Runtime, graceful_interrupt
 from .state import NodeResult, StateStore, new_run_id, now, run_lock
@@ -248,15 +249,12 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
                 runtime.bind(nid)
         nid = target[0]
         meta = plan.nodes[nid]
-        if meta["kind"] == "source":
+        if meta.kind == "source":
             runtime.bind(nid)
-            df = spark.table(f"`{meta['relation']}`")
-        elif meta["kind"] == "model" and meta["config"].get("materialized") in (
-            "table",
-            "incremental",
-        ):
+            df = spark.table(quote(meta.relation or meta.name))
+        elif meta.kind == "model" and meta.materialized in ("table", "incremental"):
             runtime.bind(nid)
-            df = spark.table(f"`{meta['name']}`")
+            df = spark.table(quote(meta.name))
         else:
             df = spark.sql(plan.sql(nid))
         return df.limit(limit).toArrow()
@@ -269,7 +267,7 @@ def fingerprint(options: RunOptions, plan: Plan) -> str:
     parameters and the compiled project (manifest and SQL)."""
     import hashlib
 
-    manifest = {k: v for k, v in plan.manifest.items() if k != "generated_at"}
+    manifest = plan.manifest.dumps()
     text = json.dumps(
         [
             options.command,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
 from rivc.compiler.locate import STATE_DIR, TARGET_DIR
+from rivc.compiler.manifest import Manifest, ManifestNode
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec, RateLimit
 
@@ -48,7 +49,7 @@ class Plan:
     """A compiled project as the runtime needs it: the manifest, compiled SQL and the profile."""
 
     root: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     project: Project  # connector configs with their secrets, which the manifest redacts
     compiled: dict[str, str]  # path under target/ -> SQL, read once: a snapshot for the run
 
@@ -56,16 +57,17 @@ class Plan:
     def load(cls, root: Path, env: Mapping[str, str] | None = None) -> Plan:
         path = root / TARGET_DIR / "manifest.json"
         try:
-            manifest = json.loads(path.read_text())
+            manifest = Manifest.loads(path.read_text())
         except OSError:
             raise StateError(f"{path}: not found; run `rivc compile` first") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"{path}: {exc}") from None
         compiled = {}
-        for node in manifest["nodes"].values():
-            for key in ("compiled_path", "compiled_incremental_path"):
-                rel = node.get(key)
+        for node in manifest.nodes.values():
+            for rel in (node.compiled_path, node.compiled_incremental_path):
                 if rel is not None:
                     try:
-                        compiled[str(rel)] = (root / TARGET_DIR / str(rel)).read_text()
+                        compiled[rel] = (root / TARGET_DIR / rel).read_text()
                     except OSError:
                         pass  # named in the error of sql() if a node needs it
         project = load_project(root, os.environ if env is None else env)
@@ -76,14 +78,13 @@ class Plan:
         return self.project.profile
 
     @property
-    def nodes(self) -> dict[str, dict[str, Any]]:
-        nodes: dict[str, dict[str, Any]] = self.manifest["nodes"]
-        return nodes
+    def nodes(self) -> dict[str, ManifestNode]:
+        return self.manifest.nodes
 
     def is_extracted(self, nid: str) -> bool:
         """A relational source table: run (extracted with its mode) whenever something reads it."""
         node = self.nodes[nid]
-        return node["kind"] == "source" and self.project.sources[node["name"]].connector.relational
+        return node.kind == "source" and self.project.sources[node.name].connector.relational
 
     @property
     def warehouse(self) -> Path:
@@ -91,7 +92,7 @@ class Plan:
 
     def sql(self, nid: str, incremental: bool = False) -> str:
         node = self.nodes[nid]
-        rel = node.get("compiled_incremental_path" if incremental else "compiled_path")
+        rel = node.compiled_incremental_path if incremental else node.compiled_path
         if rel is None:
             raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
         if str(rel) not in self.compiled:
@@ -101,7 +102,7 @@ class Plan:
     def downstream(self, nid: str) -> set[str]:
         children: dict[str, list[str]] = {}
         for n, node in self.nodes.items():
-            for dep in node["depends_on"]:
+            for dep in node.depends_on:
                 children.setdefault(dep, []).append(n)
         seen: set[str] = set()
         stack = [nid]
@@ -117,7 +118,7 @@ class Plan:
         seen: set[str] = set()
         stack = [nid]
         while stack:
-            for dep in self.nodes[stack.pop()]["depends_on"]:
+            for dep in self.nodes[stack.pop()].depends_on:
                 if dep not in seen:
                     seen.add(dep)
                     stack.append(dep)
@@ -198,39 +199,39 @@ class Runtime:
     def bind(self, nid: str) -> None:
         """Make an unselected upstream node's relation available without running it."""
         node = self.plan.nodes[nid]
-        if node["kind"] == "source":
-            self._source_df(node).createOrReplaceTempView(node["relation"])
-        elif node["kind"] == "model":
-            mat = node["config"].get("materialized", "view")
+        if node.kind == "source":
+            self._source_df(node).createOrReplaceTempView(node.relation)
+        elif node.kind == "model":
+            mat = node.materialized
             if mat == "view":
-                self.spark.sql(self.plan.sql(nid)).createOrReplaceTempView(node["name"])
+                self.spark.sql(self.plan.sql(nid)).createOrReplaceTempView(node.name)
             elif mat in ("table", "incremental"):
                 uri = self.table_uri(node)
                 if delta.open_table(uri) is None:
                     raise StateError(
-                        f"model {node['name']!r} has not been built yet; "
-                        f"run `rivc run --select +{node['name']}` first"
+                        f"model {node.name!r} has not been built yet; "
+                        f"run `rivc run --select +{node.name}` first"
                     )
-                delta.read(self.spark, uri).createOrReplaceTempView(node["name"])
+                delta.read(self.spark, uri).createOrReplaceTempView(node.name)
 
-    def table_uri(self, node: dict[str, Any]) -> str:
-        return str(self.plan.warehouse / node["name"])
+    def table_uri(self, node: ManifestNode) -> str:
+        return str(self.plan.warehouse / node.name)
 
-    def _source_df(self, node: dict[str, Any]) -> DataFrame:
-        source = self.plan.project.sources[node["name"]]
+    def _source_df(self, node: ManifestNode) -> DataFrame:
+        source = self.plan.project.sources[node.name]
         return transform_source(self._read_source(node), source.table.transforms)
 
-    def _read_source(self, node: dict[str, Any]) -> DataFrame:
+    def _read_source(self, node: ManifestNode) -> DataFrame:
         """A source table as its connector reads it (rivc.compiler.registry names the reader)."""
-        source = self.plan.project.sources[node["name"]]
+        source = self.plan.project.sources[node.name]
         relational = source.connector.relational
         ctx = SourceContext(
-            node["name"],
-            self.plan.manifest["project"],
+            node.name,
+            self.plan.manifest.project,
             self.plan.root,
             source.config,
             dict(source.table.columns),
-            self.plan.sql(f"source:{node['name']}") if relational else None,
+            self.plan.sql(f"source:{node.name}") if relational else None,
             self.plan.profile.connections.get(source.source.connection or ""),
             source.source.tuning.resolved() if relational else {},
         )
@@ -249,15 +250,15 @@ class Runtime:
                 "model": self._run_model,
                 "sink": self._run_sink,
                 "test": self._run_test,
-            }[node["kind"]]
+            }[node.kind]
             result: NodeResult = fn(nid, node)
         except EnvironmentFault:
             raise  # no node can run: the command stops with one line
         except caught as exc:
             error = None
-            if node["kind"] in ("model", "test") and node.get("compiled_path"):
-                error = model_error(exc, self.plan.sql(nid), node["path"])
-            result = NodeResult(nid, node["kind"], "error", error=error or _one_line(exc))
+            if node.kind in ("model", "test") and node.compiled_path:
+                error = model_error(exc, self.plan.sql(nid), node.path)
+            result = NodeResult(nid, node.kind, "error", error=error or _one_line(exc))
         result = NodeResult(
             **{
                 **result.__dict__,
@@ -266,15 +267,15 @@ class Runtime:
             }
         )
         self.state.record(self.run_id, result)
-        if node["kind"] == "sink":
-            fault("between-sinks", node["name"])
+        if node.kind == "sink":
+            fault("between-sinks", node.name)
         return result
 
     def _schema(self, nid: str, df: DataFrame) -> str:
         return self.state.schema_change(self.run_id, nid, columns_of(df))
 
-    def _run_source(self, nid: str, node: dict[str, Any]) -> NodeResult:
-        source = self.plan.project.sources[node["name"]]
+    def _run_source(self, nid: str, node: ManifestNode) -> NodeResult:
+        source = self.plan.project.sources[node.name]
         if source.connector.relational:
             from .connectors.relational import Conn
             from .extract import EXTRACT, ExtractContext, extract
@@ -282,18 +283,18 @@ class Runtime:
             spec = self.plan.profile.connections.get(source.source.connection or "")
             if spec is None:
                 raise ConnectorError(
-                    f"source {node['name']}: connection {source.source.connection!r} is not in "
+                    f"source {node.name}: connection {source.source.connection!r} is not in "
                     "the profile"
                 )
             done = extract(
                 ExtractContext(
                     nid,
-                    node["name"],
+                    node.name,
                     source.table,
                     Conn.resolve(spec, os.environ),
                     source.source.tuning.resolved(),
                     self.plan.sql(nid),
-                    self.plan.root / STATE_DIR / EXTRACT / node["name"],
+                    self.plan.root / STATE_DIR / EXTRACT / node.name,
                     self.state,
                     self.run_id,
                     self.full_refresh,
@@ -302,14 +303,14 @@ class Runtime:
                 )
             )
             if done.files is not None:
-                self.staged_files[node["relation"]] = done.files
+                self.staged_files[node.relation] = done.files
             if done.view is not None and done.result.status == "success":
-                self.view(node["relation"], done.view)
+                self.view(node.relation, done.view)
             if done.pending is not None and done.result.status == "success":
                 self.pending[nid] = done.pending
             return done.result
         df = self._source_df(node)
-        df.createOrReplaceTempView(node["relation"])
+        df.createOrReplaceTempView(node.relation)
         return NodeResult(nid, "source", "success", schema=self._schema(nid, df))
 
     def finalize(self, results: list[NodeResult]) -> None:
@@ -318,8 +319,8 @@ class Runtime:
 
         commit_pending(self.state, self.run_id, self.pending, self.plan.downstream, results)
 
-    def _run_model(self, nid: str, node: dict[str, Any]) -> NodeResult:
-        name, mat = node["name"], node["config"].get("materialized", "view")
+    def _run_model(self, nid: str, node: ManifestNode) -> NodeResult:
+        name, mat = node.name, node.materialized
         if mat == "ephemeral":
             return NodeResult(nid, "model", "success", message="ephemeral: inlined")
         if mat == "view":
@@ -339,13 +340,11 @@ class Runtime:
             raise ConnectorError(
                 f"model {name!r} reads a stream: materialize it as a view and deliver it with a sink"
             )
-        keys = _keys(node["config"].get("unique_key"))
+        keys = node.unique_key
         with staged(df, self.plan.root / STATE_DIR / STAGING / f"model-{name}") as data:
             rows = data.count_rows()
             if incremental:
-                strategy = node["config"].get("incremental_strategy") or (
-                    "merge" if keys else "append"
-                )
+                strategy = node.incremental_strategy
                 result = delta.write(uri, data, strategy, keys) if rows else WriteResult()
                 how = f"incremental {strategy}"
             else:
@@ -364,10 +363,10 @@ class Runtime:
             message=how,
         )
 
-    def _run_sink(self, nid: str, node: dict[str, Any]) -> NodeResult:
-        name, connector = node["name"], node["connector"]
+    def _run_sink(self, nid: str, node: ManifestNode) -> NodeResult:
+        name, connector = node.name, node.connector
         writer = self.sink_writer(name)
-        files = self.staged_files.get(node["relation"])
+        files = self.staged_files.get(node.relation)
         streaming = False
         if files is not None and not writer.checks_rows:  # an extracted table, as it is
             columns = arrow_columns(parquet_schema(files))
@@ -431,7 +430,7 @@ class Runtime:
 
         def writer(sink: str) -> BatchWriter:
             d = sinks[sink]
-            ctx = SinkContext(self.plan.root, self.plan.manifest["project"], sink)
+            ctx = SinkContext(self.plan.root, self.plan.manifest.project, sink)
             if spec.health_check:
                 health_check(ctx, d.connector, d.config)
             return BatchWriter(
@@ -452,27 +451,27 @@ class Runtime:
     def _upstream_rate_limit(self, nid: str) -> RateLimit | None:
         """The strictest rate limit of the source tables a sink reads."""
         limits = [
-            self.plan.project.sources[self.plan.nodes[n]["name"]].table.rate_limit
+            self.plan.project.sources[self.plan.nodes[n].name].table.rate_limit
             for n in self.plan.upstream(nid)
-            if self.plan.nodes[n]["kind"] == "source"
+            if self.plan.nodes[n].kind == "source"
         ]
         given = [r for r in limits if r is not None]
         return min(given, key=lambda r: r.events_per_second) if given else None
 
-    def _stream(self, df: DataFrame, writer: SinkWriter, node: dict[str, Any]) -> None:
-        checkpoint = self.plan.root / STATE_DIR / CHECKPOINTS / node["name"]
+    def _stream(self, df: DataFrame, writer: SinkWriter, node: ManifestNode) -> None:
+        checkpoint = self.plan.root / STATE_DIR / CHECKPOINTS / node.name
         writer.base = stream_base(checkpoint, writer)
         stream = (
             df.writeStream.foreachBatch(writer)
             .option("checkpointLocation", str(checkpoint))
-            .queryName(f"rivc_{node['name']}")
+            .queryName(f"rivc_{node.name}")
         )
-        trigger = node["trigger"]
+        trigger = node.trigger
         if trigger == "once":
             stream = stream.trigger(once=True)
         elif trigger == "available_now":
             stream = stream.trigger(availableNow=True)
-        else:
+        elif isinstance(trigger, dict):
             stream = stream.trigger(processingTime=trigger["processing_time"])
         query = stream.start()
         try:
@@ -486,14 +485,14 @@ class Runtime:
             query.stop()
             raise
 
-    def _run_test(self, nid: str, node: dict[str, Any]) -> NodeResult:
+    def _run_test(self, nid: str, node: ManifestNode) -> NodeResult:
         df = self.spark.sql(self.plan.sql(nid))
         failures = df.count()
         if not failures:
             return NodeResult(nid, "test", "pass", rows=0)
         sample = [r.asDict() for r in df.limit(SAMPLE_ROWS).collect()]
         shown = "; ".join(json.dumps(r, default=str) for r in sample)
-        severity = node["config"].get("severity", "error")
+        severity = node.severity
         return NodeResult(
             nid,
             "test",
@@ -522,12 +521,6 @@ def graceful_interrupt(event: threading.Event) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def _keys(value: Any) -> tuple[str, ...]:
-    if not value:
-        return ()
-    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def _spark_errors() -> tuple[type[BaseException], ...]:

@@ -10,11 +10,10 @@ from sqlglot import exp
 
 from .build import CompiledProject
 from .graph import Node
+from .manifest import Manifest, ManifestNode
 from .redact import redact
 from .specs import NodeId
 from .version import VERSION
-
-MANIFEST_SCHEMA_VERSION = 1
 
 
 def compiled_path(node: Node, incremental: bool = False) -> str:
@@ -62,44 +61,48 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
     files: dict[str, str] = {}
     graph = compiled.graph
     selected = set(compiled.selected)
-    manifest_nodes: dict[str, Any] = {}
+    nodes: dict[str, ManifestNode] = {}
     for nid in graph.order():
         node = graph.nodes[nid]
-        entry: dict[str, Any] = {
-            "kind": node.kind,
-            "name": node.name,
-            "path": node.path.as_posix(),
-            "description": node.description,
-            "tags": list(node.tags),
-            "config": node.config,
-            "depends_on": graph.parents(nid),
-            "checksum": node.checksum,
-            "columns": node.columns,
-            "compiled_path": None,
-        }
-        entry.update({k: v for k, v in node.extra.items() if k != "spec_path"})
+        paths: dict[str, str | None] = {"compiled_path": None, "compiled_incremental_path": None}
         ephemeral = node.kind == "model" and node.config.get("materialized") == "ephemeral"
         if nid in selected and node.sql is not None:
             path = compiled_path(node)
             files[path] = final_sql(compiled, node, node.sql) if not ephemeral else node.sql
-            entry["compiled_path"] = path
+            paths["compiled_path"] = path
             if node.sql_incremental is not None:
                 inc = compiled_path(node, incremental=True)
                 files[inc] = final_sql(compiled, node, node.sql_incremental)
-                entry["compiled_incremental_path"] = inc
-        manifest_nodes[nid] = entry
+                paths["compiled_incremental_path"] = inc
+        extra = {
+            ("from_" if k == "from" else k): v for k, v in node.extra.items() if k != "spec_path"
+        }
+        nodes[nid] = ManifestNode(
+            nid,
+            node.kind,
+            node.name,
+            node.path.as_posix(),
+            node.description,
+            tuple(node.tags),
+            node.config,
+            tuple(graph.parents(nid)),
+            node.checksum,
+            node.columns,
+            paths["compiled_path"],
+            paths["compiled_incremental_path"],
+            **extra,
+        )
         if nid in selected and node.kind == "sink":
             files[f"jobs/{node.name}.py"] = sink_job(compiled, node)
-    manifest = {
-        "schema_version": MANIFEST_SCHEMA_VERSION,
-        "rivc_version": VERSION,
-        "project": compiled.project.name,
-        "profile": compiled.project.spec.profile,
-        "params": redact({k: _jsonable(v) for k, v in compiled.params.items()}),
-        "selected": compiled.selected,
-        "nodes": manifest_nodes,
-    }
-    files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=False) + "\n"
+    manifest = Manifest(
+        VERSION,
+        compiled.project.name,
+        compiled.project.spec.profile,
+        redact({k: _jsonable(v) for k, v in compiled.params.items()}),
+        tuple(compiled.selected),
+        nodes,
+    )
+    files["manifest.json"] = manifest.dumps()
     files["graph.json"] = (
         json.dumps(
             {

@@ -42,7 +42,7 @@ def _spark(plan: Any, debug: bool = False) -> Any:
     log = None if debug else plan.root / STATE_DIR / SPARK_LOG  # --debug: Spark's output too
     try:
         spark = get_session(
-            plan.profile.spark, app_name=f"rivc {plan.manifest['project']}", log=log
+            plan.profile.spark, app_name=f"rivc {plan.manifest.project}", log=log
         )
     except PySparkException as exc:  # most often: no Java, or a Connect server out of reach
         raise EnvironmentFault(

@@ -1,0 +1,31 @@
+"""target/manifest.json is the typed hand-off from compile to run: what codegen writes, the
+runtime reads back field for field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rivc.compiler.manifest import Manifest
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sample_project" / "manifest.json"
+
+
+def test_the_manifest_reads_back_as_it_was_written():
+    text = GOLDEN.read_text()
+    manifest = Manifest.loads(text)
+    assert manifest.dumps() == text
+    sink = manifest.nodes["sink:orders_lake"]
+    assert (sink.kind, sink.connector, sink.from_) == ("sink", "delta", "orders_enriched")
+    model = manifest.nodes["model:customer_orders"]
+    assert model.materialized in ("view", "table", "incremental")
+    assert all(d in manifest.nodes for n in manifest.nodes.values() for d in n.depends_on)
+
+
+def test_a_manifest_of_another_schema_version_is_refused_by_name():
+    data = json.loads(GOLDEN.read_text())
+    data["schema_version"] = 99
+    with pytest.raises(ValueError, match="manifest schema version 99.*rivc compile"):
+        Manifest.loads(json.dumps(data))
