@@ -49,7 +49,6 @@ def session_conf(spec: SparkSpec) -> dict[str, str]:
     return conf
 
 
-SPARK_LOG = "spark.log"  # under the project's .rivc/: the JVM's own output
 
 
 def _launch_quiet(conf: dict[str, str], log: Path) -> None:

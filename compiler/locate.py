@@ -10,6 +10,7 @@ from .errors import ProjectError
 PROJECT_FILE = "rivc_project.yml"
 TARGET_DIR = "target"  # what compile writes: manifest, compiled SQL, jobs
 STATE_DIR = ".rivc"  # what runs keep: the state store, staged copies, checkpoints, logs
+SPARK_LOG = "spark.log"  # under STATE_DIR: the JVM's own output
 PROFILES_FILE = "profiles.yml"
 DEFAULT_PATHS = {
     "models": "models",

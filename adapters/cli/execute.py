@@ -10,10 +10,9 @@ from typing import Any
 import click
 
 from rivc.compiler.errors import CompileFailed, EnvironmentFault
-from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.locate import SPARK_LOG, STATE_DIR
 from rivc.compiler.redact import redact_text
 
-from ..spark import SPARK_LOG
 from .common import (
     EXIT_FAILED,
     _compile,

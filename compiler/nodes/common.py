@@ -1,0 +1,51 @@
+"""What the node builders share: content hashes, suggestions, positioned spec findings, and the columns after transforms."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .. import transforms as tf
+from ..errors import (
+    SqlError,
+    did_you_mean,
+)
+from ..project import Located
+from ..validate import (
+    Finding,
+)
+
+
+def content_hash(*parts: Any) -> str:
+    """A cache key; inputs are built in a deterministic order, so their repr is stable."""
+    return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
+
+
+def suggest(name: str, candidates: list[str]) -> str:
+    return did_you_mean(name, candidates) or f" (columns: {', '.join(candidates)})"
+
+
+def spec_finding(message: str, where: Located, *keys: str | int) -> Finding:
+    return Finding("RV004", "error", SqlError(message, where.location(*keys)))
+
+
+def transformed(
+    transforms: tuple[Any, ...],
+    columns: dict[str, str] | None,
+    where: Located,
+    findings: list[Finding],
+    kind: str,
+) -> dict[str, str] | None:
+    """The columns after `transforms`, each checked against its input; None when unknown."""
+    for i, t in enumerate(transforms):
+        if kind == "source" and t.type == "route":
+            findings.append(spec_finding("route is a sink transform", where, "transforms", i))
+    if columns is None:
+        return None
+    try:
+        return tf.plan(transforms, columns).columns
+    except tf.UnknownColumns:
+        return None
+    except tf.TransformError as exc:
+        findings.append(spec_finding(str(exc), where, "transforms", exc.index, exc.key))
+        return None

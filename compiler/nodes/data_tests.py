@@ -1,0 +1,188 @@
+"""Data tests: generic tests from properties YAML and singular tests from tests/*.sql, one node each."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from ..errors import (
+    GraphError,
+    RenderError,
+    RivcError,
+    SourceLocation,
+    SqlError,
+    did_you_mean,
+)
+from ..graph import Node, node_id
+from ..params import bind
+from ..project import Project
+from ..render import Renderer
+from ..specs import GENERIC_TESTS, NodeId
+from ..sql import literal, quote
+from ..validate import (
+    Finding,
+    finding_for,
+    parse_query,
+    unbound_parameter,
+)
+from .common import content_hash, suggest
+
+_REF = re.compile(r"""^\s*ref\(\s*['"](\w+)['"]\s*\)\s*$""")
+_SOURCE = re.compile(r"""^\s*source\(\s*['"](\w+)['"]\s*,\s*['"](\w+)['"]\s*\)\s*$""")
+
+
+def test_nodes(
+    project: Project,
+    renderer: Renderer,
+    params: dict[str, Any],
+    nodes: dict[NodeId, Node],
+    findings: list[Finding],
+) -> list[Node]:
+    out: list[Node] = []
+    seen: set[str] = set()
+    for model_name, (props, where) in sorted(project.properties.items()):
+        model = nodes.get(node_id("model", model_name))
+        for ci, column in enumerate(props.columns):
+            for ti, test in enumerate(column.data_tests):
+                loc = where.location("columns", ci, "tests", ti)
+                try:
+                    node = generic_test(model_name, column.name, test, loc, nodes)
+                except RivcError as exc:
+                    findings.append(finding_for(exc))
+                    continue
+                if (
+                    model is not None
+                    and model.columns is not None
+                    and column.name not in model.columns
+                ):
+                    findings.append(
+                        Finding(
+                            "RV009",
+                            "error",
+                            SqlError(
+                                f"test on unknown column {column.name!r} of model {model_name!r}"
+                                f"{suggest(column.name, list(model.columns))}",
+                                loc,
+                            ),
+                        )
+                    )
+                base, n = node.name, 2
+                while node.name in seen:
+                    node.name, n = f"{base}_{n}", n + 1
+                node.id = node_id("test", node.name)
+                seen.add(node.name)
+                out.append(node)
+    for name, singular in sorted(project.tests.items()):
+        node = Node(
+            node_id("test", name),
+            "test",
+            name,
+            singular.path,
+            checksum=hashlib.sha256(singular.text.encode()).hexdigest(),
+            config={"severity": "error", "test": "singular"},
+        )
+        try:
+            rendered = renderer.render(name, singular.path, singular.text, False)
+            sql, unbound = bind(rendered.sql, params, "spark")
+            for pname, line, col in unbound:
+                findings.append(unbound_parameter(pname, SourceLocation(singular.path, line, col)))
+            if not unbound:
+                parse_query(sql, singular.path, "spark", "a test")
+                node.sql = sql
+            node.depends_on = [node_id("model", r) for r in rendered.refs] + [
+                node_id("source", s) for s in rendered.sources
+            ]
+        except RivcError as exc:
+            findings.append(finding_for(exc))
+        seen.add(name)
+        out.append(node)
+    return out
+
+
+def generic_test(
+    model: str,
+    column: str,
+    test: str | dict[str, Any],
+    loc: SourceLocation,
+    nodes: dict[NodeId, Node],
+) -> Node:
+    args: dict[str, Any]
+    if isinstance(test, str):
+        kind, args = test, {}
+    elif len(test) == 1:
+        kind, args = next(iter(test.items()))
+        args = args or {}
+    else:
+        raise RenderError(f"a test is a name or a mapping with one key, got {sorted(test)}", loc)
+    cls = GENERIC_TESTS.get(kind)
+    if cls is None:
+        raise RenderError(f"unknown test {kind!r}{did_you_mean(kind, GENERIC_TESTS)}", loc)
+    from pydantic import ValidationError
+
+    try:
+        spec: Any = cls.model_validate(args)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise RenderError(
+            f"test {kind}: {'.'.join(map(str, err['loc']))}: {err['msg']}", loc
+        ) from None
+    rel, col = quote(model), quote(column)
+    deps = [node_id("model", model)]
+    name = f"{kind}_{model}_{column}"
+    if kind == "not_null":
+        sql = f"SELECT *\nFROM {rel}\nWHERE {col} IS NULL"
+    elif kind == "unique":
+        sql = (
+            f"SELECT {col}, COUNT(*) AS n_records\nFROM {rel}\nWHERE {col} IS NOT NULL\n"
+            f"GROUP BY {col}\nHAVING COUNT(*) > 1"
+        )
+    elif kind == "accepted_values":
+        values = ", ".join(
+            literal(v, "spark") if spec.quote or not isinstance(v, str) else v for v in spec.values
+        )
+        sql = (
+            f"SELECT {col}, COUNT(*) AS n_records\nFROM {rel}\nWHERE {col} IS NOT NULL "
+            f"AND {col} NOT IN ({values})\nGROUP BY {col}"
+        )
+    else:
+        target = test_target(spec.to, loc, nodes)
+        deps.append(target)
+        parent = quote(nodes[target].extra.get("relation") or nodes[target].name)
+        field_ = quote(spec.field)
+        sql = (
+            f"SELECT child.{col}\nFROM {rel} AS child\nLEFT JOIN {parent} AS parent\n"
+            f"  ON child.{col} = parent.{field_}\nWHERE child.{col} IS NOT NULL "
+            f"AND parent.{field_} IS NULL"
+        )
+        name = (
+            f"relationships_{model}_{column}__{nodes[target].name.replace('.', '_')}_{spec.field}"
+        )
+    config = {"severity": spec.config.severity, "test": kind, "column": column, "model": model}
+    return Node(
+        node_id("test", name),
+        "test",
+        name,
+        loc.path,
+        deps,
+        (),
+        config,
+        "",
+        sql + "\n",
+        checksum=content_hash(model, column, test),
+        extra={"spec_path": loc.path.as_posix()},
+    )
+
+
+def test_target(to: str, loc: SourceLocation, nodes: dict[NodeId, Node]) -> NodeId:
+    m = _REF.match(to)
+    target = node_id("model", m.group(1)) if m else None
+    if target is None and (s := _SOURCE.match(to)):
+        target = node_id("source", f"{s.group(1)}.{s.group(2)}")
+    if target is None:
+        raise RenderError(
+            f"relationships: to must be ref('model') or source('src', 'table'), got {to!r}", loc
+        )
+    if target not in nodes:
+        raise GraphError(f"relationships: {to} names nothing", loc)
+    return target

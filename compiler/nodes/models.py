@@ -1,0 +1,209 @@
+"""Models: rendered, parsed and checked in worker processes, then qualified through the DAG in waves; the per-model compile cache."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import (
+    SourceLocation,
+    SqlError,
+)
+from ..graph import Node, node_id
+from ..project import Project
+from ..render import RenderContext, source_relation
+from ..specs import NodeId
+from ..validate import (
+    Finding,
+)
+from ..version import VERSION
+from ..workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
+from .common import content_hash, suggest
+
+
+@dataclass
+class CompileCache:
+    """Per-model results keyed by content hash; the adapter persists it between compiles."""
+
+    models: dict[str, ModelResult] = field(default_factory=dict)
+    columns: dict[str, ColumnResult] = field(default_factory=dict)
+
+
+def analyze_models(
+    project: Project,
+    ctx: RenderContext,
+    params: dict[str, Any],
+    workers: int | None,
+    cache: CompileCache,
+) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
+    defaults = project.spec.defaults.model_dump(mode="json", exclude_unset=True)
+    context_key = content_hash(
+        sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params, VERSION
+    )
+    tasks, keys = [], {}
+    for name in sorted(project.models):
+        model = project.models[name]
+        config = dict(defaults)
+        if name in project.properties:
+            config.update(
+                project.properties[name][0].config.model_dump(mode="json", exclude_unset=True)
+            )
+        task = ModelTask(name, model.path.as_posix(), model.text, config)
+        keys[name] = content_hash(context_key, task.path, task.text, config)
+        tasks.append(task)
+    owner = {t.name: i for i, t in enumerate(tasks)}
+    results: dict[str, ModelResult] = {}
+    todo = []
+    for t in tasks:
+        hit = cache.models.get(keys[t.name])
+        if hit is not None and all(ctx.env.get(k) == v for k, v in hit.env_used.items()):
+            results[t.name] = hit
+        else:
+            todo.append(t)
+    pool = Pool(ctx, params, pool_size(len(todo), workers)) if todo else None
+    try:
+        if pool is not None:
+            for res in pool.run("models", todo, owner):
+                results[res.name] = res
+        for t in tasks:
+            cache.models[keys[t.name]] = results[t.name]
+        known = resolve_model_columns(project, results, pool, owner, cache)
+    finally:
+        if pool is not None:
+            pool.close()
+    return {t.name: results[t.name] for t in tasks}, known
+
+
+def resolve_model_columns(
+    project: Project,
+    results: dict[str, ModelResult],
+    pool: Pool | None,
+    owner: dict[str, int],
+    cache: CompileCache,
+) -> dict[str, dict[str, str]]:
+    """Qualify models in waves: a model is checked once every relation it reads has known columns.
+
+    Returns the columns (name -> Spark type, UNKNOWN when not declared) of every relation known.
+    """
+    known: dict[str, dict[str, str]] = {}
+    for fqn, table in project.sources.items():
+        cols = table.known_columns()
+        if cols is not None:
+            known[source_relation(*fqn.split(".", 1))] = cols
+    pending = {n for n, r in results.items() if r.parsed and r.sql is not None}
+    while pending:
+        ready = sorted(
+            n for n in pending if all(rel in known and rel != n for rel in results[n].relations)
+        )
+        if not ready:
+            promoted = [n for n in pending if results[n].columns is not None]
+            if not promoted:
+                break
+            for n in promoted:
+                known[n] = {c: "UNKNOWN" for c in results[n].columns or ()}
+                pending.discard(n)
+            continue
+        tasks: list[ColumnTask] = []
+        done: dict[str, ColumnResult | None] = {}
+        for n in ready:
+            r = results[n]
+            schema = {rel: known[rel] for rel in r.relations}
+            key = content_hash(r.sql, r.sql_incremental, schema)
+            hit = cache.columns.get(key)
+            if hit is not None:
+                done[n] = hit
+            else:
+                tasks.append(
+                    ColumnTask(
+                        n, project.models[n].path.as_posix(), r.sql or "", r.sql_incremental, schema
+                    )
+                )
+                done[n] = None
+        if tasks:
+            if pool is None:
+                pool = Pool(RenderContext(frozenset(), frozenset(), {}, {}, ()), {}, 1)
+            for task, col in zip(tasks, pool.run("columns", tasks, owner), strict=True):
+                done[task.name] = col
+                cache.columns[content_hash(task.sql, task.sql_incremental, task.schema)] = col
+        for n in ready:
+            col = done[n]
+            assert col is not None
+            results[n].findings = [f for f in results[n].findings if f.rule != "RV009"]
+            results[n].findings += col.findings
+            if col.columns is not None:
+                known[n] = dict(col.columns)
+                results[n].columns = list(col.columns)
+            pending.discard(n)
+    return known
+
+
+def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Node:
+    model = project.models[res.name]
+    props = project.properties.get(res.name)
+    declared = {c.name: c.data_type or "" for c in props[0].columns} if props else {}
+    columns = None
+    if res.columns is not None:
+        columns = {
+            c: declared.get(c) or types.get(c, "").replace("UNKNOWN", "") for c in res.columns
+        }
+    deps = [node_id("model", r) for r in res.refs] + [node_id("source", s) for s in res.sources]
+    config = res.config or {}
+    return Node(
+        node_id("model", res.name),
+        "model",
+        res.name,
+        model.path,
+        deps,
+        tuple(config.get("tags", ())),
+        config,
+        props[0].description if props else "",
+        res.sql,
+        res.sql_incremental,
+        columns,
+        hashlib.sha256(model.text.encode()).hexdigest(),
+    )
+
+
+def check_model_keys(
+    project: Project,
+    models: dict[str, ModelResult],
+    nodes: dict[NodeId, Node],
+    findings: list[Finding],
+) -> None:
+    for name, res in models.items():
+        if not res.config:
+            continue
+        path = project.models[name].path
+        cfg = res.config
+        if (
+            cfg["materialized"] == "incremental"
+            and cfg.get("incremental_strategy") == "merge"
+            and not cfg["unique_key"]
+        ):
+            findings.append(
+                Finding(
+                    "RV006",
+                    "error",
+                    SqlError(
+                        "incremental model with incremental_strategy merge needs unique_key",
+                        SourceLocation(path, 1),
+                    ),
+                )
+            )
+        if res.columns is None:
+            continue
+        for key in ("unique_key", "partition_by"):
+            for col in cfg.get(key) or ():
+                if col not in res.columns:
+                    findings.append(
+                        Finding(
+                            "RV004",
+                            "error",
+                            SqlError(
+                                f"{key} {col!r} is not an output column of model {name!r}"
+                                f"{suggest(col, res.columns)}",
+                                SourceLocation(path, 1),
+                            ),
+                        )
+                    )

@@ -1,0 +1,219 @@
+"""Sinks: what they read, the columns their config names, the types they can hold, their route targets."""
+
+from __future__ import annotations
+
+from .. import transforms as tf
+from ..connector_specs import DeltaSinkConfig
+from ..dbtypes import unwritable
+from ..errors import (
+    GraphError,
+    SourceLocation,
+    SqlError,
+    did_you_mean,
+)
+from ..graph import Node, node_id
+from ..project import Located, Project, SinkDef
+from ..redact import redact
+from ..specs import NodeId
+from ..sql import quote
+from ..validate import (
+    Finding,
+)
+from ..workers import ModelResult
+from .common import content_hash, spec_finding, suggest, transformed
+
+
+def sink_node(
+    sink: SinkDef, project: Project, nodes: dict[NodeId, Node], findings: list[Finding]
+) -> Node:
+    spec = sink.spec
+    path = sink.where.doc.path
+    src = spec.from_ or ""
+    if src.startswith("source:"):
+        upstream = node_id("source", src.removeprefix("source:"))
+    else:
+        upstream = node_id("model", src)
+    deps: list[NodeId] = []
+    columns: dict[str, str] | None = None
+    if upstream not in nodes:
+        names = [n.removeprefix("model:") for n in nodes if n.startswith("model:")] + [
+            f"source:{n.removeprefix('source:')}" for n in nodes if n.startswith("source:")
+        ]
+        findings.append(
+            Finding(
+                "RV002",
+                "error",
+                GraphError(
+                    f"sink {spec.name!r}: from {src!r} names no model or source table"
+                    f"{did_you_mean(src, names)}",
+                    sink.where.location("from"),
+                ),
+            )
+        )
+    else:
+        deps = [upstream]
+        columns = nodes[upstream].columns
+        if (
+            nodes[upstream].kind == "model"
+            and nodes[upstream].config.get("materialized") == "ephemeral"
+        ):
+            findings.append(
+                Finding(
+                    "RV002",
+                    "error",
+                    GraphError(
+                        f"sink {spec.name!r} reads ephemeral model {src!r}: ephemeral models have no "
+                        "relation; materialize it as view, table or incremental",
+                        sink.where.location("from"),
+                    ),
+                )
+            )
+    columns = transformed(spec.transforms, columns, sink.where, findings, "sink")
+    if columns is not None:
+        check_expectations(spec.quality, columns, sink.where, findings)
+        fmt = getattr(sink.config, "format", None)
+        for col, kind in columns.items():
+            why = unwritable(spec.connector, fmt, kind) if kind else None
+            if why is not None:
+                findings.append(
+                    spec_finding(
+                        f"sink {spec.name!r} cannot hold column {col!r} of {src!r}, of type "
+                        f"{kind.lower()}: {why}",
+                        sink.where,
+                        "from",
+                    )
+                )
+        for key, cols in sink.connector.key_columns(sink.config).items():
+            for col in cols:
+                if col not in columns:
+                    findings.append(
+                        Finding(
+                            "RV004",
+                            "error",
+                            SqlError(
+                                f"{key} {col!r} is not a column of {src!r}{suggest(col, list(columns))}",
+                                sink.where.location("config", key),
+                            ),
+                        )
+                    )
+    relation = (nodes[upstream].extra.get("relation") or nodes[upstream].name) if deps else ""
+    extra = {
+        "connector": spec.connector,
+        "from": src,
+        "relation": relation,
+        "spec_path": path.as_posix(),
+        "sink_config": redact(sink.config.model_dump(mode="json")),
+        "trigger": spec.trigger
+        if isinstance(spec.trigger, str)
+        else spec.trigger.model_dump(mode="json"),
+        "targets": spec.targets,
+    }
+    sql = f"SELECT * FROM {quote(relation)}\n" if relation else None
+    cfg = {"connector": spec.connector}
+    if isinstance(sink.config, DeltaSinkConfig):
+        cfg["mode"] = sink.config.mode
+    return Node(
+        node_id("sink", spec.name),
+        "sink",
+        spec.name,
+        path,
+        deps,
+        spec.tags,
+        cfg,
+        spec.description,
+        sql,
+        None,
+        columns,
+        content_hash(spec.model_dump(mode="json", by_alias=True)),
+        extra,
+    )
+
+
+def check_expectations(
+    quality: tuple[tf.Expectation, ...],
+    columns: dict[str, str],
+    where: Located,
+    findings: list[Finding],
+) -> None:
+    for i, e in enumerate(quality):
+        names = set(e.targets)
+        if e.expression:
+            names |= tf.referenced_columns(e.expression)
+        for col in sorted(names - set(columns)):
+            findings.append(
+                spec_finding(
+                    f"quality {e.check}: column {col!r} is not in the sink's input"
+                    f"{suggest(col, list(columns))}",
+                    where,
+                    "quality",
+                    i,
+                )
+            )
+
+
+def check_targets(project: Project, findings: list[Finding]) -> None:
+    """Route and dead-letter targets: existing sinks without `from`, each written by one sink."""
+    writers: dict[str, str] = {}
+    for name, sink in sorted(project.sinks.items()):
+        for target, why in sink.spec.targets.items():
+            key = "dead_letter" if why == "dead_letter" else "transforms"
+            other = project.sinks.get(target)
+            if other is None:
+                findings.append(
+                    spec_finding(
+                        f"sink {name!r}: {why} target {target!r} is not a sink"
+                        f"{did_you_mean(target, list(project.sinks))}",
+                        sink.where,
+                        key,
+                    )
+                )
+            elif other.spec.from_ is not None or target == name:
+                findings.append(
+                    spec_finding(
+                        f"sink {name!r}: {why} target {target!r} has its own from:; a target sink "
+                        "takes its rows from the sink that names it, so leave from: out",
+                        sink.where,
+                        key,
+                    )
+                )
+            elif target in writers:
+                findings.append(
+                    spec_finding(
+                        f"sink {target!r} is already the target of sink {writers[target]!r}; "
+                        "a target takes one writer (batch ids would collide)",
+                        sink.where,
+                        key,
+                    )
+                )
+            writers.setdefault(target, name)
+    for name, sink in sorted(project.sinks.items()):
+        if sink.spec.from_ is None and name not in writers:
+            findings.append(
+                spec_finding(
+                    f"sink {name!r} has no from: and no sink routes or dead-letters to it",
+                    sink.where,
+                    "name",
+                )
+            )
+
+
+def star_feeding_sinks(
+    project: Project,
+    models: dict[str, ModelResult],
+    nodes: dict[NodeId, Node],
+    findings: list[Finding],
+) -> None:
+    for sink in project.sinks.values():
+        res = models.get(sink.spec.from_ or "")
+        if res is not None and res.star is not None:
+            findings.append(
+                Finding(
+                    "RV005",
+                    "warning",
+                    SqlError(
+                        f"SELECT * in model {res.name!r}, which feeds sink {sink.spec.name!r}: an upstream "
+                        "column change silently changes the sink's schema; list the columns",
+                        SourceLocation(project.models[res.name].path, *res.star),
+                    ),
+                )
+            )

@@ -1,0 +1,120 @@
+"""Source tables: their query, columns, keys and transforms checked; one node each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import (
+    SqlError,
+)
+from ..graph import Node, node_id
+from ..params import bind
+from ..project import SourceTableDef
+from ..redact import redact
+from ..render import source_relation
+from ..validate import (
+    Finding,
+    check_read_only,
+    output_columns,
+    parse_query,
+    unbound_parameter,
+)
+from .common import content_hash, suggest, transformed
+
+
+def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Finding]) -> Node:
+    spec, where = table.table, table.where
+    path = where.doc.path
+    sql: str | None = None
+    columns = table.known_columns()
+    if table.connector.relational:
+        dialect = "postgres" if table.source.connector == "postgres" else "mysql"
+        raw = spec.query or f"SELECT * FROM {spec.table}"
+        loc = where.location("query" if spec.query else "table")
+        offset = (loc.line or 1) - 1
+        bound, unbound = bind(raw, params, dialect)
+        for name, _, _ in unbound:
+            findings.append(unbound_parameter(name, loc))
+        if not unbound:
+            try:
+                tree = parse_query(bound, path, dialect, "a source query", offset)
+                check_read_only(tree, bound, path, offset)
+                sql = bound
+                if columns is None:
+                    names = output_columns(tree)
+                    columns = {c: "UNKNOWN" for c in names} if names is not None else None
+            except SqlError as exc:
+                findings.append(
+                    Finding(
+                        "RV010"
+                        if "read-only" in exc.message or "must be" in exc.message
+                        else "RV001",
+                        "error",
+                        exc,
+                    )
+                )
+        if columns is not None:
+            if spec.meta_columns.exported_at:
+                columns = {**columns, "_rivc_exported_at": "timestamp"}
+            if spec.meta_columns.row_hash:
+                columns = {**columns, "_rivc_row_hash": "bigint"}
+        for key in ("cursor_column", "chunk_column", "time_column", "unique_key"):
+            value = getattr(spec, key)
+            for col in (value,) if isinstance(value, str) else value or ():
+                if columns is None:
+                    findings.append(
+                        Finding(
+                            "RV004",
+                            "warning",
+                            SqlError(
+                                f"{key} {col!r} cannot be checked: the query selects * from a table "
+                                "without declared columns (declare columns: to check it)",
+                                where.location(key),
+                            ),
+                        )
+                    )
+                elif col not in columns:
+                    findings.append(
+                        Finding(
+                            "RV004",
+                            "error",
+                            SqlError(
+                                f"{key} {col!r} is not an output column of source table {table.fqn}"
+                                f"{suggest(col, list(columns))}",
+                                where.location(key),
+                            ),
+                        )
+                    )
+    if spec.transforms:
+        columns = transformed(spec.transforms, columns, where, findings, "source")
+    extra = {
+        "connector": table.source.connector,
+        "connection": table.source.connection,
+        "relation": source_relation(table.source.name, spec.name),
+        "spec_path": path.as_posix(),
+        "table": redact(spec.model_dump(mode="json", exclude_defaults=True, by_alias=True)),
+    }
+    if table.connector.relational:
+        extra["tuning"] = table.source.tuning.resolved()
+    cfg = spec.model_dump(mode="json", include={"mode"})
+    return Node(
+        node_id("source", table.fqn),
+        "source",
+        table.fqn,
+        path,
+        [],
+        (),
+        cfg,
+        spec.description or table.source.description,
+        sql,
+        None,
+        dict(columns) if columns is not None else None,
+        content_hash(
+            table.source.name,
+            table.source.connector,
+            table.source.connection,
+            table.source.tuning,
+            spec,
+        ),
+        extra,
+    )
