@@ -58,7 +58,7 @@ def main() -> None:
         print(f"rivc run, new process, second run: {statistics.median(second):6.2f} s")
 
         from rivc.adapters.cli.execute import _spark
-        from rivc.adapters.runner import RunOptions, execute
+        from rivc.adapters.run.scheduler import RunOptions, execute
 
         started = time.perf_counter()
         roots = [fresh(base, args.orders) for _ in range(args.runs)]

@@ -36,13 +36,11 @@ def _debug() -> bool:
 def _spark(plan: Any, debug: bool = False) -> Any:
     from pyspark.errors import PySparkException
 
-    from ..spark import get_session
+    from ..run.spark import get_session
 
     log = None if debug else plan.root / STATE_DIR / SPARK_LOG  # --debug: Spark's output too
     try:
-        spark = get_session(
-            plan.profile.spark, app_name=f"rivc {plan.manifest.project}", log=log
-        )
+        spark = get_session(plan.profile.spark, app_name=f"rivc {plan.manifest.project}", log=log)
     except PySparkException as exc:  # most often: no Java, or a Connect server out of reach
         raise EnvironmentFault(
             f"Spark did not start ({exc.getCondition() or type(exc).__name__}): check that "
@@ -59,7 +57,7 @@ EXIT_INTERRUPTED = 130  # stopped by Ctrl-C, as shells report SIGINT
 def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
 
     from ..report import Progress, summary
-    from ..runner import RunOptions, execute
+    from ..run.scheduler import RunOptions, execute
 
     root = _root(kw.pop("project_dir"))
     options = RunOptions(
@@ -141,7 +139,7 @@ def show(node: str, limit: int, project_dir: str | None) -> None:
     """Preview rows of a model, source table or sink input."""
     from rich.table import Table
 
-    from ..runner import show as show_rows
+    from ..run.scheduler import show as show_rows
 
     debug = _debug()
     data = show_rows(_root(project_dir), node, limit, lambda plan: _spark(plan, debug))

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from rivc.adapters.spark import get_session
+    from rivc.adapters.run.spark import get_session
     from rivc.compiler.specs import SparkSpec
 
     session = get_session(SparkSpec(master="local[2]"), app_name="rivc-tests")

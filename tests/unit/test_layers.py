@@ -105,5 +105,5 @@ def test_no_upward_imports():
 def test_the_checker_sees_a_circle_and_an_upward_import():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
     mods = modules()
-    assert "rivc.adapters.runtime" in imports(mods)["rivc.adapters.runner"]
+    assert "rivc.adapters.run.runtime" in imports(mods)["rivc.adapters.run.scheduler"]
     assert "rivc.compiler.registry" in imports(mods)["rivc.adapters.connectors.registry"]

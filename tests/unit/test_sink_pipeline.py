@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rivc.adapters import pipeline
+from rivc.adapters.run import sinkwriter as pipeline
 from rivc.adapters.errortext import transient
-from rivc.adapters.pipeline import SinkWriter
+from rivc.adapters.run.sinkwriter import SinkWriter
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import RateLimit
 
@@ -49,7 +49,8 @@ def test_token_bucket_waits_for_the_average_rate(monkeypatch):
 
 
 def test_a_source_rate_limit_reaches_the_sinks_that_read_it(make_project):
-    from rivc.adapters.runtime import Plan, Runtime
+    from rivc.adapters.run.plan import Plan
+    from rivc.adapters.run.runtime import Runtime
     from rivc.adapters.state import StateStore
     from rivc_testing import rivc
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rivc.adapters.spark import jdbc_jars, session_conf
+from rivc.adapters.run.spark import jdbc_jars, session_conf
 from rivc.compiler.specs import SparkSpec
 
 

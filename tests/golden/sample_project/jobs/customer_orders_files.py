@@ -16,7 +16,7 @@ read whole, with no extraction state; a view is its SQL; a table is read from th
 import sys
 from pathlib import Path
 
-from rivc.adapters.runtime import run_sink_job
+from rivc.adapters.run.job import run_sink_job
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 SINK = 'customer_orders_files'

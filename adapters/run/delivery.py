@@ -12,11 +12,11 @@ from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 
-from .connectors.base import SinkContext, WriteResult
-from .connectors.registry import sink_for
-from .faults import fault
+from ..connectors.base import SinkContext, WriteResult
+from ..connectors.registry import sink_for
+from ..faults import fault
+from ..state import StateStore
 from .parquet import dataset, dataset_head, staged
-from .state import StateStore
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads

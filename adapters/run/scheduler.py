@@ -19,8 +19,10 @@ from rivc.compiler.errors import CompileFailed
 from rivc.compiler.locate import TARGET_DIR
 from rivc.compiler.sql import quote
 
-from .runtime import Plan, Runtime, graceful_interrupt
-from .state import NodeResult, StateStore, new_run_id, now, run_lock
+from ..state import NodeResult, StateStore, new_run_id, now, run_lock
+from .plan import Plan
+from .runtime import Runtime
+from .streaming import graceful_interrupt
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +80,7 @@ def compile_for_run(
     from rivc.compiler.build import analyze
     from rivc.compiler.codegen import artifacts
 
-    from .target import load_cache, save_cache, write_artifacts
+    from ..target import load_cache, save_cache, write_artifacts
 
     target = root / TARGET_DIR
     cache = load_cache(target)
@@ -294,7 +296,7 @@ def _import_for_workers() -> None:
         "pyarrow.parquet",
         "pyarrow.dataset",
         "deltalake",
-        "rivc.adapters.extract",
-        "rivc.adapters.pipeline",
+        "rivc.adapters.run.extract",
+        "rivc.adapters.run.sinkwriter",
     ):
         importlib.import_module(module)

@@ -1,9 +1,8 @@
 """Executing compiled nodes on Spark: the code both `rivc run` and `target/jobs/<sink>.py` call.
 
-It runs the SQL compiled into target/ (read once per run, a snapshot that a concurrent compile
-cannot change) with the connector configs and secrets of the project's specs, which
-target/manifest.json leaves out. So a generated job does what the runner does in-process, and
-needs the project folder beside target/.
+It runs a Plan (plan.py): the SQL compiled into target/ with the connector configs and secrets
+of the project's specs, which target/manifest.json leaves out. So a generated job does what the
+scheduler does in-process, and needs the project folder beside target/.
 """
 
 from __future__ import annotations
@@ -11,118 +10,35 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
-from rivc.compiler.locate import STATE_DIR, TARGET_DIR
-from rivc.compiler.manifest import Manifest, ManifestNode
-from rivc.compiler.project import Project, load_project
-from rivc.compiler.specs import ProfileSpec, RateLimit
+from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.manifest import ManifestNode
+from rivc.compiler.specs import RateLimit
 
-from .connectors import delta
-from .connectors.base import SinkContext, SourceContext, WriteResult
-from .connectors.registry import read_source
+from ..connectors import delta
+from ..connectors.base import SinkContext, SourceContext, WriteResult
+from ..connectors.registry import read_source
+from ..errortext import model_error, rivc_error_inside
+from ..faults import fault
+from ..state import NodeResult, StateStore
 from .delivery import STAGING, BatchWriter
-from .errortext import model_error, rivc_error_inside
-from .faults import fault
 from .parquet import arrow_columns, parquet_schema, staged
-from .pipeline import SinkWriter, health_check, transform_source
-from .state import NodeResult, StateStore
+from .plan import Plan
+from .sinkwriter import SinkWriter, health_check, transform_source
+from .streaming import stream_base
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CHECKPOINTS = "checkpoints"
 SAMPLE_ROWS = 5  # failing rows a test prints
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A compiled project as the runtime needs it: the manifest, compiled SQL and the profile."""
-
-    root: Path
-    manifest: Manifest
-    project: Project  # connector configs with their secrets, which the manifest redacts
-    compiled: dict[str, str]  # path under target/ -> SQL, read once: a snapshot for the run
-
-    @classmethod
-    def load(cls, root: Path, env: Mapping[str, str] | None = None) -> Plan:
-        path = root / TARGET_DIR / "manifest.json"
-        try:
-            manifest = Manifest.loads(path.read_text())
-        except OSError:
-            raise StateError(f"{path}: not found; run `rivc compile` first") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StateError(f"{path}: {exc}") from None
-        compiled = {}
-        for node in manifest.nodes.values():
-            for rel in (node.compiled_path, node.compiled_incremental_path):
-                if rel is not None:
-                    try:
-                        compiled[rel] = (root / TARGET_DIR / rel).read_text()
-                    except OSError:
-                        pass  # named in the error of sql() if a node needs it
-        project = load_project(root, os.environ if env is None else env)
-        return cls(root, manifest, project, compiled)
-
-    @property
-    def profile(self) -> ProfileSpec:
-        return self.project.profile
-
-    @property
-    def nodes(self) -> dict[str, ManifestNode]:
-        return self.manifest.nodes
-
-    def is_extracted(self, nid: str) -> bool:
-        """A relational source table: run (extracted with its mode) whenever something reads it."""
-        node = self.nodes[nid]
-        return node.kind == "source" and self.project.sources[node.name].connector.relational
-
-    @property
-    def warehouse(self) -> Path:
-        return self.root / self.profile.warehouse
-
-    def sql(self, nid: str, incremental: bool = False) -> str:
-        node = self.nodes[nid]
-        rel = node.compiled_incremental_path if incremental else node.compiled_path
-        if rel is None:
-            raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
-        if str(rel) not in self.compiled:
-            raise StateError(f"{nid}: target/{rel} is missing; run `rivc compile` first")
-        return self.compiled[str(rel)]
-
-    def downstream(self, nid: str) -> set[str]:
-        children: dict[str, list[str]] = {}
-        for n, node in self.nodes.items():
-            for dep in node.depends_on:
-                children.setdefault(dep, []).append(n)
-        seen: set[str] = set()
-        stack = [nid]
-        while stack:
-            for child in children.get(stack.pop(), ()):
-                if child not in seen:
-                    seen.add(child)
-                    stack.append(child)
-        return seen
-
-    def upstream(self, nid: str) -> list[str]:
-        """Every ancestor of `nid`, in manifest (topological) order."""
-        seen: set[str] = set()
-        stack = [nid]
-        while stack:
-            for dep in self.nodes[stack.pop()].depends_on:
-                if dep not in seen:
-                    seen.add(dep)
-                    stack.append(dep)
-        return [n for n in self.nodes if n in seen]
 
 
 def peak_rss_mb(spark: SparkSession | None) -> float:
@@ -277,7 +193,7 @@ class Runtime:
     def _run_source(self, nid: str, node: ManifestNode) -> NodeResult:
         source = self.plan.project.sources[node.name]
         if source.connector.relational:
-            from .connectors.relational import Conn
+            from ..connectors.relational import Conn
             from .extract import EXTRACT, ExtractContext, extract
 
             spec = self.plan.profile.connections.get(source.source.connection or "")
@@ -502,27 +418,6 @@ class Runtime:
         )
 
 
-@contextmanager
-def graceful_interrupt(event: threading.Event) -> Iterator[None]:
-    """The first Ctrl-C sets `event` (streams stop after their current batch, no new node
-    starts); the second one interrupts at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if event.is_set():
-            raise KeyboardInterrupt
-        event.set()
-        print("stopping after the current batch (Ctrl-C again to stop now)", file=sys.stderr)
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def _spark_errors() -> tuple[type[BaseException], ...]:
     from pyspark.errors import PySparkException
 
@@ -538,58 +433,3 @@ def _one_line(exc: BaseException) -> str:
         return inner
     first = text.splitlines()[0] if text else type(exc).__name__
     return first[:500]
-
-
-def stream_base(checkpoint: Path, writer: SinkWriter) -> int:
-    """What a stream adds to Spark's batch ids. Spark numbers a new checkpoint's batches from 0;
-    the sink's tables may already hold higher ids (a lost or reset checkpoint), and would skip
-    the new batches as replays. So a new checkpoint starts above them, and keeps that base in
-    the checkpoint itself: the two are lost or reset together."""
-    marker = checkpoint / "rivc-batch-base"
-    if marker.exists():
-        return int(marker.read_text())
-    if (checkpoint / "offsets").exists():
-        return 0  # a checkpoint from before bases were kept
-    last = writer.last_batch_id()
-    base = 0 if last is None else last + 1
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    marker.write_text(str(base))
-    return base
-
-
-def run_sink_job(root: Path, sink: str) -> int:
-    """Entry point of a generated job: bind the sink's upstream, run it, record the run."""
-    from .spark import get_session
-    from .state import new_run_id, run_lock
-
-    plan = Plan.load(root)
-    nid = f"sink:{sink}"
-    run_id = new_run_id()
-    state = StateStore.for_project(root)
-    try:
-        with run_lock(root, run_id):
-            state.start_run(run_id, f"job {sink}", nid)
-            runtime = Runtime(
-                lambda: get_session(plan.profile.spark, app_name=f"rivc job {sink}"),
-                plan,
-                run_id,
-                state,
-            )
-            done = []
-            with graceful_interrupt(runtime.interrupt):
-                for up in plan.upstream(nid):
-                    if plan.is_extracted(up):
-                        done.append(runtime.execute(up))
-                    else:
-                        runtime.bind(up)
-                result = runtime.execute(nid)
-            runtime.finalize([*done, result])
-            state.finish_run(run_id, "success" if result.status == "success" else "error")
-    except RivcError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    finally:
-        state.close()
-    line = f"{sink}: {result.status}, {result.rows} rows, {result.files} files ({result.message})"
-    print(line if result.status == "success" else f"{line}: {result.error}")
-    return 0 if result.status == "success" else 1

@@ -27,10 +27,10 @@ from rivc.compiler.sql import literal
 from rivc.compiler.sql import quote as q
 from rivc.compiler.transforms import ERROR_COLUMN, Expectation
 
-from .connectors.base import SinkContext
+from ..connectors.base import SinkContext
+from ..errortext import transient
+from ..state import StateStore
 from .delivery import BatchWriter
-from .errortext import transient
-from .state import StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 ROW_COLUMN = "_rivc_row"  # the row as JSON where it failed, for its dead-letter envelope
 TRACKED = (ERROR_COLUMN, ROW_COLUMN)
+
+
 def apply(df: DataFrame, plan: tf.TransformPlan, track: bool) -> DataFrame:
     """Run a transform plan on `df`. With `track`, a failed cast keeps the row, with the reason in
     _rivc_error and the row before the cast in _rivc_row; without, a failed cast fails the query."""
@@ -304,7 +306,7 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
 
 def health_check(ctx: SinkContext, info: ConnectorInfo, config: Any) -> None:
     """Before the first batch: the sink's local location can be written."""
-    from .preflight import probe_sink
+    from ..preflight import probe_sink
 
     error = probe_sink(info, config, ctx.root)
     if error:

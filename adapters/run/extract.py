@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.specs import SourceTable
 
-from .connectors.relational import (
+from ..connectors.relational import (
     Conn,
     ExtractError,
     Window,
@@ -34,10 +34,10 @@ from .connectors.relational import (
     session_init,
     with_retries,
 )
-from .faults import fault
+from ..faults import fault
+from ..state import NodeResult, StateStore
 from .parquet import arrow_columns, dataset, parquet_rows, parquet_schema
-from .pipeline import transform_source
-from .state import NodeResult, StateStore
+from .sinkwriter import transform_source
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -249,7 +249,7 @@ def _stager(
     Otherwise Spark's JDBC reader and Parquet writer.
     """
     if conn.kind == "postgres":
-        from .connectors.pgcopy import NAME, CopyPartition, CopyReader, PgCopySource, copy_plan
+        from ..connectors.pgcopy import NAME, CopyPartition, CopyReader, PgCopySource, copy_plan
 
         plan = copy_plan(columns, label)
         if plan is not None:

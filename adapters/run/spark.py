@@ -34,7 +34,7 @@ def jdbc_jars(extra: tuple[str, ...] = (), java_dir: Path = JAVA_DIR) -> list[st
     return found + [j for j in extra if j not in found]
 
 
-LOG4J = Path(__file__).with_name("log4j2.properties")
+LOG4J = Path(__file__).parent.parent / "log4j2.properties"
 
 
 def session_conf(spec: SparkSpec) -> dict[str, str]:
@@ -47,8 +47,6 @@ def session_conf(spec: SparkSpec) -> dict[str, str]:
         {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spec.conf.items()}
     )
     return conf
-
-
 
 
 def _launch_quiet(conf: dict[str, str], log: Path) -> None:

@@ -1,0 +1,97 @@
+"""The compiled project as a run sees it: the typed manifest, the compiled SQL (read once, a
+snapshot that a concurrent compile cannot change) and the project's specs, which carry the
+connector configs and secrets the manifest redacts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rivc.compiler.errors import StateError
+from rivc.compiler.locate import TARGET_DIR
+from rivc.compiler.manifest import Manifest, ManifestNode
+from rivc.compiler.project import Project, load_project
+from rivc.compiler.specs import ProfileSpec
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled project as the runtime needs it: the manifest, compiled SQL and the profile."""
+
+    root: Path
+    manifest: Manifest
+    project: Project  # connector configs with their secrets, which the manifest redacts
+    compiled: dict[str, str]  # path under target/ -> SQL, read once: a snapshot for the run
+
+    @classmethod
+    def load(cls, root: Path, env: Mapping[str, str] | None = None) -> Plan:
+        path = root / TARGET_DIR / "manifest.json"
+        try:
+            manifest = Manifest.loads(path.read_text())
+        except OSError:
+            raise StateError(f"{path}: not found; run `rivc compile` first") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"{path}: {exc}") from None
+        compiled = {}
+        for node in manifest.nodes.values():
+            for rel in (node.compiled_path, node.compiled_incremental_path):
+                if rel is not None:
+                    try:
+                        compiled[rel] = (root / TARGET_DIR / rel).read_text()
+                    except OSError:
+                        pass  # named in the error of sql() if a node needs it
+        project = load_project(root, os.environ if env is None else env)
+        return cls(root, manifest, project, compiled)
+
+    @property
+    def profile(self) -> ProfileSpec:
+        return self.project.profile
+
+    @property
+    def nodes(self) -> dict[str, ManifestNode]:
+        return self.manifest.nodes
+
+    def is_extracted(self, nid: str) -> bool:
+        """A relational source table: run (extracted with its mode) whenever something reads it."""
+        node = self.nodes[nid]
+        return node.kind == "source" and self.project.sources[node.name].connector.relational
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root / self.profile.warehouse
+
+    def sql(self, nid: str, incremental: bool = False) -> str:
+        node = self.nodes[nid]
+        rel = node.compiled_incremental_path if incremental else node.compiled_path
+        if rel is None:
+            raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
+        if str(rel) not in self.compiled:
+            raise StateError(f"{nid}: target/{rel} is missing; run `rivc compile` first")
+        return self.compiled[str(rel)]
+
+    def downstream(self, nid: str) -> set[str]:
+        children: dict[str, list[str]] = {}
+        for n, node in self.nodes.items():
+            for dep in node.depends_on:
+                children.setdefault(dep, []).append(n)
+        seen: set[str] = set()
+        stack = [nid]
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                if child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+        return seen
+
+    def upstream(self, nid: str) -> list[str]:
+        """Every ancestor of `nid`, in manifest (topological) order."""
+        seen: set[str] = set()
+        stack = [nid]
+        while stack:
+            for dep in self.nodes[stack.pop()].depends_on:
+                if dep not in seen:
+                    seen.add(dep)
+                    stack.append(dep)
+        return [n for n in self.nodes if n in seen]

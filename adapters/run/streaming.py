@@ -1,0 +1,51 @@
+"""Streams: batch ids across checkpoints, and a first Ctrl-C that lets the running batch finish."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .sinkwriter import SinkWriter
+
+
+@contextmanager
+def graceful_interrupt(event: threading.Event) -> Iterator[None]:
+    """The first Ctrl-C sets `event` (streams stop after their current batch, no new node
+    starts); the second one interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+        print("stopping after the current batch (Ctrl-C again to stop now)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def stream_base(checkpoint: Path, writer: SinkWriter) -> int:
+    """What a stream adds to Spark's batch ids. Spark numbers a new checkpoint's batches from 0;
+    the sink's tables may already hold higher ids (a lost or reset checkpoint), and would skip
+    the new batches as replays. So a new checkpoint starts above them, and keeps that base in
+    the checkpoint itself: the two are lost or reset together."""
+    marker = checkpoint / "rivc-batch-base"
+    if marker.exists():
+        return int(marker.read_text())
+    if (checkpoint / "offsets").exists():
+        return 0  # a checkpoint from before bases were kept
+    last = writer.last_batch_id()
+    base = 0 if last is None else last + 1
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker.write_text(str(base))
+    return base
