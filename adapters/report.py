@@ -38,17 +38,33 @@ def _count(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 
 
+START_DELAY_S = 2.0  # a node that ends sooner prints only its result line
+
+
 class Progress:
-    """Prints `[3/12] OK model stg_orders (1.2s)` lines; threads share one console."""
+    """Prints `[3/12] OK model stg_orders (1.2s)` lines; threads share one console.
+
+    A node's `start` line appears only when the node is still running after START_DELAY_S, or
+    when another line is printed while it runs: a start line right before its own result line
+    says nothing."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self.started = time.perf_counter()
         self._lock = threading.Lock()
+        self._pending: dict[str, threading.Timer] = {}
 
     def start(self, nid: str) -> None:
+        timer = threading.Timer(START_DELAY_S, self._announce, (nid,))
+        timer.daemon = True
         with self._lock:
-            self.console.print(f"[dim]  start {nid}[/dim]")
+            self._pending[nid] = timer
+        timer.start()
+
+    def _announce(self, nid: str) -> None:
+        with self._lock:
+            if self._pending.pop(nid, None) is not None:
+                self.console.print(f"[dim]  start {nid}[/dim]")
 
     def result(self, i: int, n: int, r: NodeResult) -> None:
         word = {"success": "OK", "pass": "PASS"}.get(r.status, r.status.upper())
@@ -60,6 +76,13 @@ class Progress:
         if r.status == "skipped":
             line += f" - {r.message}"
         with self._lock:
+            own = self._pending.pop(r.node, None)
+            if own is not None:
+                own.cancel()
+            for other, timer in sorted(self._pending.items()):  # running beside this one
+                timer.cancel()
+                self.console.print(f"[dim]  start {other}[/dim]")
+            self._pending.clear()
             self.console.print(line, highlight=False, markup=True, soft_wrap=True)
 
 

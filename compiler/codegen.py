@@ -60,13 +60,12 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
     """Every file compile writes under target/, as text."""
     files: dict[str, str] = {}
     graph = compiled.graph
-    selected = set(compiled.selected)
     nodes: dict[str, ManifestNode] = {}
     for nid in graph.order():
         node = graph.nodes[nid]
         paths: dict[str, str | None] = {"compiled_path": None, "compiled_incremental_path": None}
         ephemeral = node.kind == "model" and node.config.get("materialized") == "ephemeral"
-        if nid in selected and node.sql is not None:
+        if node.sql is not None:  # target/ describes the whole project, whatever the selection
             path = compiled_path(node)
             files[path] = final_sql(compiled, node, node.sql) if not ephemeral else node.sql
             paths["compiled_path"] = path
@@ -92,7 +91,7 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
             paths["compiled_incremental_path"],
             **extra,
         )
-        if nid in selected and node.kind == "sink":
+        if node.kind == "sink":
             files[f"jobs/{node.name}.py"] = sink_job(compiled, node)
     manifest = Manifest(
         VERSION,

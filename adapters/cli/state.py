@@ -120,7 +120,32 @@ def metrics(
     as_json: bool,
     project_dir: str | None,
 ) -> None:
-    """Node results of the last runs: status, rows, files, bytes, duration, peak RSS, schema."""
+    """Node results of the last runs: status, rows, bytes, duration, peak memory (--json: every
+    recorded field)."""
     root = _root(project_dir)
     nodes = _chosen(root, selection + select, exclude)
-    _print_rows("node runs", _store(project_dir).history(nodes, last), as_json)
+    rows = _store(project_dir).history(nodes, last)
+    if as_json:
+        _print_rows("node runs", rows, as_json=True)
+        return
+    from rich.table import Table
+
+    from ..report import STYLE, human_bytes
+
+    table = Table(title="node runs", title_justify="left", show_edge=False)
+    for col in ("finished", "node", "status", "rows", "bytes", "time", "memory"):
+        table.add_column(
+            col, justify="right" if col in ("rows", "bytes", "time", "memory") else "left"
+        )
+    for r in rows:
+        status = r["status"] + (f", {r['retries']} retries" if r.get("retries") else "")
+        table.add_row(
+            str(r.get("finished_at") or "")[5:19].replace("T", " "),  # MM-DD HH:MM:SS
+            r["node"],
+            f"[{STYLE.get(r['status'], 'white')}]{status}[/]",
+            "-" if r.get("rows") is None else f"{r['rows']:,}",
+            human_bytes(r.get("bytes")),
+            "-" if r.get("duration_s") is None else f"{r['duration_s']:.1f}s",
+            "-" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f} MB",
+        )
+    _console().print(table)

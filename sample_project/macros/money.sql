@@ -1,3 +1,3 @@
 {% macro cents_to_amount(column) -%}
-    cast({{ column }} as decimal(12, 2))
+    cast(cast({{ column }} as decimal(14, 0)) / 100 as decimal(12, 2))
 {%- endmacro %}

@@ -265,6 +265,12 @@ def test_init_project_runs_as_is(spark, tmp_path):
     assert result.exit_code == 0, result.output
     statuses = {r["status"] for r in results(target).values()}
     assert statuses <= {"success", "pass"}
+    # the generated orders span days, so the daily mart looks like one
+    daily = DeltaTable(str(target / "warehouse/daily_orders")).to_pyarrow_table()
+    assert daily.num_rows >= 10 and sum(daily.column("orders").to_pylist()) == 1000
+    # the README's quick start, as written
+    result = rivc(target, "run", "--select", "stg_orders+", "--param", "min_total=50")
+    assert result.exit_code == 0, result.output
 
 
 def test_trigger_once_runs_one_batch(spark, tmp_path):

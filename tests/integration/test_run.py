@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -102,6 +103,31 @@ def test_selection_and_params(spark, sample):
     assert not (sample / "warehouse/stg_orders").exists()  # a view, bound but not stored
     lake = DeltaTable(str(sample / "output/delta/orders")).to_pyarrow_table()
     assert set(lake.column("region").to_pylist()) == {"us"}
+
+
+def test_the_product_cards_orders_plus_builds_the_order_pipeline(spark, sample):
+    result = rivc(sample, "build", "--select", "orders+", "--param", "min_total=50")
+    assert result.exit_code == 0, result.output
+    ran = set(results(sample))
+    assert {
+        "model:orders",
+        "model:stg_orders",
+        "model:orders_enriched",
+        "model:customer_orders",
+        "model:daily_revenue",
+        "sink:orders_lake",
+        "test:not_null_orders_order_id",
+        "test:unique_stg_orders_order_id",
+    } <= ran
+    assert not {"model:stg_users", "model:stg_pageviews"} & ran  # bound, not run
+    # cents_to_amount turns cents back into the amounts generated, exactly
+    lake = DeltaTable(str(sample / "output/delta/orders")).to_pyarrow_table()
+    totals = lake.column("total").to_pylist()
+    assert (
+        totals
+        and min(totals) >= Decimal("50")
+        and all(t == t.quantize(Decimal("0.01")) for t in totals)
+    )
 
 
 def test_show_previews_rows(spark, sample):

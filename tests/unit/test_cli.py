@@ -40,13 +40,21 @@ def test_init_never_overwrites(tmp_path):
     assert (target / "rivc_project.yml").read_text() == "name: mine\n"
 
 
-def test_compile_select_writes_selection_and_what_it_needs(make_project):
+def test_compile_select_checks_the_selection_and_keeps_target_whole(make_project):
     root = make_project({"models/a.sql": "select order_id from {{ ref('stg') }}\n",
-                         "models/b.sql": "select 1 as one\n"})
+                         "models/b.sql": "select 1 as one\n",
+                         "sinks/out.yml": "sinks:\n  - {name: o, from: b, connector: stdout}\n"})
+    assert run("compile", "--project-dir", str(root))[0] == 0
     code, out, err = run("compile", "--project-dir", str(root), "--select", "a+")
     assert code == 0, err
     compiled = sorted(p.name for p in (root / "target/compiled/model").iterdir())
-    assert compiled == ["a.sql", "stg.sql"]
+    assert compiled == ["a.sql", "b.sql", "stg.sql"]
+    manifest = json.loads((root / "target/manifest.json").read_text())
+    assert manifest["selected"] == ["source:demo.orders", "model:stg", "model:a"]
+    for node in manifest["nodes"].values():  # every file the manifest names is there
+        if node["compiled_path"]:
+            assert (root / "target" / node["compiled_path"]).exists()
+    assert (root / "target/jobs/o.py").exists()  # the unselected sink's job still runs
 
 
 def test_compile_errors_exit_2_one_line_each(make_project):

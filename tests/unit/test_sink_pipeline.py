@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rivc.adapters.run import sinkwriter as pipeline
 from rivc.adapters.errortext import transient
+from rivc.adapters.run import sinkwriter as pipeline
 from rivc.adapters.run.sinkwriter import SinkWriter
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import RateLimit

@@ -3,9 +3,9 @@ select
     customer_id,
     product,
     quantity,
-    {{ cents_to_amount('total') }} as total,
+    {{ cents_to_amount('total_cents') }} as total,
     status,
     created_at,
     cast(created_at as date) as order_date
-from {{ source('shop', 'orders') }}
-where total >= ${min_total}
+from {{ ref('orders') }}
+where {{ cents_to_amount('total_cents') }} >= ${min_total}

@@ -6,6 +6,7 @@ It reads target/manifest.json, the compiled SQL next to it and the project's spe
 the nodes the sink reads available as relations without running them as nodes (a source is
 read whole, with no extraction state; a view is its SQL; a table is read from the warehouse):
     source:shop.orders
+    model:orders
     model:stg_orders
     source:shop.users
     model:stg_users

@@ -3,9 +3,9 @@ select
     customer_id,
     product,
     quantity,
-    cast(total as decimal(12, 2)) as total,
+    cast(cast(total_cents as decimal(14, 0)) / 100 as decimal(12, 2)) as total,
     status,
     created_at,
     cast(created_at as date) as order_date
-from `shop__orders`
-where total >= 0
+from `orders`
+where cast(cast(total_cents as decimal(14, 0)) / 100 as decimal(12, 2)) >= 0

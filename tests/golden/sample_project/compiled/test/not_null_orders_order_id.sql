@@ -1,0 +1,3 @@
+SELECT *
+FROM `orders`
+WHERE `order_id` IS NULL
