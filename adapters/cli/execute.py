@@ -144,11 +144,25 @@ def show(node: str, limit: int, project_dir: str | None) -> None:
     debug = _debug()
     data = show_rows(_root(project_dir), node, limit, lambda plan: _spark(plan, debug))
     table = Table(show_edge=False)
+    columns = []
     for name in data.column_names:
         table.add_column(name)
-    for row in data.to_pylist():
-        table.add_row(*("NULL" if v is None else str(v) for v in row.values()))
+        columns.append(_cells(data.column(name)))
+    for row in zip(*columns, strict=True):
+        table.add_row(*row)
     _console().print(table)
+
+
+def _cells(column: Any) -> list[str]:
+    """A column as display text; Arrow's own text where it has one (times without the
+    time-zone database pyarrow would otherwise load through pandas)."""
+    import pyarrow as pa
+
+    try:
+        values = column.cast(pa.string()).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        values = [None if v is None else str(v) for v in column.to_pylist()]
+    return ["NULL" if v is None else v for v in values]
 
 
 @click.command()

@@ -136,3 +136,26 @@ def test_show_previews_rows(spark, sample):
     assert "customer_id" in result.output
     assert "example.com" in result.output
     assert not (sample / "warehouse").exists()  # a preview writes nothing
+
+
+def test_show_of_a_built_table_needs_no_jvm(spark, sample, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    assert rivc(sample, "run", "--select", "+customer_orders").exit_code == 0
+    nojava = tmp_path / "bin"  # a PATH without java: starting Spark would fail with exit 2
+    nojava.mkdir()
+    (nojava / "rivc").symlink_to(Path(sys.executable).parent / "rivc")
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(nojava)
+    shown = subprocess.run(
+        [str(nojava / "rivc"), "show", "customer_orders", "--limit", "3"],
+        cwd=sample,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "customer_id" in shown.stdout and "segment" in shown.stdout
+    assert len([line for line in shown.stdout.splitlines() if "│" in line]) == 3
