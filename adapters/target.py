@@ -9,11 +9,17 @@ import hashlib
 import json
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rivc.compiler.locate import DEFAULT_PATHS, STATE_DIR, find_profiles, list_project_files
+from rivc.compiler.locate import (
+    DEFAULT_PATHS,
+    STATE_DIR,
+    TARGET_DIR,
+    find_profiles,
+    list_project_files,
+)
 from rivc.compiler.version import VERSION
 
 CACHE_DIR = STATE_DIR  # target/.rivc/: the compile cache and fingerprint
@@ -136,3 +142,33 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def analyze_project(root: Path, options: Any) -> Any:
+    """Load the project and analyze it with the per-model cache kept under target/."""
+    from rivc.compiler import load_project
+    from rivc.compiler.build import analyze
+
+    target = root / TARGET_DIR
+    cache = load_cache(target)
+    compiled = analyze(load_project(root), options, cache)
+    save_cache(target, cache)
+    return compiled
+
+
+def compile_to_target(
+    root: Path, options: Any, on_warning: Callable[[str], None] = lambda text: None
+) -> tuple[Any, dict[str, str]]:
+    """Compile and write target/: the one way `compile`, `run`, `build`, `test` and `show` do
+    it. Returns the compiled project and the files written (path under target/ -> text)."""
+    from rivc.compiler.codegen import artifacts
+    from rivc.compiler.errors import CompileFailed
+
+    compiled = analyze_project(root, options)
+    for warning in compiled.warnings:
+        on_warning(str(warning))
+    if compiled.errors:
+        raise CompileFailed(f.error for f in compiled.errors)
+    files = artifacts(compiled)
+    write_artifacts(root / TARGET_DIR, files)
+    return compiled, files

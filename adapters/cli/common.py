@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from rivc.compiler.errors import RivcError
-from rivc.compiler.locate import TARGET_DIR, find_project_root
+from rivc.compiler.locate import find_project_root
 from rivc.compiler.redact import redact_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -101,17 +101,12 @@ def _compile(
     variables: dict[str, Any],
     workers: int | None,
 ) -> Any:
-    from rivc.compiler import CompileOptions, load_project
-    from rivc.compiler.build import analyze
+    """Analyze without writing target/ (lint, ls, state selections)."""
+    from rivc.compiler import CompileOptions
 
-    from ..target import load_cache, save_cache
+    from ..target import analyze_project
 
-    target = root / TARGET_DIR
-    cache = load_cache(target)
-    options = CompileOptions(select, exclude, params, variables, workers)
-    compiled = analyze(load_project(root), options, cache)
-    save_cache(target, cache)
-    return compiled
+    return analyze_project(root, CompileOptions(select, exclude, params, variables, workers))
 
 
 def _console() -> Any:

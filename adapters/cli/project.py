@@ -10,7 +10,6 @@ from pathlib import Path
 
 import click
 
-from rivc.compiler.errors import CompileFailed
 from rivc.compiler.locate import TARGET_DIR
 from rivc.compiler.redact import redact_text
 
@@ -77,17 +76,14 @@ def compile_cmd(
     if summary is not None:
         click.echo(f"{summary['text']} (up to date, {time.perf_counter() - started:.2f}s)")
         return
-    compiled = _compile(root, select + selection, exclude, _params(params), _vars(vars_), workers)
-    for warning in compiled.warnings:
-        click.echo(redact_text(str(warning)), err=True)
-    if compiled.errors:
-        raise CompileFailed(f.error for f in compiled.errors)
-    from rivc.compiler.codegen import artifacts
+    from rivc.compiler import CompileOptions
 
-    from ..target import save_fingerprint, write_artifacts
+    from ..target import compile_to_target, save_fingerprint
 
-    files = artifacts(compiled)
-    write_artifacts(target, files)
+    options = CompileOptions(select + selection, exclude, _params(params), _vars(vars_), workers)
+    compiled, files = compile_to_target(
+        root, options, lambda text: click.echo(redact_text(text), err=True)
+    )
     kinds: dict[str, int] = {}
     for nid in compiled.selected:
         kinds[compiled.graph.nodes[nid].kind] = kinds.get(compiled.graph.nodes[nid].kind, 0) + 1

@@ -1,6 +1,10 @@
-"""The compiled project as a run sees it: the typed manifest, the compiled SQL (read once, a
-snapshot that a concurrent compile cannot change) and the project's specs, which carry the
-connector configs and secrets the manifest redacts."""
+"""The compiled project as a run sees it: the typed manifest, the compiled SQL (a snapshot that
+a concurrent compile cannot change) and the project's specs, which carry the connector configs
+and secrets the manifest redacts.
+
+An in-process run builds its Plan from the compile it just did (`from_compiled`); only a
+generated job, which starts from target/, loads one (`load`) and reads the project's specs for
+the secrets that target/ never holds."""
 
 from __future__ import annotations
 
@@ -43,6 +47,13 @@ class Plan:
                     except OSError:
                         pass  # named in the error of sql() if a node needs it
         project = load_project(root, os.environ if env is None else env)
+        return cls(root, manifest, project, compiled)
+
+    @classmethod
+    def from_compiled(cls, root: Path, project: Project, files: Mapping[str, str]) -> Plan:
+        """The plan of an in-process run: the compile's own output, nothing read back."""
+        manifest = Manifest.loads(files["manifest.json"])
+        compiled = {path: text for path, text in files.items() if path.startswith("compiled/")}
         return cls(root, manifest, project, compiled)
 
     @property

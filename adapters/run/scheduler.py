@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from rivc.compiler.errors import CompileFailed
 from rivc.compiler.locate import TARGET_DIR
 from rivc.compiler.sql import quote
 
@@ -74,25 +73,16 @@ class RunReport:
 
 def compile_for_run(
     root: Path, options: RunOptions, on_warning: Callable[[str], None] = lambda text: None
-) -> Any:
-    """Compile the selection and write target/ (manifest, compiled SQL, jobs)."""
-    from rivc.compiler import CompileOptions, load_project
-    from rivc.compiler.build import analyze
-    from rivc.compiler.codegen import artifacts
+) -> tuple[Any, Plan]:
+    """Compile the selection, write target/ (the whole project) and return the compiled project
+    with the Plan of this run, built from what was just compiled: nothing is read back."""
+    from rivc.compiler import CompileOptions
 
-    from ..target import load_cache, save_cache, write_artifacts
+    from ..target import compile_to_target
 
-    target = root / TARGET_DIR
-    cache = load_cache(target)
     copts = CompileOptions(options.select, options.exclude, options.params, options.vars)
-    compiled = analyze(load_project(root), copts, cache)
-    save_cache(target, cache)
-    for warning in compiled.warnings:
-        on_warning(str(warning))
-    if compiled.errors:
-        raise CompileFailed(f.error for f in compiled.errors)
-    write_artifacts(target, artifacts(compiled))
-    return compiled
+    compiled, files = compile_to_target(root, copts, on_warning)
+    return compiled, Plan.from_compiled(root, compiled.project, files)
 
 
 def execute(
@@ -111,10 +101,9 @@ def execute(
         # The lock comes first: a refused run writes nothing, and the running one executes the
         # SQL it compiled, held in memory (Plan), whatever is compiled into target/ meanwhile.
         with run_lock(root, run_id):
-            compiled = compile_for_run(root, options, on_warning)
+            compiled, plan = compile_for_run(root, options, on_warning)
             kinds = KINDS[options.command]
             todo = [n for n in compiled.chosen if compiled.graph.nodes[n].kind in kinds]
-            plan = Plan.load(root)
             resumed = state.start_run(
                 run_id,
                 options.command,
@@ -235,13 +224,12 @@ def _schedule(
 def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], SparkSession]) -> Any:
     """Rows of one model, source table or sink input, after binding what it reads."""
     options = RunOptions(select=(node,))
-    compiled = compile_for_run(root, options)
+    compiled, plan = compile_for_run(root, options)
     target = [n for n in compiled.chosen if compiled.graph.nodes[n].kind != "test"]
     if len(target) != 1:
         from rivc.compiler.errors import SelectionError
 
         raise SelectionError(f"show takes one model, source table or sink, got {node!r}")
-    plan = Plan.load(root)
     meta = plan.nodes[target[0]]
     if meta.kind == "model" and meta.materialized in ("table", "incremental"):
         stored = _stored_rows(plan.warehouse / meta.name, limit)
