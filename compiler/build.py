@@ -18,9 +18,9 @@ from .nodes.sources import source_node
 from .params import resolve_params
 from .project import Project, load_project
 from .render import RenderContext, Renderer
+from .rules import Finding
 from .selector import select
 from .specs import NodeId
-from .validate import Finding
 
 __all__ = ["CompileCache", "CompileOptions", "CompiledProject", "analyze", "compile_project"]
 

@@ -50,6 +50,10 @@ class SqlError(RivcError):
     """A model, source query or expression does not parse or does not validate."""
 
 
+class ShapeError(SqlError):
+    """A query parses but is not what it must be: one SELECT (and read-only, for sources)."""
+
+
 class GraphError(RivcError):
     """The DAG has a cycle, or a reference names nothing."""
 

@@ -5,46 +5,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from .build import CompiledProject
-from .validate import Finding
+from .rules import RULES, Finding
 
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    id: str
-    name: str
-    summary: str
-
-
-RULES = {
-    r.id: r
-    for r in (
-        Rule("RV001", "syntax", "SQL does not parse, or a model is not exactly one SELECT"),
-        Rule(
-            "RV002", "unknown-reference", "ref(), source(), a sink's from or a test names nothing"
-        ),
-        Rule("RV003", "unbound-parameter", "a ${name} placeholder has no value"),
-        Rule(
-            "RV004",
-            "key-column",
-            "a cursor, chunk, time, unique, merge or partition column is not in the query's output",
-        ),
-        Rule("RV005", "star-into-sink", "SELECT * in a model that feeds a sink"),
-        Rule("RV006", "merge-without-key", "incremental merge without unique_key"),
-        Rule(
-            "RV007",
-            "nondeterministic-incremental-filter",
-            "rand(), now() and friends in an incremental filter",
-        ),
-        Rule("RV008", "cross-join", "a join without ON or USING"),
-        Rule("RV009", "unknown-column", "a column that no input relation has"),
-        Rule("RV010", "unsafe-source-query", "a source query that is not one read-only SELECT"),
-        Rule("RV011", "render", "Jinja, var(), env_var() or config() failed"),
-    )
-}
 _NOQA = re.compile(r"--\s*noqa(?::\s*(?P<ids>[A-Z0-9, ]+))?", re.I)
 
 

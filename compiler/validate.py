@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import sqlglot
 from sqlglot import exp
@@ -16,46 +14,9 @@ from sqlglot.optimizer.qualify_columns import qualify_columns, validate_qualify_
 from sqlglot.optimizer.qualify_tables import qualify_tables
 from sqlglot.schema import MappingSchema
 
-from .errors import GraphError, RenderError, RivcError, SourceLocation, SqlError, did_you_mean
+from .errors import ShapeError, SourceLocation, SqlError, did_you_mean
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # no "falling back to Command" chatter
-
-Severity = Literal["error", "warning"]
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """A problem found in the project: a stable rule id, its severity and the error itself."""
-
-    rule: str
-    severity: Severity
-    error: RivcError
-
-    @property
-    def location(self) -> SourceLocation | None:
-        return self.error.location
-
-    def __str__(self) -> str:
-        loc = f"{self.location}: " if self.location else ""
-        return f"{loc}{self.severity}: {self.error.message} [{self.rule}]"
-
-
-def finding_for(exc: RivcError) -> Finding:
-    """The error finding for a failure while rendering or parsing one file."""
-    rule = {GraphError: "RV002", SqlError: "RV001"}.get(type(exc), "RV011")
-    return Finding(rule, "error", exc)
-
-
-def unbound_parameter(name: str, location: SourceLocation) -> Finding:
-    return Finding(
-        "RV003",
-        "error",
-        RenderError(
-            f"parameter ${{{name}}} is not bound: add it to params in rivc_project.yml "
-            f"or pass --param {name}=...",
-            location,
-        ),
-    )
 
 
 def position(sql: str, node: exp.Expr) -> tuple[int | None, int | None]:
@@ -91,13 +52,13 @@ def parse_query(sql: str, path: Path, dialect: str, what: str, line_offset: int 
         raise SqlError(f"{what} is empty", SourceLocation(path, 1 + line_offset))
     if len(statements) > 1:
         line, col = position(sql, statements[1])
-        raise SqlError(
+        raise ShapeError(
             f"{what} must be one statement, found {len(statements)}",
             SourceLocation(path, (line or 1) + line_offset, col),
         )
     tree = statements[0]
     if not isinstance(tree, exp.Query):
-        raise SqlError(
+        raise ShapeError(
             f"{what} must be a SELECT, found {tree.key.upper()}",
             SourceLocation(path, 1 + line_offset, 1),
         )
@@ -128,7 +89,7 @@ def check_read_only(tree: exp.Query, sql: str, path: Path, line_offset: int = 0)
                 else (node.key.upper())
             )
             line, col = position(sql, node)
-            raise SqlError(
+            raise ShapeError(
                 f"a source query must be a read-only SELECT; found {what}",
                 SourceLocation(path, (line or 1) + line_offset, col),
             )

@@ -17,20 +17,19 @@ from typing import Any
 from pydantic import ValidationError
 from sqlglot import exp
 
+from . import rules
 from .errors import ProjectError, RivcError, SourceLocation, SqlError
 from .params import bind
 from .render import RenderContext, Renderer, source_relation
+from .rules import Finding
 from .specs import ModelConfig
 from .validate import (
-    Finding,
-    finding_for,
     has_star,
     nondeterministic_in_filters,
     output_columns,
     parse_query,
     position,
     resolve_columns,
-    unbound_parameter,
     unconditioned_joins,
 )
 
@@ -98,7 +97,7 @@ class Worker:
         try:
             full = self.renderer.render(task.name, path, task.text, False)
         except RivcError as exc:
-            res.findings.append(finding_for(exc))
+            res.findings.append(rules.from_error(exc))
             return res
         res.refs, res.sources, res.env_used = full.refs, full.sources, dict(full.env_used)
         merged = dict(task.config)
@@ -110,12 +109,10 @@ class Worker:
             key = str(err["loc"][0]) if err["loc"] else ""
             line = full.config.get(key, (None, None))[1]
             res.findings.append(
-                Finding(
-                    "RV011",
-                    "error",
+                rules.render(
                     ProjectError(
                         f"invalid config {key!r}: {err['msg']}", SourceLocation(path, line)
-                    ),
+                    )
                 )
             )
             return res
@@ -139,7 +136,7 @@ class Worker:
                 else None
             )
         except SqlError as exc:
-            res.findings.append(Finding("RV001", "error", exc))
+            res.findings.append(rules.syntax(exc))
             return res
         res.parsed = True
         self.trees[(task.name, False)] = tree
@@ -152,13 +149,11 @@ class Worker:
             res.star = (line or 1, col or 1)
         for line, col in unconditioned_joins(tree, res.sql):
             res.findings.append(
-                Finding(
-                    "RV008",
-                    "warning",
+                rules.cross_join(
                     SqlError(
                         "join without a condition (a cross join multiplies rows)",
                         SourceLocation(path, line, col),
-                    ),
+                    )
                 )
             )
         if tree_inc is not None and res.sql_incremental is not None:
@@ -166,14 +161,12 @@ class Worker:
             for name, line, col in nondeterministic_in_filters(tree_inc, res.sql_incremental):
                 if (name, line) not in before:
                     res.findings.append(
-                        Finding(
-                            "RV007",
-                            "warning",
+                        rules.nondeterministic_incremental_filter(
                             SqlError(
                                 f"non-deterministic {name}() in an incremental filter: a re-run selects "
                                 "different rows; filter on a column of {{ this }} instead",
                                 SourceLocation(path, line, col),
-                            ),
+                            )
                         )
                     )
         return res
@@ -181,7 +174,7 @@ class Worker:
     def _bind(self, sql: str, path: Path, res: ModelResult) -> str | None:
         bound, unbound = bind(sql, self.params, "spark")
         for name, line, col in unbound:
-            res.findings.append(unbound_parameter(name, SourceLocation(path, line, col)))
+            res.findings.append(rules.unbound_parameter(name, SourceLocation(path, line, col)))
         return None if unbound else bound
 
     def columns(self, tasks: Sequence[ColumnTask]) -> list[ColumnResult]:
@@ -200,7 +193,7 @@ class Worker:
                 )
                 resolve_columns(inc, task.sql_incremental, path, own)
         except SqlError as exc:
-            out.findings.append(Finding("RV009", "error", exc))
+            out.findings.append(rules.unknown_column(exc))
         return out
 
 

@@ -9,7 +9,7 @@ from rivc.adapters.cli import main
 from rivc.compiler import CompileOptions
 from rivc.compiler.build import CompiledProject, analyze
 from rivc.compiler.project import load_project
-from rivc.compiler.validate import Finding
+from rivc.compiler.rules import Finding
 
 
 def write_files(root: Path, files: dict[str, str]) -> Path:

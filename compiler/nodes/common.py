@@ -5,15 +5,14 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from .. import rules
 from .. import transforms as tf
 from ..errors import (
     SqlError,
     did_you_mean,
 )
 from ..project import Located
-from ..validate import (
-    Finding,
-)
+from ..rules import Finding
 
 
 def content_hash(*parts: Any) -> str:
@@ -26,7 +25,7 @@ def suggest(name: str, candidates: list[str]) -> str:
 
 
 def spec_finding(message: str, where: Located, *keys: str | int) -> Finding:
-    return Finding("RV004", "error", SqlError(message, where.location(*keys)))
+    return rules.key_column(SqlError(message, where.location(*keys)))
 
 
 def transformed(

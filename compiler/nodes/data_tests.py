@@ -6,6 +6,7 @@ import hashlib
 import re
 from typing import Any
 
+from .. import rules
 from ..errors import (
     GraphError,
     RenderError,
@@ -18,14 +19,10 @@ from ..graph import Node, node_id
 from ..params import bind
 from ..project import Project
 from ..render import Renderer
+from ..rules import Finding
 from ..specs import GENERIC_TESTS, NodeId
 from ..sql import literal, quote
-from ..validate import (
-    Finding,
-    finding_for,
-    parse_query,
-    unbound_parameter,
-)
+from ..validate import parse_query
 from .common import content_hash, suggest
 
 _REF = re.compile(r"""^\s*ref\(\s*['"](\w+)['"]\s*\)\s*$""")
@@ -49,7 +46,7 @@ def test_nodes(
                 try:
                     node = generic_test(model_name, column.name, test, loc, nodes)
                 except RivcError as exc:
-                    findings.append(finding_for(exc))
+                    findings.append(rules.from_error(exc))
                     continue
                 if (
                     model is not None
@@ -57,14 +54,12 @@ def test_nodes(
                     and column.name not in model.columns
                 ):
                     findings.append(
-                        Finding(
-                            "RV009",
-                            "error",
+                        rules.unknown_column(
                             SqlError(
                                 f"test on unknown column {column.name!r} of model {model_name!r}"
                                 f"{suggest(column.name, list(model.columns))}",
                                 loc,
-                            ),
+                            )
                         )
                     )
                 base, n = node.name, 2
@@ -86,7 +81,9 @@ def test_nodes(
             rendered = renderer.render(name, singular.path, singular.text, False)
             sql, unbound = bind(rendered.sql, params, "spark")
             for pname, line, col in unbound:
-                findings.append(unbound_parameter(pname, SourceLocation(singular.path, line, col)))
+                findings.append(
+                    rules.unbound_parameter(pname, SourceLocation(singular.path, line, col))
+                )
             if not unbound:
                 parse_query(sql, singular.path, "spark", "a test")
                 node.sql = sql
@@ -94,7 +91,7 @@ def test_nodes(
                 node_id("source", s) for s in rendered.sources
             ]
         except RivcError as exc:
-            findings.append(finding_for(exc))
+            findings.append(rules.from_error(exc))
         seen.add(name)
         out.append(node)
     return out

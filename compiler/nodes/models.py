@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import rules
 from ..errors import (
     SourceLocation,
     SqlError,
@@ -13,10 +14,8 @@ from ..errors import (
 from ..graph import Node, node_id
 from ..project import Project
 from ..render import RenderContext, source_relation
+from ..rules import Finding
 from ..specs import NodeId
-from ..validate import (
-    Finding,
-)
 from ..version import VERSION
 from ..workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
 from .common import content_hash, suggest
@@ -182,13 +181,11 @@ def check_model_keys(
             and not cfg["unique_key"]
         ):
             findings.append(
-                Finding(
-                    "RV006",
-                    "error",
+                rules.merge_without_key(
                     SqlError(
                         "incremental model with incremental_strategy merge needs unique_key",
                         SourceLocation(path, 1),
-                    ),
+                    )
                 )
             )
         if res.columns is None:
@@ -197,13 +194,11 @@ def check_model_keys(
             for col in cfg.get(key) or ():
                 if col not in res.columns:
                     findings.append(
-                        Finding(
-                            "RV004",
-                            "error",
+                        rules.key_column(
                             SqlError(
                                 f"{key} {col!r} is not an output column of model {name!r}"
                                 f"{suggest(col, res.columns)}",
                                 SourceLocation(path, 1),
-                            ),
+                            )
                         )
                     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import rules
 from .. import transforms as tf
 from ..connector_specs import DeltaSinkConfig
 from ..dbtypes import unwritable
@@ -14,11 +15,9 @@ from ..errors import (
 from ..graph import Node, node_id
 from ..project import Located, Project, SinkDef
 from ..redact import redact
+from ..rules import Finding
 from ..specs import NodeId
 from ..sql import quote
-from ..validate import (
-    Finding,
-)
 from ..workers import ModelResult
 from .common import content_hash, spec_finding, suggest, transformed
 
@@ -40,14 +39,12 @@ def sink_node(
             f"source:{n.removeprefix('source:')}" for n in nodes if n.startswith("source:")
         ]
         findings.append(
-            Finding(
-                "RV002",
-                "error",
+            rules.unknown_reference(
                 GraphError(
                     f"sink {spec.name!r}: from {src!r} names no model or source table"
                     f"{did_you_mean(src, names)}",
                     sink.where.location("from"),
-                ),
+                )
             )
         )
     else:
@@ -58,14 +55,12 @@ def sink_node(
             and nodes[upstream].config.get("materialized") == "ephemeral"
         ):
             findings.append(
-                Finding(
-                    "RV002",
-                    "error",
+                rules.unknown_reference(
                     GraphError(
                         f"sink {spec.name!r} reads ephemeral model {src!r}: ephemeral models have no "
                         "relation; materialize it as view, table or incremental",
                         sink.where.location("from"),
-                    ),
+                    )
                 )
             )
     columns = transformed(spec.transforms, columns, sink.where, findings, "sink")
@@ -87,13 +82,11 @@ def sink_node(
             for col in cols:
                 if col not in columns:
                     findings.append(
-                        Finding(
-                            "RV004",
-                            "error",
+                        rules.key_column(
                             SqlError(
                                 f"{key} {col!r} is not a column of {src!r}{suggest(col, list(columns))}",
                                 sink.where.location("config", key),
-                            ),
+                            )
                         )
                     )
     relation = (nodes[upstream].extra.get("relation") or nodes[upstream].name) if deps else ""
@@ -207,13 +200,11 @@ def star_feeding_sinks(
         res = models.get(sink.spec.from_ or "")
         if res is not None and res.star is not None:
             findings.append(
-                Finding(
-                    "RV005",
-                    "warning",
+                rules.star_into_sink(
                     SqlError(
                         f"SELECT * in model {res.name!r}, which feeds sink {sink.spec.name!r}: an upstream "
                         "column change silently changes the sink's schema; list the columns",
                         SourceLocation(project.models[res.name].path, *res.star),
-                    ),
+                    )
                 )
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import rules
 from ..errors import (
     SqlError,
 )
@@ -12,13 +13,8 @@ from ..params import bind
 from ..project import SourceTableDef
 from ..redact import redact
 from ..render import source_relation
-from ..validate import (
-    Finding,
-    check_read_only,
-    output_columns,
-    parse_query,
-    unbound_parameter,
-)
+from ..rules import Finding
+from ..validate import check_read_only, output_columns, parse_query
 from .common import content_hash, suggest, transformed
 
 
@@ -34,7 +30,7 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
         offset = (loc.line or 1) - 1
         bound, unbound = bind(raw, params, dialect)
         for name, _, _ in unbound:
-            findings.append(unbound_parameter(name, loc))
+            findings.append(rules.unbound_parameter(name, loc))
         if not unbound:
             try:
                 tree = parse_query(bound, path, dialect, "a source query", offset)
@@ -44,15 +40,7 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
                     names = output_columns(tree)
                     columns = {c: "UNKNOWN" for c in names} if names is not None else None
             except SqlError as exc:
-                findings.append(
-                    Finding(
-                        "RV010"
-                        if "read-only" in exc.message or "must be" in exc.message
-                        else "RV001",
-                        "error",
-                        exc,
-                    )
-                )
+                findings.append(rules.source_query(exc))
         if columns is not None:
             if spec.meta_columns.exported_at:
                 columns = {**columns, "_rivc_exported_at": "timestamp"}
@@ -63,26 +51,23 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
             for col in (value,) if isinstance(value, str) else value or ():
                 if columns is None:
                     findings.append(
-                        Finding(
-                            "RV004",
-                            "warning",
+                        rules.key_column(
                             SqlError(
                                 f"{key} {col!r} cannot be checked: the query selects * from a table "
                                 "without declared columns (declare columns: to check it)",
                                 where.location(key),
                             ),
+                            severity="warning",
                         )
                     )
                 elif col not in columns:
                     findings.append(
-                        Finding(
-                            "RV004",
-                            "error",
+                        rules.key_column(
                             SqlError(
                                 f"{key} {col!r} is not an output column of source table {table.fqn}"
                                 f"{suggest(col, list(columns))}",
                                 where.location(key),
-                            ),
+                            )
                         )
                     )
     if spec.transforms:

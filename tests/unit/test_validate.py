@@ -49,6 +49,11 @@ def test_source_query_must_be_read_only_select(make_project, query):
     assert f.location.path.as_posix() == "sources/pg.yml" and f.location.line == 7
 
 
+def test_a_source_query_that_does_not_parse_is_a_syntax_error(make_project):
+    f = only(findings(_pg(make_project, '"SELECT id FROM orders WHERE ("')), "RV001")
+    assert f.location.path.as_posix() == "sources/pg.yml"
+
+
 def test_cursor_column_must_be_in_output(make_project):
     root = _pg(make_project, '"SELECT id, updated_at AS changed FROM orders"')
     f = only(findings(root), "RV004")
