@@ -15,14 +15,13 @@ from typing import Any
 
 from rivc.compiler.locate import (
     DEFAULT_PATHS,
-    STATE_DIR,
     TARGET_DIR,
     find_profiles,
     list_project_files,
 )
 from rivc.compiler.version import VERSION
 
-CACHE_DIR = STATE_DIR  # target/.rivc/: the compile cache and fingerprint
+CACHE_DIR = "cache"  # target/cache/: the compile cache and fingerprint (not .rivc/, which is run state)
 FINGERPRINT = "fingerprint.json"
 CACHE = "compile_cache.pickle"
 FORMAT = 1
