@@ -79,13 +79,13 @@ class FilesSink(Sink):
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
-        target = Target(c.path, self.ctx.root, c.storage_options)
+        location = Location(c.path, self.ctx.root, c.storage_options)
         rows = data.count_rows()
         written: list[tuple[str, int | None, int]] = []
         if rows or c.mode == "overwrite":
             limit = parse_size(c.max_file_size) if c.max_file_size is not None else None
             name = c.avro_record_name or self.ctx.sink
-            with _Parts(target, c, batch_id, data.schema, limit, name) as parts:
+            with _Parts(location, c, batch_id, data.schema, limit, name) as parts:
                 for batch in stream(data):
                     parts.write(batch)
                 if not rows:
@@ -93,7 +93,7 @@ class FilesSink(Sink):
             written = parts.files
         if c.mode == "overwrite":  # the new batch is in place; now drop the earlier ones
             keep = {p for p, _, _ in written}
-            target.delete([p for p in target.batch_files() if p not in keep])
+            location.delete([p for p in location.batch_files() if p not in keep])
         return WriteResult(rows=rows, bytes=sum(b for _, _, b in written), files=written)
 
     def adopt(self, paths: list[str], batch_id: int) -> WriteResult | None:
@@ -111,10 +111,10 @@ class FilesSink(Sink):
         codec = meta.row_group(0).column(0).compression.lower() if meta.num_row_groups else ""
         if codec != (c.compression or "snappy").replace("none", "uncompressed"):
             return None
-        target = Target(c.path, self.ctx.root, c.storage_options)
+        location = Location(c.path, self.ctx.root, c.storage_options)
         written: list[tuple[str, int | None, int]] = []
         for n, src in enumerate(sources):
-            final = Path(target.base) / f"batch-{batch_id:06d}-part-{n:04d}.parquet"
+            final = Path(location.base) / f"batch-{batch_id:06d}-part-{n:04d}.parquet"
             tmp = final.with_name(f".{final.name}.tmp")
             tmp.unlink(missing_ok=True)
             try:
@@ -127,7 +127,7 @@ class FilesSink(Sink):
             )
         if c.mode == "overwrite":
             keep = {p for p, _, _ in written}
-            target.delete([p for p in target.batch_files() if p not in keep])
+            location.delete([p for p in location.batch_files() if p not in keep])
         return WriteResult(
             rows=sum(r or 0 for _, r, _ in written),
             bytes=sum(b for _, _, b in written),
@@ -135,7 +135,7 @@ class FilesSink(Sink):
         )
 
 
-class Target:
+class Location:
     """Where a files sink writes. A local directory: each file is written under a hidden name and
     renamed. s3://bucket/prefix: a multipart upload, which S3 shows only once it is complete.
 
@@ -172,7 +172,7 @@ class Target:
         return f"s3://{self.base}/{rel}" if self.remote else f"{self.base}/{rel}"
 
     def open(self, rel: str) -> tuple[Any, Callable[[], int], Callable[[], None]]:
-        """(stream, commit -> size, abort) for the file `rel` under the target."""
+        """(stream, commit -> size, abort) for the file `rel` under the location."""
         final = f"{self.base}/{rel}"
         if self.remote:
             out = self.fs.open_output_stream(final)
@@ -210,14 +210,14 @@ class _Parts:
 
     def __init__(
         self,
-        target: Target,
+        location: Location,
         config: FilesSinkConfig,
         batch_id: int,
         schema: Any,
         limit: int | None,
         record_name: str,
     ) -> None:
-        self.target, self.config, self.batch_id, self.limit = target, config, batch_id, limit
+        self.location, self.config, self.batch_id, self.limit = location, config, batch_id, limit
         self.record_name = record_name
         self.row_bytes = 100  # a first guess, replaced by what the files measure
         keys = set(config.partition_by)
@@ -299,7 +299,7 @@ class _Parts:
             )
             name = f"batch-{self.batch_id:06d}-part-{n:04d}{ext}"
             rel = f"{key}/{name}" if key else name
-            out, commit, abort = self.target.open(rel)
+            out, commit, abort = self.location.open(rel)
             writer = _open_writer(out, c, self.data_schema, self.record_name)
             self.open[key] = (writer, (commit, rel), abort, 0)
         return self.open[key][0]
@@ -310,7 +310,7 @@ class _Parts:
         if failed:
             abort()
             return
-        self.files.append((self.target.uri(rel), rows, commit()))
+        self.files.append((self.location.uri(rel), rows, commit()))
 
 
 def pa_schema(fields: list[Any]) -> Any:
