@@ -66,6 +66,15 @@ class Progress:
             if self._pending.pop(nid, None) is not None:
                 self.console.print(f"[dim]  start {nid}[/dim]")
 
+    def note(self, nid: str, text: str) -> None:
+        """A line of progress while `nid` runs (a stream's micro-batch); its start line first."""
+        with self._lock:
+            own = self._pending.pop(nid, None)
+            if own is not None:
+                own.cancel()
+                self.console.print(f"[dim]  start {nid}[/dim]")
+            self.console.print(f"[dim]  {nid} {text}[/dim]", highlight=False)
+
     def result(self, i: int, n: int, r: NodeResult) -> None:
         word = {"success": "OK", "pass": "PASS"}.get(r.status, r.status.upper())
         rows = f", {r.rows:,} rows" if r.rows is not None and r.kind != "test" else ""

@@ -21,7 +21,9 @@ from rivc.compiler.locate import (
 )
 from rivc.compiler.version import VERSION
 
-CACHE_DIR = "cache"  # target/cache/: the compile cache and fingerprint (not .rivc/, which is run state)
+CACHE_DIR = (
+    "cache"  # target/cache/: the compile cache and fingerprint (not .rivc/, which is run state)
+)
 FINGERPRINT = "fingerprint.json"
 CACHE = "compile_cache.pickle"
 FORMAT = 1

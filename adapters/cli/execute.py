@@ -80,6 +80,7 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
         progress.result,
         progress.start,
         lambda text: click.echo(redact_text(text), err=True),
+        progress.note,
     )
     summary(console, report)
     spark_log = root / STATE_DIR / SPARK_LOG

@@ -32,7 +32,7 @@ from .delivery import STAGING, BatchWriter
 from .parquet import arrow_columns, parquet_schema, staged
 from .plan import Plan
 from .sinkwriter import SinkWriter, health_check, transform_source
-from .streaming import stream_base
+from .streaming import Batches, stream_base
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,6 +75,7 @@ class Runtime:
     staged_files: dict[str, list[str]] = field(default_factory=dict)  # relation -> its Parquet
     interrupt: threading.Event = field(default_factory=threading.Event)  # set by the first Ctrl-C
     deferred: dict[str, Callable[[SparkSession], None]] = field(default_factory=dict)
+    on_progress: Callable[[str, str], None] = lambda nid, text: None  # a node's progress line
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
 
@@ -390,8 +391,10 @@ class Runtime:
         elif isinstance(trigger, dict):
             stream = stream.trigger(processingTime=trigger["processing_time"])
         query = stream.start()
+        shown = Batches(node.id, writer.base, self.on_progress)
         try:
             while not query.awaitTermination(1):
+                shown.report(query.recentProgress)
                 if self.interrupt.is_set():  # Ctrl-C: let the running batch finish, then stop
                     while query.isActive and query.status["isTriggerActive"]:
                         time.sleep(0.05)
@@ -400,6 +403,7 @@ class Runtime:
         except KeyboardInterrupt:  # a second Ctrl-C: stop now; the checkpoint decides a replay
             query.stop()
             raise
+        shown.report(query.recentProgress)
 
     def _run_test(self, nid: str, node: ManifestNode) -> NodeResult:
         df = self.spark.sql(self.plan.sql(nid))

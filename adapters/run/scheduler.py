@@ -92,6 +92,7 @@ def execute(
     on_result: Callable[[int, int, NodeResult], None] = lambda i, n, r: None,
     on_start: Callable[[str], None] = lambda nid: None,
     on_warning: Callable[[str], None] = lambda text: None,
+    on_progress: Callable[[str, str], None] = lambda nid, text: None,
 ) -> RunReport:
     """Compile, take the run lock, run the chosen nodes and record every result."""
     started, started_at = time.perf_counter(), now()
@@ -119,6 +120,7 @@ def execute(
                 state,
                 options.full_refresh,
                 resume_from=resumed,
+                on_progress=on_progress,
             )
             if options.command != "test":  # what the selection reads from a database is extracted
                 chosen = set(todo)

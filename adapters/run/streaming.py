@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -49,3 +49,27 @@ def stream_base(checkpoint: Path, writer: SinkWriter) -> int:
     checkpoint.mkdir(parents=True, exist_ok=True)
     marker.write_text(str(base))
     return base
+
+
+class Batches:
+    """One progress line per micro-batch of a stream (rows, duration, running total), from
+    Spark's query progress: read on the driver, so it works on Spark Connect too."""
+
+    def __init__(self, nid: str, base: int, say: Callable[[str, str], None]) -> None:
+        self.nid, self.base, self.say = nid, base, say
+        self.last, self.total = -1, 0
+
+    def report(self, progress: Sequence[Mapping[str, Any]]) -> None:
+        for p in progress:
+            batch = int(p.get("batchId", -1))
+            if batch <= self.last:
+                continue
+            self.last = batch
+            rows = int(p.get("numInputRows") or 0)
+            self.total += rows
+            seconds = (p.get("durationMs") or {}).get("triggerExecution", 0) / 1000
+            self.say(
+                self.nid,
+                f"batch {batch + self.base}: {rows:,} rows in {seconds:.1f}s "
+                f"({self.total:,} in all)",
+            )

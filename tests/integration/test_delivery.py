@@ -277,9 +277,13 @@ def test_trigger_once_runs_one_batch(spark, tmp_path):
     root = stream_project(tmp_path / "once", 30)
     spec = root / "sinks/lake.yml"
     spec.write_text(spec.read_text() + "    trigger: once\n")
-    assert rivc(root, "run").exit_code == 0
+    run = rivc(root, "run")
+    assert run.exit_code == 0, run.output
     res = results(root)["sink:orders_delta"]
     assert res["rows"] == 30 and "1 batch" in res["message"]
+    # one line per micro-batch while the stream runs
+    assert "sink:orders_delta batch 0: 30 rows in " in run.output
+    assert "(30 in all)" in run.output
     assert DeltaTable(str(root / "out/orders")).transaction_version("rivc:stream:orders_delta") == 0
 
 
