@@ -148,7 +148,7 @@ def _atomic_write(path: Path, text: str) -> None:
 def analyze_project(root: Path, options: Any) -> Any:
     """Load the project and analyze it with the per-model cache kept under target/."""
     from rivc.compiler import load_project
-    from rivc.compiler.build import analyze
+    from rivc.compiler.driver import analyze
 
     target = root / TARGET_DIR
     cache = load_cache(target)

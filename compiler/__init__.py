@@ -9,11 +9,11 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "CompileCache": "build",
-    "CompiledProject": "build",
-    "CompileOptions": "build",
-    "analyze": "build",
-    "compile_project": "build",
+    "CompileCache": "driver",
+    "CompiledProject": "driver",
+    "CompileOptions": "driver",
+    "analyze": "driver",
+    "compile_project": "driver",
     "CompileFailed": "errors",
     "RivcError": "errors",
     "SourceLocation": "errors",

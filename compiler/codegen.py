@@ -8,7 +8,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from .build import CompiledProject
+from .driver import CompiledProject
 from .graph import Node
 from .manifest import Manifest, ManifestNode
 from .redact import redact

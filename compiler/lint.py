@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from .build import CompiledProject
+from .driver import CompiledProject
 from .rules import RULES, Finding
 
 _NOQA = re.compile(r"--\s*noqa(?::\s*(?P<ids>[A-Z0-9, ]+))?", re.I)

@@ -7,7 +7,7 @@ from click.testing import CliRunner, Result
 
 from rivc.adapters.cli import main
 from rivc.compiler import CompileOptions
-from rivc.compiler.build import CompiledProject, analyze
+from rivc.compiler.driver import CompiledProject, analyze
 from rivc.compiler.project import load_project
 from rivc.compiler.rules import Finding
 

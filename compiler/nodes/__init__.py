@@ -1,1 +1,1 @@
-"""The nodes of a project, one module per kind; compiler/build.py drives them."""
+"""The nodes of a project, one module per kind; compiler/driver.py drives them."""

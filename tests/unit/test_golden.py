@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 from rivc.compiler import CompileOptions
-from rivc.compiler.build import analyze
 from rivc.compiler.codegen import artifacts
+from rivc.compiler.driver import analyze
 from rivc.compiler.project import load_project
 
 REPO = Path(__file__).resolve().parents[2]
