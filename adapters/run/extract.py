@@ -143,60 +143,38 @@ def extract(ctx: ExtractContext) -> Extraction:
     fail_on_change = table.on_schema_change == "fail"
     before = ctx.state.last_schema(nid)
     schema = ctx.state.schema_change(ctx.run_id, nid, columns, record=not fail_on_change)
+
+    def ended(status: str, error: str | None = None, message: str = "") -> NodeResult:
+        return NodeResult(
+            nid,
+            "source",
+            status,
+            rows=rows,
+            retries=retries,
+            schema=schema,
+            error=error,
+            message=message,
+        )
+
     if schema == "CHANGED":
         diff = _schema_diff(before or {}, columns)
         if fail_on_change:
             return Extraction(
-                NodeResult(
-                    nid,
-                    "source",
-                    "error",
-                    rows=rows,
-                    retries=retries,
-                    schema=schema,
-                    error=f"schema changed and on_schema_change is fail: {diff}",
-                )
+                ended("error", error=f"schema changed and on_schema_change is fail: {diff}")
             )
         notes.append(f"schema changed: {diff}")
     problems, warnings = _quality(files, table, rows)
     notes += warnings
     if problems:
-        return Extraction(
-            NodeResult(
-                nid,
-                "source",
-                "error",
-                rows=rows,
-                retries=retries,
-                schema=schema,
-                error="quality: " + "; ".join(problems),
-            )
-        )
+        return Extraction(ended("error", error="quality: " + "; ".join(problems)))
     if rows == 0 and table.skip_empty:
-        return Extraction(
-            NodeResult(
-                nid,
-                "source",
-                "skipped",
-                rows=0,
-                retries=retries,
-                schema=schema,
-                message="no rows and skip_empty: downstream skipped, cursor not advanced",
-            )
-        )
+        message = "no rows and skip_empty: downstream skipped, cursor not advanced"
+        return Extraction(ended("skipped", message=message))
     cursor = window.cursor
     if cursor is not None and table.unique_key and rows:
         cursor = {**cursor, "keys": _boundary_keys(dataset(files), table, cursor)}
     return Extraction(
-        NodeResult(
-            nid,
-            "source",
-            "success",
-            rows=rows,
-            retries=retries,
-            schema=schema,
-            message="; ".join(n for n in notes if n),
-        ),
+        ended("success", message="; ".join(n for n in notes if n)),
         files if as_is else None,
         lambda spark: transform_source(
             _with_meta(spark.read.parquet(*files), table, exported_at), table.transforms
