@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .specbase import Spec, StrList, _as_tuple
+from .specbase import Location, Spec, StrList, _as_tuple
 
 # --------------------------------------------------------------------------- sources
 
@@ -27,7 +27,7 @@ class DatagenConfig(Spec):
 
 
 class FilesSourceConfig(Spec):
-    path: str
+    path: Location
     format: Literal["json", "jsonl", "csv", "parquet"] = "parquet"
     stream: bool = False
     max_files_per_trigger: int | None = Field(None, gt=0)
@@ -189,7 +189,7 @@ def _valid_size(value: int | str) -> int | str:
 
 
 class DeltaSinkConfig(Spec):
-    table_uri: str
+    table_uri: Location
     mode: Literal["append", "overwrite", "merge"] = "append"
     merge_keys: StrList = ()
     partition_by: StrList = ()
@@ -219,7 +219,7 @@ class CsvOptions(Spec):
 
 
 class FilesSinkConfig(Spec):
-    path: str
+    path: Location
     format: Literal["parquet", "csv", "jsonl", "json", "avro"] = "parquet"
     # append: every batch adds its files; overwrite: a batch's files replace the earlier ones
     mode: Literal["append", "overwrite"] = "append"
@@ -265,7 +265,7 @@ class StdoutSinkConfig(Spec):
 class IcebergCatalog(Spec):
     type: Literal["sql", "rest"] = "sql"
     uri: str | None = None
-    warehouse: str | None = None
+    warehouse: Location | None = None
     credential: str | None = None
     token: str | None = None
 

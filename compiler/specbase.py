@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -43,3 +43,24 @@ StrList = tuple[str, ...]
 
 def _as_tuple(value: Any) -> Any:
     return (value,) if isinstance(value, str) else value
+
+
+# Where tables and files may live: a local path, or a URI of a store the filesystem layer
+# (rivc.adapters.storage) opens on the rivc process and on Spark's executors alike.
+SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "abfss", "abfs", "az")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _location(value: str) -> str:
+    m = _SCHEME.match(value)
+    if m and m.group(1).lower() not in SCHEMES:
+        raise ValueError(
+            f"{m.group(1)}:// is not a storage rivc can write; use a local path or "
+            + ", ".join(f"{s}://" for s in SCHEMES)
+        )
+    if not value.strip():
+        raise ValueError("is empty")
+    return value
+
+
+Location = Annotated[str, AfterValidator(_location)]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from .errors import ProjectError, did_you_mean
 from .redact import is_secret_key
-from .specbase import Name, Spec, StrList, _as_tuple, _identifier
+from .specbase import Location, Name, Spec, StrList, _as_tuple, _identifier
 from .transforms import Expectation, Transform
 from .yamlio import YamlDoc, YamlPath
 
@@ -116,7 +116,10 @@ class ConnectionSpec(Spec):
 
 class ProfileSpec(Spec):
     spark: SparkSpec = SparkSpec()
-    warehouse: str = "warehouse"
+    warehouse: Location = "warehouse"
+    # credentials and endpoints of the object store (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, ...):
+    # rivc's process and Spark's executors get them, on top of the environment's
+    storage: dict[str, str] = {}
     connections: dict[str, ConnectionSpec] = {}
 
 

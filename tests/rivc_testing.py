@@ -1,5 +1,11 @@
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +54,51 @@ def iceberg_catalog(root: Path) -> Any:
     return SqlCatalog(
         "rivc", uri=f"sqlite:///{home / 'catalog.db'}", warehouse=(home / "warehouse").as_uri()
     )
+
+
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def moto_s3(bucket: str = "lake") -> Iterator[str]:
+    """A local S3 endpoint (moto) in its own process, with `bucket` created; yields its URL.
+    Its own process: delta-rs blocks while holding the GIL, so an in-process (threaded) moto
+    server could never answer it."""
+    import boto3
+    from botocore.exceptions import EndpointConnectionError
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", **_boto_keys())
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                client.create_bucket(Bucket=bucket)
+                break
+            except EndpointConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _boto_keys() -> dict[str, str]:
+    return {
+        "aws_access_key_id": S3_KEYS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": S3_KEYS["AWS_SECRET_ACCESS_KEY"],
+    }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -47,6 +47,8 @@ class SinkContext:
     root: Path  # the project directory: relative paths in configs are relative to it
     project: str
     sink: str
+    storage: Mapping[str, str] = field(default_factory=dict)  # the profile's `storage:` block
+    staging: str = ""  # where a remote Spark stages batches for rivc: under the warehouse
 
     def path(self, value: str) -> str:
         """A local path relative to the project, or a URI (s3://...) as it is."""
@@ -65,6 +67,7 @@ class WriteResult:
     retries: int = 0
     commits: int = 0  # transactions added to a table's log (Delta, Iceberg)
     commit_s: float = 0.0  # time in the commit, its retries included
+    removed: int = 0  # files a merge rewrote (removed in the same commit)
 
 
 RETRY_DELAYS = (0.1, 0.2, 0.4)  # commit conflicts: exponential backoff
@@ -173,18 +176,23 @@ def spark_write(df: Any, target: Path, codec: str, partition_by: list[str]) -> l
 
 def parquet_stats(path: Path) -> tuple[int, dict[str, Any]]:
     """Rows and per-column min, max and null count of a Parquet file, from its footer."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     file = pq.ParquetFile(path)
-    meta = file.metadata
+    return footer_stats(file.metadata, file.schema_arrow)
+
+
+def footer_stats(meta: Any, schema: Any) -> tuple[int, dict[str, Any]]:
+    """Rows and Delta-style statistics from a Parquet footer and its Arrow schema."""
+    import pyarrow as pa
+
     # min/max only where they are exact in Delta's JSON: integers, text, dates (see _json_value);
     # decided from the schema, since reading a timestamp's min/max costs a time-zone lookup.
     # Floats get none: Parquet leaves NaN out of its min/max and JSON has no Infinity, so a
     # reader could skip a file that holds the value it looks for.
     ranged = {
         f.name
-        for f in file.schema_arrow
+        for f in schema
         if pa.types.is_integer(f.type)
         or pa.types.is_string(f.type)
         or pa.types.is_large_string(f.type)

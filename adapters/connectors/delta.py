@@ -6,23 +6,24 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connector_specs import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
+from ..storage import Store, is_local, join
 from .base import (
     Sink,
-    SparkFile,
     WriteResult,
     commit_with_retries,
     large,
     parquet_stats,
-    spark_write,
     stream,
 )
+from .tableread import DataFile, read_files
+from .taskwrite import Written, is_remote, partition_value, prefix, write_parquet
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -129,21 +130,383 @@ def write(
     )
 
 
-def read(spark: SparkSession, uri: str) -> DataFrame:
-    """The table's current snapshot as a Spark DataFrame (Spark reads the Parquet files itself)."""
-    dt = open_table(uri)
+# reader features whose tables rivc reads faithfully; any other is refused by name
+READABLE = {"timestampNtz"}
+
+
+def table_files(dt: DeltaTable, uri: str) -> list[DataFile]:
+    """The current snapshot's data files with their partition values; a table whose files
+    would be read wrongly without a feature rivc lacks is refused."""
+    import pyarrow as pa
+
+    protocol = dt.protocol()
+    unknown = sorted(set(protocol.reader_features or ()) - READABLE)
+    mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if unknown or mapping != "none" or protocol.min_reader_version > 3:
+        what = ", ".join(unknown) or f"column mapping ({mapping})"
+        raise ConnectorError(f"{uri}: rivc cannot read Delta tables that use {what}")
+    parts = dt.metadata().partition_columns
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    rows = actions.select(["size_bytes", *[f"partition.{c}" for c in parts]]).to_pylist()
+    uris = dt.file_uris()  # decoded, in the order of the add actions
+    if len(uris) != len(rows):
+        raise ConnectorError(f"{uri}: the table's file list changed while it was read")
+    return [
+        DataFile(u, r["size_bytes"], {c: partition_value(r[f"partition.{c}"]) for c in parts})
+        for u, r in zip(uris, rows, strict=True)
+    ]
+
+
+def table_schema(dt: DeltaTable) -> Any:
+    import pyarrow as pa
+
+    return pa.schema(dt.schema().to_arrow())
+
+
+def read(spark: SparkSession, uri: str, store: Store | None = None) -> DataFrame:
+    """The table's current snapshot as a Spark DataFrame, read by Spark's tasks. A local
+    unpartitioned table on a local Spark goes to Spark's own Parquet reader (faster); every
+    other case to rivc's file-list reader (rivc.adapters.connectors.tableread)."""
+    store = store or Store.of(uri)
+    dt = open_table(uri, store.delta)
     if dt is None:
         raise ConnectorError(f"{uri} is not a Delta table")
-    if dt.metadata().partition_columns or not dt.file_uris():
-        return spark.createDataFrame(dt.to_pyarrow_table())
-    return spark.read.parquet(*dt.file_uris())
+    files = table_files(dt, uri)
+    schema = table_schema(dt)
+    classic = not type(spark).__module__.startswith("pyspark.sql.connect")
+    if classic and is_local(uri) and files and not dt.metadata().partition_columns:
+        names = schema.names
+        df = spark.read.parquet(*[f.uri for f in files])
+        if df.columns == names:
+            return df
+    return read_files(spark, files, schema, store)
+
+
+def reconcile(df: DataFrame, dt: DeltaTable, on_change: str, what: str) -> tuple[DataFrame, Any]:
+    """A batch made to fit an incremental table, as dbt's `on_schema_change` says: `ignore`
+    keeps the table's columns (new ones dropped, missing ones null), `fail` refuses any
+    difference, `append_new_columns` adds new columns to the table, `sync_all_columns` also
+    drops the columns the model no longer has. A column whose type changed is refused, except
+    under `ignore`, which casts to the table's type. Returns (batch, table schema to commit)."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    table = table_schema(dt)
+    batch = arrow_schema(df)
+    old, new = set(table.names), set(batch.names)
+    added = [n for n in batch.names if n not in old]
+    removed = [n for n in table.names if n not in new]
+    changed = [
+        n
+        for n in table.names
+        if n in new and not _same_type(table.field(n).type, batch.field(n).type)
+    ]
+    if on_change == "fail" and (added or removed or changed):
+        diff = [f"+{n}" for n in added] + [f"-{n}" for n in removed] + [f"~{n}" for n in changed]
+        raise ConnectorError(
+            f"{what}: the model's columns differ from its table ({', '.join(diff)}) and "
+            "on_schema_change is fail; run with --full-refresh to rebuild it"
+        )
+    if changed and on_change != "ignore":
+        shown = ", ".join(f"{n} {table.field(n).type} -> {batch.field(n).type}" for n in changed)
+        raise ConnectorError(
+            f"{what}: column types changed ({shown}); run with --full-refresh to rebuild it"
+        )
+    if on_change == "ignore":
+        fields = list(table)
+    elif on_change == "append_new_columns":
+        fields = [*table, *(batch.field(n) for n in added)]
+    else:  # sync_all_columns
+        fields = [
+            *(table.field(n) for n in table.names if n in new),
+            *(batch.field(n) for n in added),
+        ]
+    schema = pa.schema(fields)
+    out = df.select(
+        *[
+            F.col(f.name).cast(from_arrow_type(f.type))
+            if f.name in new
+            else F.lit(None).cast(from_arrow_type(f.type)).alias(f.name)
+            for f in schema
+        ]
+    )
+    return out, schema
+
+
+def _same_type(a: Any, b: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
+        return (a.tz is None) == (b.tz is None)
+    return bool(a.equals(b))
+
+
+def arrow_schema(df: DataFrame) -> Any:
+    """The Delta table schema of a Spark DataFrame (timestamps in UTC, as Delta holds them)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema, timezone="UTC")
+
+
+def commit(
+    uri: str,
+    store: Store,
+    mode: str,
+    schema: Any,
+    written: list[Written],
+    partition_by: tuple[str, ...] = (),
+    removes: tuple[str, ...] = (),
+    app: tuple[str, int] | None = None,
+    configuration: dict[str, str] | None = None,
+) -> tuple[int, float]:
+    """One Delta transaction of the files Spark's tasks wrote, with the batch id. mode `replace`
+    swaps the table's files, schema and partitioning at once (a table model); `append` and
+    `overwrite` keep the table's layout. `removes` (paths in the table) leave in the same
+    commit: a merge's rewritten files. Returns (retries, seconds)."""
+    from time import time
+
+    from deltalake import CommitProperties, Schema, Transaction
+    from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
+    from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+    adds = [
+        AddAction(
+            path=w.rel,
+            size=w.size,
+            partition_values=w.partition,
+            modification_time=w.mtime_ms,
+            data_change=True,
+            stats=json.dumps(w.stats, allow_nan=False),
+        )
+        for w in written
+    ]
+    props = CommitProperties(
+        app_transactions=[Transaction(app[0], app[1])] if app else None, max_commit_retries=0
+    )
+
+    def attempt() -> None:
+        dt = open_table(uri, store.delta)
+        try:
+            if dt is None or mode == "replace":
+                create_table_with_add_actions(
+                    uri,
+                    Schema.from_arrow(schema),
+                    adds,
+                    mode="error" if dt is None else "overwrite",
+                    partition_by=list(partition_by) or None,
+                    configuration=configuration or None,
+                    storage_options=store.delta,
+                    commit_properties=props,
+                )
+                return
+            now = int(time() * 1000)
+            gone = [RemoveAction(p, True, now) for p in removes]
+            dt.create_write_transaction(
+                [*gone, *adds],
+                mode,
+                schema,
+                dt.metadata().partition_columns or None,
+                commit_properties=props,
+            )
+        except (SchemaMismatchError, DeltaError) as exc:
+            if isinstance(exc, CommitFailedError):
+                raise
+            raise ConnectorError(f"delta write to {uri}: {exc}") from exc
+
+    _, retries, took = commit_with_retries(attempt, CommitFailedError, uri)
+    return retries, took
+
+
+def write_batch(
+    df: DataFrame,
+    uri: str,
+    store: Store,
+    mode: str,
+    schema: Any,
+    partition_by: tuple[str, ...] = (),
+    app: tuple[str, int] | None = None,
+    codec: str = "snappy",
+    max_bytes: int | None = None,
+    removes: tuple[str, ...] = (),
+    configuration: dict[str, str] | None = None,
+) -> WriteResult:
+    """Spark's tasks write `df` into the table; rivc commits what they wrote, or deletes it."""
+    where = prefix("batch" if app is None else f"batch-{app[1]:06d}")
+    written = write_parquet(df, uri, store, where, SPARK_CODECS[codec], partition_by, max_bytes)
+    try:
+        retries, took = commit(
+            uri, store, mode, schema, written, partition_by, removes, app, configuration
+        )
+    except BaseException:
+        store.remove_tree(join(uri, where))
+        raise
+    return WriteResult(
+        rows=sum(w.rows for w in written),
+        bytes=sum(w.size for w in written),
+        files=[(join(uri, w.rel), w.rows, w.size) for w in written],
+        retries=retries,
+        commits=1,
+        commit_s=took,
+    )
+
+
+def merge(
+    df: DataFrame,
+    uri: str,
+    store: Store,
+    keys: tuple[str, ...],
+    schema: Any = None,
+    app: tuple[str, int] | None = None,
+    codec: str = "snappy",
+    partition_by: tuple[str, ...] = (),
+) -> WriteResult:
+    """Upsert `df` by `keys` on Spark's executors (a new table is created with `partition_by`). The files that can hold a batch key (by
+    partition value and the first key's min/max statistics, matched by a join in Spark) are
+    read, joined with the batch and rewritten; one commit removes them and adds the new files,
+    with the batch id. Files no key can be in are not touched."""
+    from pyspark.sql import functions as F
+
+    dt = open_table(uri, store.delta)
+    if dt is None:
+        schema = arrow_schema(df)
+        return write_batch(df, uri, store, "append", schema, partition_by, app, codec)
+    counted = df.groupBy(*keys).count()
+    totals = counted.agg(F.sum("count").alias("rows"), F.max("count").alias("most")).first()
+    batch_rows = int(totals["rows"] or 0) if totals else 0
+    if totals and (totals["most"] or 0) > 1:
+        dupe = counted.where("count > 1").first()
+        shown = ", ".join(f"{k}={dupe[k]!r}" for k in keys) if dupe else ""
+        raise ConnectorError(f"merge into {uri}: the batch holds key ({shown}) more than once")
+    if not batch_rows:
+        return WriteResult()
+    files = table_files(dt, uri)
+    stored = table_schema(dt)
+    schema = stored if schema is None else schema
+    parts = tuple(dt.metadata().partition_columns)
+    candidates = _candidates(df, dt, files, keys, parts)
+    target = read_files(df.sparkSession, candidates, stored, store) if candidates else None
+    batch = df.select(*[F.col(n) for n in schema.names if n in df.columns])
+    out = (
+        batch
+        if target is None
+        else target.join(batch, list(keys), "left_anti").unionByName(
+            batch, allowMissingColumns=True
+        )
+    )
+    rel = {f.uri: f.uri[len(uri.rstrip("/")) + 1 :] for f in files}
+    result = write_batch(
+        out,
+        uri,
+        store,
+        "append",
+        schema,
+        parts,
+        app,
+        codec,
+        removes=tuple(rel[f.uri] for f in candidates),
+    )
+    result.removed = len(candidates)
+    result.rows = batch_rows  # rows merged, as a merge reports them (the rewrite is in bytes)
+    return result
+
+
+def _candidates(
+    df: DataFrame,
+    dt: DeltaTable,
+    files: list[DataFile],
+    keys: tuple[str, ...],
+    parts: tuple[str, ...],
+) -> list[DataFile]:
+    """The files that may hold one of the batch's keys: each Spark task sorts the first key's
+    values of its rows and looks up every file's [min, max] range (or partition value) in them;
+    a file without a range is always a candidate."""
+    import pyarrow as pa
+
+    if not files:
+        return []
+    key = keys[0]
+    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    ranges: list[tuple[int, Any, Any]] = []
+    for n, a in enumerate(actions):
+        if key in parts:
+            value = a.get(f"partition.{key}")
+            ranges.append((n, value, value))
+        else:
+            ranges.append((n, a.get(f"min.{key}"), a.get(f"max.{key}")))
+    if is_remote(df):
+        probe = _KeyProbe(key, key in parts, ranges)
+        hits = df.select(key).mapInArrow(probe, "n int").distinct().collect()
+    else:  # a local Spark: the same lookup as a broadcast join, with no Python worker to start
+        hits = _joined(df, key, key in parts, ranges)
+    chosen = {r.n for r in hits}
+    return [f for n, f in enumerate(files) if n in chosen]
+
+
+def _joined(df: DataFrame, key: str, as_text: bool, ranges: list[tuple[int, Any, Any]]) -> Any:
+    from pyspark.sql import functions as F
+
+    t = "string" if as_text else df.schema[key].dataType
+    rows = [(n, _text(lo), _text(hi)) for n, lo, hi in ranges]
+    table = df.sparkSession.createDataFrame(rows, "n int, lo string, hi string")
+    k = F.col(key).cast("string") if as_text else F.col(key)
+    lo, hi = F.col("lo").cast(t), F.col("hi").cast(t)
+    return (
+        df.select(k.alias(key))
+        .where(F.col(key).isNotNull())
+        .join(
+            F.broadcast(table),
+            lo.isNull() | hi.isNull() | ((F.col(key) >= lo) & (F.col(key) <= hi)),
+        )
+        .select("n")
+        .distinct()
+        .collect()
+    )
+
+
+def _text(value: Any) -> str | None:
+    return partition_value(value)
+
+
+@dataclass(frozen=True)
+class _KeyProbe:
+    """What each task runs to find the files its keys can be in."""
+
+    key: str
+    as_text: bool  # a partition column: values compare as Delta's log writes them
+    ranges: list[tuple[int, Any, Any]]
+
+    def __call__(self, batches: Any) -> Any:
+        import bisect
+
+        import pyarrow as pa
+
+        values: set[Any] = set()
+        for b in batches:
+            column = b.column(0).to_pylist()
+            values.update(
+                (partition_value(v) if self.as_text else v) for v in column if v is not None
+            )
+        if not values:
+            return
+        ordered = sorted(values)
+        hit = []
+        for n, lo, hi in self.ranges:
+            if lo is None or hi is None:
+                hit.append(n)
+                continue
+            i = bisect.bisect_left(ordered, lo)
+            if i < len(ordered) and ordered[i] <= hi:
+                hit.append(n)
+        if hit:
+            yield pa.RecordBatch.from_pydict({"n": pa.array(hit, pa.int32())})
 
 
 class DeltaSink(Sink):
     config: DeltaSinkConfig
 
     def last_batch_id(self) -> int | None:
-        dt = open_table(self.uri, self.config.storage_options)
+        dt = open_table(self.uri, self.store.delta)
         if dt is None:
             return None
         version = dt.transaction_version(self.ctx.app_id)
@@ -153,37 +516,43 @@ class DeltaSink(Sink):
     def uri(self) -> str:
         return self.ctx.path(self.config.table_uri)
 
+    @property
+    def store(self) -> Store:
+        return Store.of(self.uri, dict(self.ctx.storage), dict(self.config.storage_options))
+
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
-        """Append or overwrite of a local table, when Spark estimates the batch at
-        `spark_write_threshold` or more: Spark's executors write the data files into the table
-        directory (Hive-style partition directories, the partition columns left out as Delta
-        expects) and this commits them as add actions with their footer statistics, so no row
-        passes through the driver. Merges, object stores and small batches take the streamed path.
-        """
+        """A batch Spark estimates at `spark_write_threshold` or more (any batch on Spark
+        Connect, where there is no estimate): Spark's tasks write the data files into the table
+        (rivc.adapters.connectors.taskwrite) and this commits them with the batch id, so no row
+        passes through rivc. A merge rewrites only the files that can hold the batch's keys."""
         c = self.config
-        if (
-            c.mode == "merge"
-            or "://" in self.uri
-            or not large(df, parse_size(c.spark_write_threshold))
-        ):
+        if not large(df, parse_size(c.spark_write_threshold)):
             return None
-        import pyarrow.parquet as pq
-
-        if not self._same_columns(list(df.columns)):
-            return None
-        rel = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
-        target = Path(self.uri) / rel
-
-        def place() -> tuple[list[SparkFile], Any]:
-            files = spark_write(df, target, SPARK_CODECS[c.compression], list(c.partition_by))
-            if not files:
-                return files, None
-            schema = pq.read_schema(files[0].path).remove_metadata()
-            for col in c.partition_by:  # back into the table schema, in the batch's order
-                schema = schema.append(_spark_field(df, col))
-            return files, _reorder(schema, df.columns)
-
-        return self._commit_files(rel, target, place, batch_id)
+        store = self.store
+        app = (self.ctx.app_id, batch_id)
+        dt = open_table(self.uri, store.delta)
+        schema = arrow_schema(df)
+        if dt is not None and c.mode != "overwrite":
+            evolve = "append_new_columns" if c.schema_evolution == "add_columns" else "fail"
+            df, schema = reconcile(df, dt, evolve, f"sink {self.ctx.sink!r}")
+        if c.mode == "merge":
+            return merge(
+                df, self.uri, store, c.merge_keys, schema, app, c.compression, c.partition_by
+            )
+        if dt is not None and c.mode == "overwrite" and list(df.columns) != table_schema(dt).names:
+            return None  # a new layout: delta-rs's overwrite replaces the schema
+        return write_batch(
+            df,
+            self.uri,
+            store,
+            c.mode,
+            schema,
+            c.partition_by if dt is None else tuple(dt.metadata().partition_columns),
+            app,
+            c.compression,
+            c.target_file_size,
+            configuration=dict(c.table_properties),
+        )
 
     def adopt(self, paths: list[str], batch_id: int) -> WriteResult | None:
         """Parquet files already on this machine (an extracted table) in the table's codec:
@@ -203,14 +572,15 @@ class DeltaSink(Sink):
         if codec.lower() != SPARK_CODECS[c.compression].replace("none", "uncompressed"):
             return None  # the table asks for another codec: rewrite through the driver
         schema = pq.read_schema(sources[0]).remove_metadata()
-        if not self._same_columns(schema.names):
-            return None
-        rel = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
-        target = Path(self.uri) / rel
-
-        def place() -> tuple[list[SparkFile], Any]:
+        existing = open_table(self.uri)
+        if existing is not None and c.mode == "append":
+            if table_schema(existing).names != schema.names:
+                return None  # delta-rs evolves the schema (or refuses)
+        where = f"rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
+        target = Path(self.uri) / where
+        try:
             target.mkdir(parents=True)
-            files = []
+            written = []
             for n, src in enumerate(sources):
                 dest = target / f"part-{n:05d}.parquet"
                 try:
@@ -218,81 +588,20 @@ class DeltaSink(Sink):
                 except OSError:
                     shutil.copyfile(src, dest)
                 rows, stats = parquet_stats(dest)
-                files.append(SparkFile(dest, dest.name, {}, rows, dest.stat().st_size, stats))
-            return files, schema
-
-        return self._commit_files(rel, target, place, batch_id)
-
-    def _same_columns(self, names: list[str]) -> bool:
-        """An append whose columns differ from the table's goes through delta-rs, which evolves
-        the schema (or refuses)."""
-        existing = open_table(self.uri)
-        if existing is None or self.config.mode != "append":
-            return True
-        return [f.name for f in existing.schema().fields] == names
-
-    def _commit_files(
-        self,
-        rel: str,
-        target: Path,
-        place: Callable[[], tuple[list[SparkFile], Any]],
-        batch_id: int,
-    ) -> WriteResult | None:
-        """Put a batch's files under `target` (`rel` in the table) and commit them as add
-        actions with the batch id; on any failure the files are deleted."""
-        from deltalake import CommitProperties, DeltaTable, Transaction
-        from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
-        from deltalake.transaction import AddAction
-
-        c = self.config
-        try:
-            files, schema = place()
-            if not files:  # an empty batch: nothing to add, the streamed path records it
-                shutil.rmtree(target, ignore_errors=True)
-                return None
-            actions: list[Any] = [
-                AddAction(
-                    path=f"{rel}/{f.rel}",
-                    size=f.size,
-                    partition_values=f.partition,
-                    modification_time=int(f.path.stat().st_mtime * 1000),
-                    data_change=True,
-                    stats=json.dumps(f.stats, allow_nan=False),
+                mtime = int(dest.stat().st_mtime * 1000)
+                written.append(
+                    Written(f"{where}/{dest.name}", {}, rows, dest.stat().st_size, stats, mtime)
                 )
-                for f in files
-            ]
-            commit = CommitProperties(
-                app_transactions=[Transaction(self.ctx.app_id, batch_id)], max_commit_retries=0
-            )
-
-            def attempt() -> None:
-                dt = open_table(self.uri) or DeltaTable.create(
-                    self.uri,
-                    schema,
-                    partition_by=list(c.partition_by) or None,
-                    configuration=dict(c.table_properties) or None,
-                )
-                try:
-                    dt.create_write_transaction(
-                        actions,
-                        c.mode,
-                        schema,
-                        list(c.partition_by) or None,
-                        commit_properties=commit,
-                    )
-                except (SchemaMismatchError, DeltaError) as exc:
-                    if isinstance(exc, CommitFailedError):
-                        raise
-                    raise ConnectorError(f"delta write to {self.uri}: {exc}") from exc
-
-            _, retries, took = commit_with_retries(attempt, CommitFailedError, self.uri)
+            app = (self.ctx.app_id, batch_id)
+            props = dict(c.table_properties)
+            retries, took = commit(self.uri, Store(), c.mode, schema, written, (), (), app, props)
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)  # files no commit references
             raise
         return WriteResult(
-            rows=sum(f.rows for f in files),
-            bytes=sum(f.size for f in files),
-            files=[(f"{self.uri}/{rel}/{f.rel}", f.rows, f.size) for f in files],
+            rows=sum(w.rows for w in written),
+            bytes=sum(w.size for w in written),
+            files=[(join(self.uri, w.rel), w.rows, w.size) for w in written],
             retries=retries,
             commits=1,
             commit_s=took,
@@ -313,21 +622,6 @@ class DeltaSink(Sink):
             c.target_file_size,
             dict(c.table_properties),
             schema_mode,
-            dict(c.storage_options),
+            self.store.delta,
             app=(self.ctx.app_id, batch_id),
         )
-
-
-def _spark_field(df: Any, name: str) -> Any:
-    """The Arrow field of a Spark column (a partition column, which the files leave out)."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    field = df.schema[name]
-    return pa.field(name, to_arrow_type(field.dataType, timezone="UTC"), nullable=True)
-
-
-def _reorder(schema: Any, order: list[str]) -> Any:
-    import pyarrow as pa
-
-    return pa.schema([schema.field(n) for n in order if n in schema.names])

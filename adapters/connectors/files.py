@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rivc.compiler.connector_specs import FilesSinkConfig, FilesSourceConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
+from ..storage import Store, is_local, resolve
 from .base import Sink, SourceContext, WriteResult, stream
 
 if TYPE_CHECKING:
@@ -77,9 +78,14 @@ class FilesSink(Sink):
 
     config: FilesSinkConfig
 
+    @property
+    def store(self) -> Store:
+        uri = self.ctx.path(self.config.path)
+        return Store.of(uri, dict(self.ctx.storage), dict(self.config.storage_options))
+
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
-        location = Location(c.path, self.ctx.root, c.storage_options)
+        location = Location(c.path, self.ctx.root, self.store)
         rows = data.count_rows()
         written: list[tuple[str, int | None, int]] = []
         if rows or c.mode == "overwrite":
@@ -111,7 +117,7 @@ class FilesSink(Sink):
         codec = meta.row_group(0).column(0).compression.lower() if meta.num_row_groups else ""
         if codec != (c.compression or "snappy").replace("none", "uncompressed"):
             return None
-        location = Location(c.path, self.ctx.root, c.storage_options)
+        location = Location(c.path, self.ctx.root, self.store)
         written: list[tuple[str, int | None, int]] = []
         for n, src in enumerate(sources):
             final = Path(location.base) / f"batch-{batch_id:06d}-part-{n:04d}.parquet"
@@ -137,39 +143,21 @@ class FilesSink(Sink):
 
 class Location:
     """Where a files sink writes. A local directory: each file is written under a hidden name and
-    renamed. s3://bucket/prefix: a multipart upload, which S3 shows only once it is complete.
+    renamed. An object store (s3://, gs://, abfss://): a multipart upload, which the store shows
+    only once it is complete. Credentials come from the filesystem layer (rivc.adapters.storage):
+    the environment, the profile's `storage:`, then the sink's `storage_options`."""
 
-    S3 settings come from `storage_options` (the keys deltalake uses: AWS_ENDPOINT_URL,
-    AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), then from the same environment
-    variables."""
-
-    def __init__(self, path: str, root: Path, options: dict[str, str]) -> None:
-        import pyarrow.fs as pafs
-
-        self.remote = path.startswith("s3://")
-        if self.remote:
-            opts = {k.upper(): v for k, v in options.items()}
-
-            def get(key: str) -> str | None:
-                return opts.get(key) or os.environ.get(key)
-
-            endpoint = get("AWS_ENDPOINT_URL")
-            self.fs: Any = pafs.S3FileSystem(
-                access_key=get("AWS_ACCESS_KEY_ID"),
-                secret_key=get("AWS_SECRET_ACCESS_KEY"),
-                region=get("AWS_REGION") or "us-east-1",
-                endpoint_override=endpoint,
-                scheme="http" if endpoint and endpoint.startswith("http://") else "https",
-            )
-            self.base = path.removeprefix("s3://").rstrip("/")
-        else:
-            self.fs = pafs.LocalFileSystem()
-            local = Path(path) if Path(path).is_absolute() else root / path
-            self.base = str(local.resolve())
-            local.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str, root: Path, store: Store) -> None:
+        uri = resolve(path, root)
+        self.remote = not is_local(uri)
+        self.fs, base = store.filesystem(uri)
+        self.base = base.rstrip("/")
+        self.prefix = uri[: len(uri) - len(base)] if self.remote else ""  # "s3://", "gs://"
+        if not self.remote:
+            Path(self.base).mkdir(parents=True, exist_ok=True)
 
     def uri(self, rel: str) -> str:
-        return f"s3://{self.base}/{rel}" if self.remote else f"{self.base}/{rel}"
+        return f"{self.prefix}{self.base}/{rel}"
 
     def open(self, rel: str) -> tuple[Any, Callable[[], int], Callable[[], None]]:
         """(stream, commit -> size, abort) for the file `rel` under the location."""
@@ -195,14 +183,14 @@ class Location:
         except FileNotFoundError:
             return []
         return [
-            f"s3://{i.path}" if self.remote else i.path
+            f"{self.prefix}{i.path}"
             for i in infos
             if i.type == pafs.FileType.File and i.base_name.startswith("batch-")
         ]
 
     def delete(self, uris: list[str]) -> None:
         for uri in uris:
-            self.fs.delete_file(uri.removeprefix("s3://"))
+            self.fs.delete_file(uri.removeprefix(self.prefix))
 
 
 class _Parts:

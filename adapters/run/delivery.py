@@ -14,9 +14,11 @@ from rivc.compiler.locate import STATE_DIR
 
 from ..connectors.base import SinkContext, WriteResult
 from ..connectors.registry import sink_for
+from ..connectors.taskwrite import is_remote
 from ..faults import fault
 from ..state import StateStore
-from .parquet import dataset, dataset_head, staged
+from ..storage import Store
+from .parquet import dataset, dataset_head, staged, staged_at
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -63,6 +65,10 @@ class BatchWriter:
     def __call__(self, df: DataFrame, batch_id: int) -> int:
         def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
             limited = df.limit(max_rows) if max_rows is not None else df
+            if is_remote(df):  # the executors cannot reach the project folder
+                return staged_at(
+                    limited, self.ctx.staging, Store.of(self.ctx.staging, self.ctx.storage)
+                )
             where = self.ctx.root / STATE_DIR / STAGING / f"{self.ctx.sink}-{batch_id}"
             return staged(limited, where)
 

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..storage import Store, join
+
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
     from pyspark.sql import DataFrame
@@ -52,6 +54,28 @@ def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
         yield dataset([str(path)])
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def staged_at(df: DataFrame, uri: str, store: Store) -> Iterator[pads.Dataset]:
+    """`staged` for a Spark that does not share rivc's disk: its tasks write the batch under
+    `uri` (the warehouse's staging area) and rivc reads it back through the filesystem layer."""
+    import pyarrow.dataset as pads
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ..connectors.taskwrite import prefix, write_parquet
+
+    where = prefix("staged")
+    written = write_parquet(df, uri, store, where, "lz4")
+    try:
+        if not written:
+            yield pads.dataset(to_arrow_schema(df.schema, timezone="UTC").empty_table())
+        else:
+            fs, base = store.filesystem(uri)
+            paths = [f"{base.rstrip('/')}/{w.rel}" for w in written]
+            yield pads.dataset(paths, filesystem=fs, format="parquet")
+    finally:
+        store.remove_tree(join(uri, where))
 
 
 def parquet_schema(files: list[str]) -> Any:

@@ -19,6 +19,8 @@ from rivc.compiler.manifest import Manifest, ManifestNode
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec
 
+from ..storage import Store, resolve
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -70,8 +72,13 @@ class Plan:
         return node.kind == "source" and self.project.sources[node.name].connector.relational
 
     @property
-    def warehouse(self) -> Path:
-        return self.root / self.profile.warehouse
+    def warehouse(self) -> str:
+        """Where model tables live: a URI, or an absolute local path."""
+        return resolve(self.profile.warehouse, self.root)
+
+    def store(self, uri: str, *given: dict[str, str]) -> Store:
+        """How to reach `uri`: the environment, the profile's `storage:`, then `given`."""
+        return Store.of(uri, dict(self.profile.storage), *given)
 
     def sql(self, nid: str, incremental: bool = False) -> str:
         node = self.nodes[nid]

@@ -28,8 +28,9 @@ from ..connectors.registry import read_source
 from ..errortext import model_error, rivc_error_inside
 from ..faults import fault
 from ..state import NodeResult, StateStore
-from .delivery import STAGING, BatchWriter
-from .parquet import arrow_columns, parquet_schema, staged
+from ..storage import join
+from .delivery import BatchWriter
+from .parquet import arrow_columns, parquet_schema
 from .plan import Plan
 from .sinkwriter import SinkWriter, health_check, transform_source
 from .streaming import Batches, stream_base
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CHECKPOINTS = "checkpoints"
+STAGING_AREA = "_rivc_staging"  # under the warehouse: batches a remote Spark hands to rivc
 SAMPLE_ROWS = 5  # failing rows a test prints
 
 
@@ -124,15 +126,16 @@ class Runtime:
                 self.spark.sql(self.plan.sql(nid)).createOrReplaceTempView(node.name)
             elif mat in ("table", "incremental"):
                 uri = self.table_uri(node)
-                if delta.open_table(uri) is None:
+                store = self.plan.store(uri)
+                if delta.open_table(uri, store.delta) is None:
                     raise StateError(
                         f"model {node.name!r} has not been built yet; "
                         f"run `rivc run --select +{node.name}` first"
                     )
-                delta.read(self.spark, uri).createOrReplaceTempView(node.name)
+                delta.read(self.spark, uri, store).createOrReplaceTempView(node.name)
 
     def table_uri(self, node: ManifestNode) -> str:
-        return str(self.plan.warehouse / node.name)
+        return join(self.plan.warehouse, node.name)
 
     def _source_df(self, node: ManifestNode) -> DataFrame:
         source = self.plan.project.sources[node.name]
@@ -245,11 +248,11 @@ class Runtime:
             df.createOrReplaceTempView(name)
             return NodeResult(nid, "model", "success", schema=self._schema(nid, df), message="view")
         uri = self.table_uri(node)
-        incremental = (
-            mat == "incremental" and not self.full_refresh and delta.open_table(uri) is not None
-        )
+        store = self.plan.store(uri)
+        table = delta.open_table(uri, store.delta)
+        incremental = mat == "incremental" and not self.full_refresh and table is not None
         if incremental:
-            delta.read(self.spark, uri).createOrReplaceTempView(name)  # {{ this }}
+            delta.read(self.spark, uri, store).createOrReplaceTempView(name)  # {{ this }}
             df = self.spark.sql(self.plan.sql(nid, incremental=True))
         else:
             df = self.spark.sql(self.plan.sql(nid))
@@ -257,27 +260,56 @@ class Runtime:
             raise ConnectorError(
                 f"model {name!r} reads a stream: materialize it as a view and deliver it with a sink"
             )
-        keys = node.unique_key
-        with staged(df, self.plan.root / STATE_DIR / STAGING / f"model-{name}") as data:
-            rows = data.count_rows()
-            if incremental:
-                strategy = node.incremental_strategy
-                result = delta.write(uri, data, strategy, keys) if rows else WriteResult()
-                how = f"incremental {strategy}"
+        schema = self._schema(nid, df)
+        config = node.model_config
+        app_id = f"rivc:{self.plan.manifest.project}:model:{name}"
+        last = None if table is None else table.transaction_version(app_id)
+        batch_id = self._hand_out(nid, None if last is None else int(last))
+        if last is not None and int(last) >= batch_id:  # a resumed run: this batch is in
+            how = "already committed by the killed run"
+            result = WriteResult()
+        elif not incremental:
+            result = delta.write_batch(
+                df,
+                uri,
+                store,
+                "replace",
+                delta.arrow_schema(df),
+                config.partition_by,
+                (app_id, batch_id),
+            )
+            how = "table"
+        else:
+            assert table is not None
+            parts = tuple(table.metadata().partition_columns)
+            if config.partition_by and tuple(config.partition_by) != parts:
+                raise ConnectorError(
+                    f"model {name!r}: partition_by {list(config.partition_by)} differs from its "
+                    f"table's {list(parts)}; run with --full-refresh to rebuild it"
+                )
+            df, target = delta.reconcile(df, table, config.on_schema_change, f"model {name!r}")
+            strategy = node.incremental_strategy
+            if strategy == "merge":
+                result = delta.merge(df, uri, store, node.unique_key, target, (app_id, batch_id))
+                how = f"incremental merge, {result.removed} files rewritten"
             else:
-                result = delta.write(uri, data, "overwrite", schema_mode="overwrite")
-                how = "table"
-        delta.read(self.spark, uri).createOrReplaceTempView(name)
+                result = delta.write_batch(
+                    df, uri, store, "append", target, parts, (app_id, batch_id)
+                )
+                how = "incremental append"
+        delta.read(self.spark, uri, store).createOrReplaceTempView(name)
         return NodeResult(
             nid,
             "model",
             "success",
-            rows=rows,
+            rows=result.rows,
             bytes=result.bytes,
             files=len(result.files),
             retries=result.retries,
-            schema=self._schema(nid, df),
+            schema=schema,
             message=how,
+            commits=result.commits,
+            commit_ms=result.commit_s * 1000,
         )
 
     def _run_sink(self, nid: str, node: ManifestNode) -> NodeResult:
@@ -329,12 +361,16 @@ class Runtime:
         """The batch id of a sink's batch in this run, recorded before anything is written: the
         one a resumed run had handed out (a sink that committed it skips the replay), else one
         above every id the state store and the sink's tables (routes included) hold."""
+        return self._hand_out(nid, writer.last_batch_id())
+
+    def _hand_out(self, nid: str, last: int | None) -> int:
+        """The batch id a node writes in this run, recorded before anything is written: the one a
+        resumed run had handed out, else one above `last` (the highest its target holds)."""
         if self.resume_from is not None:
             prior = self.state.handed_out(self.resume_from, nid)
             if prior is not None:
                 self.state.hand_out(self.run_id, nid, prior)
                 return prior
-        last = writer.last_batch_id()
         batch_id = 0 if last is None else last + 1
         self.state.hand_out(self.run_id, nid, batch_id)
         return batch_id
@@ -347,7 +383,13 @@ class Runtime:
 
         def writer(sink: str) -> BatchWriter:
             d = sinks[sink]
-            ctx = SinkContext(self.plan.root, self.plan.manifest.project, sink)
+            ctx = SinkContext(
+                self.plan.root,
+                self.plan.manifest.project,
+                sink,
+                self.plan.profile.storage,
+                join(self.plan.warehouse, STAGING_AREA),
+            )
             if spec.health_check:
                 health_check(ctx, d.connector, d.config)
             return BatchWriter(

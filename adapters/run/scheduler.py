@@ -234,7 +234,7 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
         raise SelectionError(f"show takes one model, source table or sink, got {node!r}")
     meta = plan.nodes[target[0]]
     if meta.kind == "model" and meta.materialized in ("table", "incremental"):
-        stored = _stored_rows(plan.warehouse / meta.name, limit)
+        stored = _stored_rows(plan, meta.name, limit)
         if stored is not None:  # read with delta-rs: no JVM for what is already on disk
             return stored
     spark = spark_factory(plan)
@@ -259,29 +259,30 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
         state.close()
 
 
-def _stored_rows(uri: Path, limit: int) -> Any:
-    """The first rows of a model's Delta table, or None when it has not been built."""
-    from ..connectors import delta
+def _stored_rows(plan: Plan, name: str, limit: int) -> Any:
+    """The first rows of a model's Delta table, or None when it has not been built: read from
+    its files with Arrow, wherever the warehouse is (no JVM)."""
+    import pyarrow as pa
 
-    table = delta.open_table(str(uri))
+    from ..connectors import delta
+    from ..connectors.tableread import read_group
+    from ..storage import join
+
+    uri = join(plan.warehouse, name)
+    store = plan.store(uri)
+    table = delta.open_table(uri, store.delta)
     if table is None:
         return None
-    if table.metadata().partition_columns:  # values live in the paths: let Arrow's dataset add them
-        return table.to_pyarrow_dataset().head(limit)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    schema = delta.table_schema(table)
     parts, rows = [], 0
-    for uri_ in table.file_uris():  # the files of the current version
+    for batch in read_group(delta.table_files(table, uri), schema, store, batch_size=limit):
+        parts.append(pa.Table.from_batches([batch]))
+        rows += batch.num_rows
         if rows >= limit:
             break
-        for batch in pq.ParquetFile(uri_.removeprefix("file://")).iter_batches(batch_size=limit):
-            parts.append(pa.Table.from_batches([batch]))
-            rows += batch.num_rows
-            break
     if not parts:
-        return pa.schema(table.schema().to_arrow()).empty_table()
-    return pa.concat_tables(parts, promote_options="default").slice(0, limit)
+        return schema.empty_table()
+    return pa.concat_tables(parts).slice(0, limit)
 
 
 def fingerprint(options: RunOptions, plan: Plan) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 # modules a connector may use besides compiler/ and its own package: leaf utilities
-CONNECTOR_MAY_USE = {"rivc.adapters.faults", "rivc.adapters.errortext"}
+CONNECTOR_MAY_USE = {"rivc.adapters.faults", "rivc.adapters.errortext", "rivc.adapters.storage"}
 
 
 def modules() -> dict[str, Path]:

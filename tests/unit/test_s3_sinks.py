@@ -2,63 +2,29 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from decimal import Decimal
 
-import boto3
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
-from botocore.exceptions import EndpointConnectionError
 from deltalake import DeltaTable
 
 from rivc.adapters.connectors.base import SinkContext
 from rivc.adapters.connectors.delta import DeltaSink
 from rivc.adapters.connectors.files import FilesSink
 from rivc.compiler.connector_specs import DeltaSinkConfig, FilesSinkConfig
+from rivc_testing import S3_KEYS, moto_s3
 
-KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
+KEYS = S3_KEYS
 
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    """moto in its own process: delta-rs blocks while holding the GIL, so an in-process
-    (threaded) moto server could never answer it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=url,
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        region_name="us-east-1",
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.create_bucket(Bucket="lake")
-            break
-        except EndpointConnectionError:
-            if time.monotonic() > deadline:
-                server.kill()
-                raise
-            time.sleep(0.2)
-    yield url
-    server.terminate()
-    server.wait(10)
+    with moto_s3() as url:
+        yield url
 
 
 def options(endpoint: str) -> dict[str, str]:

@@ -1,0 +1,241 @@
+"""Spark's tasks write a batch's files straight to the table's location; the rivc process gets
+their descriptions back and commits them (Delta, Iceberg) or lists them (files).
+
+Each task of `df.mapInArrow` streams its rows into Parquet through the filesystem layer
+(rivc.adapters.storage), one file per partition value (rolled at `max_bytes`), and yields one
+row per file: where, rows, bytes (counted from the output stream, not a listing) and footer
+statistics. Only those rows come back to rivc, so the same code serves a local Spark, a cluster
+and a Spark Connect server that cannot see rivc's disk. Files sit under a prefix of their own
+(`rivc-<what>-<uuid>/`), removed whole when the write or its commit fails.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..storage import Store, is_local, join
+from .base import footer_stats, spark_write
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+DESCRIPTION = "rel string, partition string, rows long, size long, stats string, mtime long"
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True)
+class Written:
+    """One file a task wrote, relative to the table's root."""
+
+    rel: str
+    partition: dict[str, str | None]
+    rows: int
+    size: int
+    stats: dict[str, Any]
+    mtime_ms: int
+
+
+def prefix(what: str) -> str:
+    return f"rivc-{what}-{uuid.uuid4().hex[:12]}"
+
+
+def write_parquet(
+    df: DataFrame,
+    uri: str,
+    store: Store,
+    where: str,
+    codec: str = "snappy",
+    partition_by: tuple[str, ...] = (),
+    max_bytes: int | None = None,
+) -> list[Written]:
+    """Have Spark's tasks write `df` under `uri`/`where`/ and return what they wrote. On any
+    failure the prefix is removed and the error raised.
+
+    A local Spark writing a local table uses Spark's own Parquet writer (no Python worker:
+    measured 2-4x faster for small batches on a fresh session); everything else runs rivc's
+    task, which reaches any store."""
+    if is_local(uri) and not is_remote(df):
+        target = Path(uri) / where
+        try:
+            files = spark_write(df, target, codec, list(partition_by))
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        return [
+            Written(
+                f"{where}/{f.rel}",
+                f.partition,
+                f.rows,
+                f.size,
+                f.stats,
+                int(f.path.stat().st_mtime * 1000),
+            )
+            for f in files
+        ]
+    task = _Task(uri, store, where, codec, tuple(partition_by), max_bytes)
+    try:
+        rows = df.mapInArrow(task, DESCRIPTION).collect()
+    except BaseException:
+        store.remove_tree(join(uri, where))
+        raise
+    return sorted(
+        (
+            Written(r.rel, json.loads(r.partition), r.rows, r.size, json.loads(r.stats), r.mtime)
+            for r in rows
+        ),
+        key=lambda w: w.rel,
+    )
+
+
+def is_remote(df: DataFrame) -> bool:
+    """True on Spark Connect, where rivc's disk is not the executors'."""
+    return type(df).__module__.startswith("pyspark.sql.connect")
+
+
+def partition_value(value: Any) -> str | None:
+    """A partition value as Delta's log and Hive paths hold it."""
+    from datetime import date, datetime
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What each Spark task runs (pickled to the executors with the store's options)."""
+
+    uri: str
+    store: Store
+    where: str
+    codec: str
+    partition_by: tuple[str, ...]
+    max_bytes: int | None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        fs, root = self.store.filesystem(self.uri)
+        open_files: dict[tuple[str | None, ...], _File] = {}
+        done: list[dict[str, Any]] = []
+        try:
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                for key, part in self._split(pa.Table.from_batches([batch])):
+                    f = open_files.get(key)
+                    if f is None:
+                        f = open_files[key] = _File.open(
+                            fs, root, self._dir(key), part.schema, self.codec
+                        )
+                    f.write(part)
+                    if self.max_bytes and f.stream.tell() >= self.max_bytes:
+                        done.append(self._close(open_files.pop(key), key))
+            for key in list(open_files):
+                done.append(self._close(open_files.pop(key), key))
+        finally:
+            for f in open_files.values():
+                f.abandon()
+        if done:
+            yield pa.RecordBatch.from_pylist(done, schema=_description_schema())
+
+    def _dir(self, key: tuple[str | None, ...]) -> str:
+        parts = [self.where]  # directory names are for people: readers take values from the log
+        for col, value in zip(self.partition_by, key, strict=True):
+            shown = NULL_PARTITION if value is None else _UNSAFE.sub("_", value)[:64]
+            parts.append(f"{_UNSAFE.sub('_', col)}={shown}")
+        return "/".join(parts)
+
+    def _split(self, table: pa.Table) -> Iterator[tuple[tuple[str | None, ...], pa.Table]]:
+        if not self.partition_by:
+            yield (), table
+            return
+        import pyarrow.compute as pc
+
+        cols = list(self.partition_by)
+        keys = table.select(cols).group_by(cols, use_threads=False).aggregate([])
+        for row in keys.to_pylist():
+            mask = None
+            for col in cols:
+                value = row[col]
+                m = pc.is_null(table[col]) if value is None else pc.equal(table[col], value)
+                mask = m if mask is None else pc.and_(mask, m)
+            part = table.filter(mask).drop_columns(cols)
+            yield tuple(partition_value(row[c]) for c in cols), part
+
+    def _close(self, f: _File, key: tuple[str | None, ...]) -> dict[str, Any]:
+        rows, size, stats = f.close()
+        return {
+            "rel": f.rel,
+            "partition": json.dumps(dict(zip(self.partition_by, key, strict=True))),
+            "rows": rows,
+            "size": size,
+            "stats": json.dumps(stats, allow_nan=False),
+            "mtime": int(time.time() * 1000),
+        }
+
+
+class _File:
+    def __init__(self, fs: Any, path: str, rel: str, stream: Any, writer: Any) -> None:
+        self.fs, self.path, self.rel, self.stream, self.writer = fs, path, rel, stream, writer
+
+    @classmethod
+    def open(cls, fs: Any, root: str, directory: str, schema: pa.Schema, codec: str) -> _File:
+        import pyarrow.parquet as pq
+
+        rel = f"{directory}/part-{uuid.uuid4().hex}.parquet"
+        path = f"{root.rstrip('/')}/{rel}"
+        if directory:
+            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        stream = fs.open_output_stream(path)
+        return cls(fs, path, rel, stream, pq.ParquetWriter(stream, schema, compression=codec))
+
+    def write(self, table: pa.Table) -> None:
+        self.writer.write_table(table)
+
+    def close(self) -> tuple[int, int, dict[str, Any]]:
+        self.writer.close()
+        meta = self.writer.writer.metadata
+        size = self.stream.tell()
+        self.stream.close()  # on an object store the upload completes here
+        rows, stats = footer_stats(meta, self.writer.schema)
+        return rows, size, stats
+
+    def abandon(self) -> None:
+        try:
+            self.writer.close()
+            self.stream.close()
+            self.fs.delete_file(self.path)
+        except Exception:  # noqa: BLE001  (the task is failing already; the prefix goes too)
+            pass
+
+
+def _description_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("rel", pa.string()),
+            ("partition", pa.string()),
+            ("rows", pa.int64()),
+            ("size", pa.int64()),
+            ("stats", pa.string()),
+            ("mtime", pa.int64()),
+        ]
+    )

@@ -1,0 +1,230 @@
+"""The data plane against a Spark that cannot see rivc's disk: a Spark Connect server in its own
+mount namespace (a fresh tmpfs hides the folder the projects live in), the warehouse and every
+sink on S3 (a moto server). The same project run on the local Spark must give the same tables."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from rivc_testing import S3_KEYS, free_port, moto_s3, rivc, write_files
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root"),
+]
+
+PROJECT = {
+    "rivc_project.yml": "name: remote_shop\nprofile: default\n",
+    "sources/shop.yml": """
+sources:
+  - name: shop
+    connector: datagen
+    tables:
+      - name: orders
+        config: {pattern: orders, max_events: 3000, seed: 42, events_per_second: 0.01}
+      - name: users
+        config: {pattern: users, max_events: 300, seed: 7}
+""",
+    "models/stg_orders.sql": "select * from {{ source('shop', 'orders') }}\n",
+    "models/orders_enriched.sql": """
+{{ config(materialized='incremental', unique_key='order_id') }}
+select o.order_id, o.customer_id, u.name as customer_name, o.total, o.status,
+       to_date(o.created_at) as order_date, o.created_at
+from {{ ref('stg_orders') }} o
+left join {{ source('shop', 'users') }} u on u.user_id = o.customer_id
+{% if is_incremental() %}
+where o.order_id % 3 = 0
+{% endif %}
+""",
+    "models/customer_orders.sql": """
+{{ config(materialized='table', partition_by=['status']) }}
+select customer_id, status, count(*) as orders, sum(total) as revenue
+from {{ ref('orders_enriched') }}
+group by customer_id, status
+""",
+    "sinks/lake.yml": """
+sinks:
+  - name: orders_lake
+    from: orders_enriched
+    connector: delta
+    config: {table_uri: "${LAKE}/delta/orders", mode: merge, merge_keys: [order_id],
+             partition_by: [order_date]}
+  - name: customer_files
+    from: customer_orders
+    connector: files
+    config: {path: "${LAKE}/files/customer_orders", format: parquet, mode: overwrite}
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def hidden(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hidden")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    with moto_s3() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def connect(hidden: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark Connect server on 127.0.0.1 whose mount namespace has an empty tmpfs over
+    `hidden`: it sees none of the files rivc writes there."""
+    import pyspark
+
+    port = free_port()
+    home = Path(pyspark.__file__).parent
+    logs = tmp_path_factory.mktemp("connect-logs")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},  # only rivc's
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_NO_DAEMONIZE": "1",
+        "SPARK_LOG_DIR": str(logs),
+        "SPARK_PID_DIR": str(logs),
+    }
+    start = (
+        f'mount -t tmpfs rivc-hidden "{hidden}" && exec "{home}/sbin/start-connect-server.sh" '
+        f"--master local[2] --conf spark.connect.grpc.binding.address=127.0.0.1 "
+        f"--conf spark.connect.grpc.binding.port={port} --conf spark.ui.enabled=false "
+        "--conf spark.sql.shuffle.partitions=2 --conf spark.sql.session.timeZone=UTC"
+    )
+    with (logs / "out.log").open("w") as out:  # the server keeps its own copy of the handle
+        server = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", start],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    import socket
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                os.killpg(server.pid, signal.SIGKILL)
+                raise RuntimeError((logs / "out.log").read_text()[-3000:]) from None
+            time.sleep(0.5)
+    yield f"sc://127.0.0.1:{port}"
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+
+
+def run(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "rivc.adapters.cli", *args, "--project-dir", str(root)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def project(root: Path, profile: str) -> Path:
+    return write_files(root, {**PROJECT, "profiles.yml": profile})
+
+
+def sorted_table(table: pa.Table, keys: list[str]) -> pa.Table:
+    """Rows in key order, columns by name; nullability (which Spark's two planners infer
+    differently) left out: the values are what must match."""
+    table = table.select(sorted(table.column_names)).sort_by([(k, "ascending") for k in keys])
+    return table.cast(pa.schema([f.with_nullable(True) for f in table.schema]))
+
+
+def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
+    tmp_path: Path,
+    hidden: Path,
+    s3: str,
+    connect: str,
+    spark: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
+    remote = project(
+        hidden / "remote",
+        f"""
+default:
+  spark: {{remote: "{connect}"}}
+  warehouse: s3://lake/warehouse
+  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
+""",
+    )
+    local = project(
+        tmp_path / "local",
+        'default:\n  spark: {master: "local[2]", conf: {spark.sql.shuffle.partitions: "2"}}\n',
+    )
+    lake = "s3://lake/sinks"
+    remote_env = {**S3_KEYS, "LAKE": lake}
+    monkeypatch.setenv("LAKE", str(tmp_path / "local-lake"))
+
+    # the server cannot see the project: reading one of its files fails there
+    probe = (
+        "from pyspark.sql import SparkSession;"
+        f"s=SparkSession.builder.remote('{connect}').getOrCreate();"
+        f"print(s.read.text('{remote / 'rivc_project.yml'}').count())"
+    )
+    seen = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert seen.returncode != 0 and "PATH_NOT_FOUND" in seen.stderr + seen.stdout
+
+    for _ in range(2):  # the second run merges into what the first one built
+        run(remote, remote_env, "run")
+        done = rivc(local, "run")  # on the test session's local Spark
+        assert done.exit_code == 0, done.output
+
+    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    pairs = [
+        ("s3://lake/warehouse/orders_enriched", local / "warehouse/orders_enriched", ["order_id"]),
+        (
+            "s3://lake/warehouse/customer_orders",
+            local / "warehouse/customer_orders",
+            ["customer_id", "status"],
+        ),
+        (f"{lake}/delta/orders", tmp_path / "local-lake/delta/orders", ["order_id"]),
+    ]
+    for uri, path, keys in pairs:
+        far = DeltaTable(uri, storage_options=options)
+        near = DeltaTable(str(path))
+        assert far.metadata().partition_columns == near.metadata().partition_columns
+        got = sorted_table(far.to_pyarrow_table(), keys)
+        want = sorted_table(near.to_pyarrow_table(), keys)
+        assert got.num_rows > 0 and got.equals(want), uri
+    # the incremental model merged on the second run: one row per order, the rewrite recorded
+    assert DeltaTable(f"{lake}/delta/orders", storage_options=options).version() >= 1
+    orders = DeltaTable("s3://lake/warehouse/orders_enriched", storage_options=options)
+    assert orders.to_pyarrow_table().num_rows == 3000
+    history = [h["operation"] for h in orders.history()]
+    assert len(history) >= 2
+
+    fs = pafs.S3FileSystem(
+        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
+    )
+    far_files = pads.dataset("lake/sinks/files/customer_orders", filesystem=fs).to_table()
+    near_files = pads.dataset(str(tmp_path / "local-lake/files/customer_orders")).to_table()
+    keys = ["customer_id", "status"]
+    assert sorted_table(far_files, keys).equals(sorted_table(near_files, keys))
+    # nothing was staged in the project folder: the server could not have read it
+    assert not list((remote / ".rivc").glob("staging/*"))
