@@ -234,6 +234,19 @@ def reconcile(df: DataFrame, dt: DeltaTable, on_change: str, what: str) -> tuple
     return out, schema
 
 
+def drop_columns(spark: SparkSession, uri: str, store: Store, names: list[str]) -> None:
+    """Rewrite the table without `names` (Delta drops a column in place only with column
+    mapping, which rivc does not use): one replace commit of the remaining columns."""
+    import pyarrow as pa
+
+    dt = open_table(uri, store.delta)
+    assert dt is not None
+    kept = pa.schema([f for f in table_schema(dt) if f.name not in names])
+    parts = tuple(p for p in dt.metadata().partition_columns if p not in names)
+    df = read(spark, uri, store).select(*kept.names)
+    write_batch(df, uri, store, "replace", kept, parts)
+
+
 def _same_type(a: Any, b: Any) -> bool:
     import pyarrow as pa
 
@@ -262,10 +275,12 @@ def commit(
 ) -> tuple[int, float]:
     """One Delta transaction of the files Spark's tasks wrote, with the batch id. mode `replace`
     swaps the table's files, schema and partitioning at once (a table model); `append` and
-    `overwrite` keep the table's layout. `removes` (paths in the table) leave in the same
-    commit: a merge's rewritten files. Returns (retries, seconds)."""
+    `overwrite` keep the table's layout, adding the schema's new columns first (their own
+    commit). `removes` (paths in the table) leave in the same commit: a merge's rewritten
+    files. Returns (retries, seconds)."""
     from time import time
 
+    import pyarrow as pa
     from deltalake import CommitProperties, Schema, Transaction
     from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
@@ -300,6 +315,11 @@ def commit(
                     commit_properties=props,
                 )
                 return
+            new = [f for f in schema if f.name not in table_schema(dt).names]
+            if new:  # nullable columns first (older files read them as null), then the data
+                dt.alter.add_columns(list(Schema.from_arrow(pa.schema(new)).fields))
+                dt = open_table(uri, store.delta)
+                assert dt is not None
             now = int(time() * 1000)
             gone = [RemoveAction(p, True, now) for p in removes]
             dt.create_write_transaction(

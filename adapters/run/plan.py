@@ -82,7 +82,12 @@ class Plan:
 
     def sql(self, nid: str, incremental: bool = False) -> str:
         node = self.nodes[nid]
-        rel = node.compiled_incremental_path if incremental else node.compiled_path
+        # a model without an is_incremental() block runs the same SQL either way
+        rel = (
+            (node.compiled_incremental_path or node.compiled_path)
+            if incremental
+            else node.compiled_path
+        )
         if rel is None:
             raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
         if str(rel) not in self.compiled:

@@ -288,6 +288,10 @@ class Runtime:
                     f"table's {list(parts)}; run with --full-refresh to rebuild it"
                 )
             df, target = delta.reconcile(df, table, config.on_schema_change, f"model {name!r}")
+            gone = [n for n in delta.table_schema(table).names if n not in target.names]
+            if gone:  # sync_all_columns: the model no longer has them
+                delta.drop_columns(self.spark, uri, store, gone)
+                parts = tuple(p for p in parts if p not in gone)
             strategy = node.incremental_strategy
             if strategy == "merge":
                 result = delta.merge(df, uri, store, node.unique_key, target, (app_id, batch_id))
@@ -297,6 +301,7 @@ class Runtime:
                     df, uri, store, "append", target, parts, (app_id, batch_id)
                 )
                 how = "incremental append"
+        fault("after-commit", name)
         delta.read(self.spark, uri, store).createOrReplaceTempView(name)
         return NodeResult(
             nid,

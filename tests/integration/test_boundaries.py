@@ -169,8 +169,7 @@ def test_runs_without_new_rows_add_no_empty_delta_commits(spark, tmp_path):
         root = project(
             tmp_path,
             db,
-            "- {name: events, table: events, mode: incremental, cursor_column: at, "
-            "unique_key: id}",
+            "- {name: events, table: events, mode: incremental, cursor_column: at, unique_key: id}",
             {},
             """
             sinks:

@@ -41,9 +41,7 @@ def test_a_connector_added_to_the_registry_compiles_runs_and_is_listed(
         tmp_path / "bad",
         {
             **FILES,
-            "sinks/out.yml": FILES["sinks/out.yml"].replace(
-                "path: out/book", "paht: out/book"
-            ),
+            "sinks/out.yml": FILES["sinks/out.yml"].replace("path: out/book", "paht: out/book"),
         },
     )
     result = rivc(bad, "compile")

@@ -14,8 +14,10 @@ pytestmark = pytest.mark.integration
 def test_copy_stream_hands_out_exact_sizes_and_ends_cleanly():
     with database("postgres") as db, db.connect() as conn:
         rows = "".join(f"{i},row {i}\n" for i in range(1, 2001)).encode()
-        stream = _CopyOut(conn, "COPY (SELECT g, 'row ' || g FROM generate_series(1, 2000) g) "
-                          "TO STDOUT (FORMAT csv)")
+        stream = _CopyOut(
+            conn,
+            "COPY (SELECT g, 'row ' || g FROM generate_series(1, 2000) g) TO STDOUT (FORMAT csv)",
+        )
         assert stream.has_rows()
         got = stream.read(7) + stream.read(1000)
         while chunk := stream.read(4096):

@@ -165,3 +165,25 @@ def test_batch_ids_start_above_what_the_table_holds(spark, tmp_path, lose):
     lake = DeltaTable(str(root / "out/lake"))
     assert lake.to_pyarrow_table().num_rows == 1000  # the second batch was written, not skipped
     assert lake.transaction_version("rivc:ids:lake") == 1
+
+
+def test_a_model_killed_after_its_commit_is_not_written_again_by_the_resumed_run(tmp_path):
+    """The model's query returns every row on each run, so only the batch id in the table's
+    commit keeps the resumed run from appending them a second time."""
+    root = write_files(
+        tmp_path,
+        {
+            **{k: v for k, v in MODEL_PROJECT.items() if k != "sinks/out.yml"},
+            "models/orders_t.sql": "{{ config(materialized='incremental') }}\n"
+            "select order_id, total from {{ source('gen', 'orders') }}\n",
+        },
+    )
+    killed = run_rivc(root, "after-commit:orders_t")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    rerun = run_rivc(root)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "already committed by the killed run" in rerun.stdout
+    table = DeltaTable(str(root / "warehouse/orders_t"))
+    ids = table.to_pyarrow_table().column("order_id").to_pylist()
+    assert len(ids) == 500 and len(set(ids)) == 500
+    assert table.transaction_version("rivc:faults:model:orders_t") == 0

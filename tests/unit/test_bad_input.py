@@ -149,3 +149,42 @@ def test_a_column_a_sink_cannot_hold_is_refused_at_compile_time(make_project):
         "model, e.g. to bigint seconds or to string",
     ], out
     assert not (root / "target" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "where"),
+    [
+        (
+            "sinks/out.yml",
+            "sinks:\n  - name: lake\n    from: orders\n    connector: delta\n"
+            "    config: {table_uri: 'hdfs://nn/lake/orders'}\n",
+            "sinks/out.yml:5",
+        ),
+        ("profiles.yml", "default:\n  warehouse: ftp://host/wh\n", "profiles.yml:2"),
+    ],
+)
+def test_a_location_no_store_can_reach_is_refused_at_compile_time(make_project, file, text, where):
+    root = make_project({"models/orders.sql": "select 1 as id\n", file: text})
+    code, out = run(root, "compile")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith(where), line
+    assert "is not a storage rivc can write" in line and "s3://" in line
+    assert not (root / "target" / "manifest.json").exists()
+
+
+def test_object_store_locations_compile(make_project):
+    root = make_project(
+        {
+            "models/orders.sql": "select 1 as id\n",
+            "sinks/out.yml": "sinks:\n"
+            + "".join(
+                f"  - {{name: s{n}, from: orders, connector: delta, config: {{table_uri: '{u}'}}}}\n"
+                for n, u in enumerate(
+                    ["s3://b/t", "gs://b/t", "abfss://c@acct.dfs.core.windows.net/t", "file:///x/t"]
+                )
+            ),
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 0, out

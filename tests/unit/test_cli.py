@@ -22,7 +22,9 @@ def run(*args: str) -> tuple[int, str, str]:
 def test_init_compiles_and_lints_clean(tmp_path):
     target = tmp_path / "shop"
     code, out, _ = run("init", str(target))
-    assert code == 0 and (target / "rivc_project.yml").is_file() and (target / ".gitignore").is_file()
+    assert (
+        code == 0 and (target / "rivc_project.yml").is_file() and (target / ".gitignore").is_file()
+    )
     assert run("compile", "--project-dir", str(target))[0] == 0
     code, out, err = run("lint", "--project-dir", str(target))
     assert code == 0, out + err
@@ -41,9 +43,13 @@ def test_init_never_overwrites(tmp_path):
 
 
 def test_compile_select_checks_the_selection_and_keeps_target_whole(make_project):
-    root = make_project({"models/a.sql": "select order_id from {{ ref('stg') }}\n",
-                         "models/b.sql": "select 1 as one\n",
-                         "sinks/out.yml": "sinks:\n  - {name: o, from: b, connector: stdout}\n"})
+    root = make_project(
+        {
+            "models/a.sql": "select order_id from {{ ref('stg') }}\n",
+            "models/b.sql": "select 1 as one\n",
+            "sinks/out.yml": "sinks:\n  - {name: o, from: b, connector: stdout}\n",
+        }
+    )
     assert run("compile", "--project-dir", str(root))[0] == 0
     code, out, err = run("compile", "--project-dir", str(root), "--select", "a+")
     assert code == 0, err
@@ -58,8 +64,12 @@ def test_compile_select_checks_the_selection_and_keeps_target_whole(make_project
 
 
 def test_compile_errors_exit_2_one_line_each(make_project):
-    root = make_project({"models/a.sql": "select nope from {{ ref('stg') }}\n",
-                         "models/b.sql": "select {{ ref('zz') }}\n"})
+    root = make_project(
+        {
+            "models/a.sql": "select nope from {{ ref('stg') }}\n",
+            "models/b.sql": "select {{ ref('zz') }}\n",
+        }
+    )
     code, out, err = run("compile", "--project-dir", str(root))
     assert code == 2
     lines = err.strip().splitlines()
@@ -87,14 +97,17 @@ def test_param_conversion_error_is_exit_2(make_project):
 
 
 def test_lint_formats_noqa_and_disable(make_project):
-    root = make_project({
-        "models/x.sql": "select o.order_id from {{ ref('stg') }} o cross join {{ ref('stg') }} p\n",
-        "models/y.sql": "select a.order_id from {{ ref('stg') }} a, {{ ref('stg') }} b -- noqa: RV008\n",
-    })
+    root = make_project(
+        {
+            "models/x.sql": "select o.order_id from {{ ref('stg') }} o cross join {{ ref('stg') }} p\n",
+            "models/y.sql": "select a.order_id from {{ ref('stg') }} a, {{ ref('stg') }} b -- noqa: RV008\n",
+        }
+    )
     code, out, err = run("lint", "--project-dir", str(root), "--format", "json")
     data = json.loads(out)
     assert code == 1 and [(d["rule"], d["path"], d["line"]) for d in data] == [
-        ("RV008", "models/x.sql", 1)]
+        ("RV008", "models/x.sql", 1)
+    ]
     code, out, _ = run("lint", "--project-dir", str(root), "--format", "github")
     assert out.startswith("::warning file=models/x.sql,line=1,col=")
     (root / "rivc_project.yml").write_text("name: t\nlint: {disable: [RV008]}\n")
@@ -102,25 +115,32 @@ def test_lint_formats_noqa_and_disable(make_project):
 
 
 def test_lint_rules_star_into_sink_merge_without_key_nondeterministic(make_project):
-    root = make_project({
-        "models/wide.sql": "select * from {{ ref('stg') }}\n",
-        "models/inc.sql": "{{ config(materialized='incremental', incremental_strategy='merge') }}\n"
-                          "select order_id, total from {{ ref('stg') }}\n"
-                          "{% if is_incremental() %}\nwhere total > rand()\n{% endif %}\n",
-        "sinks/s.yml": "sinks:\n  - {name: s, from: wide, connector: stdout}\n",
-    })
+    root = make_project(
+        {
+            "models/wide.sql": "select * from {{ ref('stg') }}\n",
+            "models/inc.sql": "{{ config(materialized='incremental', incremental_strategy='merge') }}\n"
+            "select order_id, total from {{ ref('stg') }}\n"
+            "{% if is_incremental() %}\nwhere total > rand()\n{% endif %}\n",
+            "sinks/s.yml": "sinks:\n  - {name: s, from: wide, connector: stdout}\n",
+        }
+    )
     code, out, _ = run("lint", "--project-dir", str(root), "--format", "json")
     rules = {(d["rule"], d["path"], d["line"]) for d in json.loads(out)}
-    assert rules == {("RV005", "models/wide.sql", 1), ("RV006", "models/inc.sql", 1),
-                     ("RV007", "models/inc.sql", 4)}
+    assert rules == {
+        ("RV005", "models/wide.sql", 1),
+        ("RV006", "models/inc.sql", 1),
+        ("RV007", "models/inc.sql", 4),
+    }
     assert code == 1
 
 
 def test_lint_paths_filter_and_invalid_project(make_project):
-    root = make_project({"models/x.sql": "select o.order_id from {{ ref('stg') }} o, "
-                                         "{{ ref('stg') }} p\n"})
-    code, out, _ = run("lint", "--project-dir", str(root), "--format", "json",
-                       str(root / "models" / "stg.sql"))
+    root = make_project(
+        {"models/x.sql": "select o.order_id from {{ ref('stg') }} o, {{ ref('stg') }} p\n"}
+    )
+    code, out, _ = run(
+        "lint", "--project-dir", str(root), "--format", "json", str(root / "models" / "stg.sql")
+    )
     assert code == 0 and json.loads(out) == []
     (root / "rivc_project.yml").write_text("name: t\nprofle: x\n")
     code, _, err = run("lint", "--project-dir", str(root))
@@ -140,9 +160,10 @@ def test_ls_outputs(make_project):
 
 
 def test_secrets_redacted_in_manifest_and_errors(make_project):
-    root = make_project({
-        "profiles.yml": "default:\n  connections:\n    db: {type: postgres, password: s3cretpw}\n",
-        "sources/pg.yml": """
+    root = make_project(
+        {
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, password: s3cretpw}\n",
+            "sources/pg.yml": """
             sources:
               - name: pg
                 connector: postgres
@@ -150,10 +171,11 @@ def test_secrets_redacted_in_manifest_and_errors(make_project):
                 tables:
                   - {name: o, query: "SELECT id FROM orders", columns: {id: bigint}}
         """,
-        "sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta, config: {table_uri: "
-                       "'s3://lake/t', storage_options: {aws_secret_access_key: topsecretkey, "
-                       "endpoint: 'http://u:pw123@h'}}}\n",
-    })
+            "sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta, config: {table_uri: "
+            "'s3://lake/t', storage_options: {aws_secret_access_key: topsecretkey, "
+            "endpoint: 'http://u:pw123@h'}}}\n",
+        }
+    )
     assert run("compile", "--project-dir", str(root))[0] == 0
     text = (root / "target/manifest.json").read_text()
     assert "topsecretkey" not in text and "pw123" not in text and "s3cretpw" not in text
@@ -173,12 +195,19 @@ def test_compile_and_lint_never_import_pyspark(tmp_path):
     work = tmp_path / "p"
     subprocess.run(["cp", "-r", str(project), str(work)], check=True)
     for args in (["compile"], ["lint"]):
-        proc = subprocess.run([sys.executable, "-c", code, *args, "--project-dir", str(work)],
-                              capture_output=True, text=True, env=env, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *args, "--project-dir", str(work)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("cmd", [["connectors"], ["--help"], ["connectors", "--category", "lakehouse"]])
+@pytest.mark.parametrize(
+    "cmd", [["connectors"], ["--help"], ["connectors", "--category", "lakehouse"]]
+)
 def test_small_commands(cmd):
     assert run(*cmd)[0] == 0
 

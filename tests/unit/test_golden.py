@@ -18,8 +18,11 @@ EXPECTED = REPO / "tests" / "golden" / "sample_project"
 
 def test_sample_project_golden(tmp_path):
     root = tmp_path / "sample"
-    shutil.copytree(REPO / "sample_project", root,
-                    ignore=shutil.ignore_patterns("target", ".rivc", "output", "warehouse"))
+    shutil.copytree(
+        REPO / "sample_project",
+        root,
+        ignore=shutil.ignore_patterns("target", ".rivc", "output", "warehouse"),
+    )
     compiled = analyze(load_project(root, env={}), CompileOptions(), env={})
     assert not compiled.errors
     files = artifacts(compiled)
@@ -28,8 +31,11 @@ def test_sample_project_golden(tmp_path):
         for rel, text in files.items():
             (EXPECTED / rel).parent.mkdir(parents=True, exist_ok=True)
             (EXPECTED / rel).write_text(text)
-    expected = {p.relative_to(EXPECTED).as_posix(): p.read_text()
-                for p in EXPECTED.rglob("*") if p.is_file()}
+    expected = {
+        p.relative_to(EXPECTED).as_posix(): p.read_text()
+        for p in EXPECTED.rglob("*")
+        if p.is_file()
+    }
     assert sorted(files) == sorted(expected)
     for rel, text in files.items():
         assert text == expected[rel], rel

@@ -16,9 +16,9 @@ FILES = {
     """,
     "models/staging/stg_users.sql": "select user_id from {{ source('crm', 'users') }}\n",
     "models/marts/orders.sql": "{{ config(materialized='incremental', tags=['fin']) }}"
-                               "select * from {{ ref('stg') }}\n",
+    "select * from {{ ref('stg') }}\n",
     "models/marts/revenue.sql": "{{ config(materialized='table', tags=['fin', 'kpi']) }}"
-                                "select sum(total) as r from {{ ref('orders') }}\n",
+    "select sum(total) as r from {{ ref('orders') }}\n",
     "models/marts/users.sql": "select * from {{ ref('stg_users') }}\n",
     "models/props.yml": "models:\n  - name: orders\n    columns:\n      - {name: order_id, tests: [unique]}\n",
     "sinks/s.yml": "sinks:\n  - {name: lake, from: revenue, connector: stdout}\n",
@@ -40,8 +40,9 @@ def test_graph_operators(graph):
     assert names(graph, "+orders") == ["demo.orders", "orders", "stg", "unique_orders_order_id"]
     assert names(graph, "1+revenue") == ["orders", "revenue", "unique_orders_order_id"]
     assert names(graph, "stg+1") == ["orders", "stg", "unique_orders_order_id"]
-    assert names(graph, "@orders") == sorted(["demo.orders", "lake", "orders", "revenue", "stg",
-                                              "unique_orders_order_id"])
+    assert names(graph, "@orders") == sorted(
+        ["demo.orders", "lake", "orders", "revenue", "stg", "unique_orders_order_id"]
+    )
 
 
 def test_methods(graph):
@@ -57,8 +58,11 @@ def test_methods(graph):
 def test_union_intersection_exclude(graph):
     assert names(graph, "revenue users") == ["revenue", "users"]
     assert names(graph, "tag:fin,config.materialized:table") == ["revenue"]
-    assert names(graph, "orders+", exclude=["sink:lake"]) == ["orders", "revenue",
-                                                              "unique_orders_order_id"]
+    assert names(graph, "orders+", exclude=["sink:lake"]) == [
+        "orders",
+        "revenue",
+        "unique_orders_order_id",
+    ]
 
 
 def test_unknown_name_suggests(graph):
@@ -69,8 +73,12 @@ def test_unknown_name_suggests(graph):
 
 
 def test_cycle_is_reported_as_a_path(make_project):
-    root = make_project({"models/a.sql": "select 1 as x from {{ ref('b') }}\n",
-                         "models/b.sql": "select 1 as x from {{ ref('a') }}\n"})
+    root = make_project(
+        {
+            "models/a.sql": "select 1 as x from {{ ref('b') }}\n",
+            "models/b.sql": "select 1 as x from {{ ref('a') }}\n",
+        }
+    )
     with pytest.raises(GraphError) as info:
         analyze_dir(root)
     assert "model:a -> model:b -> model:a" in info.value.message

@@ -21,10 +21,16 @@ def test_injection_attempt_stays_one_string_literal():
     assert where.find(exp.Or) is None
 
 
-@pytest.mark.parametrize("default,text,expected", [
-    (10, "42", 42), (1.5, "2.25", 2.25), (True, "false", False), ("eu", "us", "us"),
-    (dt.date(2024, 1, 1), "2025-02-03", dt.date(2025, 2, 3)),
-])
+@pytest.mark.parametrize(
+    "default,text,expected",
+    [
+        (10, "42", 42),
+        (1.5, "2.25", 2.25),
+        (True, "false", False),
+        ("eu", "us", "us"),
+        (dt.date(2024, 1, 1), "2025-02-03", dt.date(2025, 2, 3)),
+    ],
+)
 def test_conversion_follows_default_type(default, text, expected):
     assert resolve_params({"p": default}, {"p": text})["p"] == expected
 
@@ -37,29 +43,35 @@ def test_bad_conversion_and_unknown_param():
 
 
 def test_literals_per_type():
-    sql, _ = bind("${a} ${b} ${c} ${d}", {"a": 1, "b": True, "c": dt.date(2024, 1, 2), "d": "o'k"},
-                  "spark")
+    sql, _ = bind(
+        "${a} ${b} ${c} ${d}", {"a": 1, "b": True, "c": dt.date(2024, 1, 2), "d": "o'k"}, "spark"
+    )
     assert sql == "1 TRUE CAST('2024-01-02' AS DATE) 'o\\'k'"
     pg, _ = bind("${d}", {"d": "o'k"}, "postgres")
     assert pg == "'o''k'"
 
 
 def test_unbound_placeholder_is_an_error_with_position(make_project):
-    root = make_project({"models/m.sql": "select order_id\nfrom {{ ref('stg') }}\nwhere x = ${nope}\n"})
+    root = make_project(
+        {"models/m.sql": "select order_id\nfrom {{ ref('stg') }}\nwhere x = ${nope}\n"}
+    )
     f = only(analyze_dir(root).findings, "RV003")
     assert isinstance(f.error, RenderError)
     assert (f.location.line, f.location.col) == (3, 11)
 
 
 def test_param_in_source_query_is_bound_for_its_dialect(make_project):
-    root = make_project({
-        "sources/pg.yml": """
+    root = make_project(
+        {
+            "sources/pg.yml": """
             sources:
               - name: pg
                 connector: postgres
                 connection: db
                 tables:
                   - {name: o, query: "SELECT id, updated_at FROM orders WHERE region = ${region}"}
-        """})
+        """
+        }
+    )
     node = analyze_dir(root, params={"region": "x'y"}).graph.nodes["source:pg.o"]
     assert node.sql.endswith("region = 'x''y'")

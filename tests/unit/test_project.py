@@ -29,7 +29,9 @@ def test_loads_typed_specs(make_project):
 
 
 def test_unknown_key_names_file_line_and_suggestion(make_project):
-    root = make_project({"sinks/s.yml": """
+    root = make_project(
+        {
+            "sinks/s.yml": """
         sinks:
           - name: s
             from: stg
@@ -37,7 +39,9 @@ def test_unknown_key_names_file_line_and_suggestion(make_project):
             config:
               table_uri: out/t
               mdoe: merge
-    """})
+    """
+        }
+    )
     exc = _error(root)
     assert exc.location is not None
     assert (exc.location.path.as_posix(), exc.location.line) == ("sinks/s.yml", 7)
@@ -45,32 +49,46 @@ def test_unknown_key_names_file_line_and_suggestion(make_project):
 
 
 def test_unknown_top_level_key_in_source(make_project):
-    root = make_project({"sources/x.yml": """
+    root = make_project(
+        {
+            "sources/x.yml": """
         sources:
           - name: x
             connector: datagen
             tabels: []
-    """})
+    """
+        }
+    )
     exc = _error(root)
     assert exc.location.line == 4 and "tables" in exc.message
 
 
 def test_wrong_type_and_missing_field(make_project):
-    exc = _error(make_project({"sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta, "
-                                             "config: {table_uri: x, merge_keys: 5}}\n"}))
+    exc = _error(
+        make_project(
+            {
+                "sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta, "
+                "config: {table_uri: x, merge_keys: 5}}\n"
+            }
+        )
+    )
     assert exc.location.path == Path("sinks/s.yml") and "merge_keys" in exc.message
     exc = _error(make_project({"sinks/s.yml": "sinks:\n  - {name: s, from: stg}\n"}))
     assert "connector" in exc.message and exc.location.line == 2
 
 
 def test_unknown_connector_suggests(make_project):
-    exc = _error(make_project({"sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delt}\n"}))
+    exc = _error(
+        make_project({"sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delt}\n"})
+    )
     assert "'delta'" in exc.message
 
 
 def test_env_expansion_and_missing_variable(make_project):
-    files = {"sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta, config: "
-                            "{table_uri: '${LAKE:-out}/t', storage_options: {k: '${K}'}}}\n"}
+    files = {
+        "sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta, config: "
+        "{table_uri: '${LAKE:-out}/t', storage_options: {k: '${K}'}}}\n"
+    }
     project = load_project(make_project(files), env={"K": "v"})
     assert project.sinks["s"].config.table_uri == "out/t"
     exc = _error(make_project(files))
@@ -78,11 +96,15 @@ def test_env_expansion_and_missing_variable(make_project):
 
 
 def test_secret_values_never_echoed(make_project):
-    root = make_project({"profiles.yml": """
+    root = make_project(
+        {
+            "profiles.yml": """
         default:
           connections:
             db: {type: postgres, password: [hunter2secret]}
-    """})
+    """
+        }
+    )
     exc = _error(root)
     assert "password" in exc.message and "hunter2secret" not in str(exc)
 
@@ -95,33 +117,43 @@ def test_profiles_lookup_order(make_project, tmp_path, monkeypatch):
     project = load_project(root, env={"RIVC_PROFILES_DIR": str(elsewhere)})
     assert project.profile.warehouse == "wh_from_env_dir"
     (root / "profiles.yml").write_text("default: {warehouse: wh_local}\n")
-    assert load_project(root, env={"RIVC_PROFILES_DIR": str(elsewhere)}).profile.warehouse == "wh_local"
+    assert (
+        load_project(root, env={"RIVC_PROFILES_DIR": str(elsewhere)}).profile.warehouse
+        == "wh_local"
+    )
 
 
 def test_relational_source_checks_connection(make_project):
-    root = make_project({
-        "profiles.yml": "default:\n  connections:\n    shop_db: {type: postgres, database: shop}\n",
-        "sources/pg.yml": """
+    root = make_project(
+        {
+            "profiles.yml": "default:\n  connections:\n    shop_db: {type: postgres, database: shop}\n",
+            "sources/pg.yml": """
             sources:
               - name: pg
                 connector: postgres
                 connection: shop_bd
                 tables:
                   - {name: orders, table: public.orders}
-        """})
+        """,
+        }
+    )
     exc = _error(root)
     assert "shop_db" in exc.message and exc.location.line == 4
 
 
 def test_mode_needs_its_column(make_project):
-    root = make_project({"sources/pg.yml": """
+    root = make_project(
+        {
+            "sources/pg.yml": """
         sources:
           - name: pg
             connector: postgres
             connection: db
             tables:
               - {name: orders, table: orders, mode: incremental}
-    """})
+    """
+        }
+    )
     exc = _error(root)
     assert "cursor_column" in exc.message and exc.location.line == 6
 

@@ -10,14 +10,17 @@ from rivc_testing import analyze_dir, only
 
 
 def _renderer(macros: tuple[tuple[str, str], ...] = ()) -> Renderer:
-    ctx = RenderContext(frozenset({"a", "b"}), frozenset({"s.t"}), {"x": 5}, {"HOME_X": "h"},
-                        macros)
+    ctx = RenderContext(
+        frozenset({"a", "b"}), frozenset({"s.t"}), {"x": 5}, {"HOME_X": "h"}, macros
+    )
     return Renderer(ctx)
 
 
 def test_fast_and_jinja_paths_agree():
-    text = "{{ config(materialized='table', tags=['x']) }}select * from {{ ref('a') }} " \
-           "join {{ source('s', 't') }} where n = {{ var('x') }}\n"
+    text = (
+        "{{ config(materialized='table', tags=['x']) }}select * from {{ ref('a') }} "
+        "join {{ source('s', 't') }} where n = {{ var('x') }}\n"
+    )
     fast = _renderer().render("m", Path("models/m.sql"), text)
     slow = _renderer().render("m", Path("models/m.sql"), "{# force jinja #}" + text)
     assert fast.sql == slow.sql == "select * from `a` join `s__t` where n = 5\n"
@@ -35,19 +38,25 @@ def test_is_incremental_and_this():
 
 def test_macros_env_var_and_var_default():
     r = _renderer((("macros/m.sql", "{% macro twice(c) %}{{ c }} * 2{% endmacro %}"),))
-    out = r.render("m", Path("m.sql"), "select {{ twice('n') }}, '{{ env_var('HOME_X') }}', "
-                                        "{{ var('missing', 7) }}")
+    out = r.render(
+        "m",
+        Path("m.sql"),
+        "select {{ twice('n') }}, '{{ env_var('HOME_X') }}', {{ var('missing', 7) }}",
+    )
     assert out.sql == "select n * 2, 'h', 7" and out.env_used == {"HOME_X": "h"}
 
 
-@pytest.mark.parametrize("text,cls,line", [
-    ("select 1\nfrom {{ ref('nope') }}", GraphError, 2),
-    ("select 1\n\n{% if x %}", RenderError, 3),
-    ("select {{ var('nope') }}", RenderError, 1),
-    ("{% set y = 1 %}\nselect {{ undefined_thing }}", RenderError, 2),
-    ("select 1\n{{ config(materialised='table') }}", RenderError, 2),
-    ("select '{{ env_var('NOT_SET_X') }}'", RenderError, 1),
-])
+@pytest.mark.parametrize(
+    "text,cls,line",
+    [
+        ("select 1\nfrom {{ ref('nope') }}", GraphError, 2),
+        ("select 1\n\n{% if x %}", RenderError, 3),
+        ("select {{ var('nope') }}", RenderError, 1),
+        ("{% set y = 1 %}\nselect {{ undefined_thing }}", RenderError, 2),
+        ("select 1\n{{ config(materialised='table') }}", RenderError, 2),
+        ("select '{{ env_var('NOT_SET_X') }}'", RenderError, 1),
+    ],
+)
 def test_errors_carry_file_and_line(text, cls, line):
     with pytest.raises(cls) as info:
         _renderer().render("m", Path("models/m.sql"), text)
@@ -64,12 +73,14 @@ def test_unknown_ref_suggests_and_reports_in_compile(make_project):
 
 
 def test_config_precedence(make_project):
-    root = make_project({
-        "rivc_project.yml": "name: t\ndefaults: {materialized: table, tags: [p]}\n",
-        "models/props.yml": "models:\n  - name: stg\n    config: {materialized: view}\n",
-        "models/inc.sql": "{{ config(materialized='incremental', unique_key='order_id') }}"
-                          "select order_id from {{ ref('stg') }}\n",
-    })
+    root = make_project(
+        {
+            "rivc_project.yml": "name: t\ndefaults: {materialized: table, tags: [p]}\n",
+            "models/props.yml": "models:\n  - name: stg\n    config: {materialized: view}\n",
+            "models/inc.sql": "{{ config(materialized='incremental', unique_key='order_id') }}"
+            "select order_id from {{ ref('stg') }}\n",
+        }
+    )
     nodes = analyze_dir(root).graph.nodes
     assert nodes["model:stg"].config["materialized"] == "view"
     assert nodes["model:stg"].tags == ("p",)

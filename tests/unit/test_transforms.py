@@ -14,7 +14,9 @@ COLS = {"id": "bigint", "card": "string", "amount": "string", "region": "string"
 
 
 def _plan(*specs: dict) -> tf.TransformPlan:
-    sink = SinkSpec.model_validate({"name": "s", "from": "m", "connector": "stdout", "transforms": specs})
+    sink = SinkSpec.model_validate(
+        {"name": "s", "from": "m", "connector": "stdout", "transforms": specs}
+    )
     return tf.plan(sink.transforms, COLS)
 
 
@@ -28,55 +30,87 @@ def test_every_step_is_spark_sql():
         {"type": "drop", "fields": ["id"]},
     )
     assert p.columns == {
-        "card": "string", "amount": "decimal(10,2)", "area": "string",
-        "src": "string", "v": "int", "seen_at": "timestamp", "uid": "string",
+        "card": "string",
+        "amount": "decimal(10,2)",
+        "area": "string",
+        "src": "string",
+        "v": "int",
+        "seen_at": "timestamp",
+        "uid": "string",
     }
     sql = tf.to_sql("orders", p.steps)
     tree = sqlglot.parse_one(sql, read="spark")  # one valid Spark SQL query
     assert tree.find(sqlglot.exp.Where) is not None
-    assert "try_cast(`amount` AS decimal(10,2))" in sql and "right(CAST(`card` AS STRING), 4)" in sql
+    assert (
+        "try_cast(`amount` AS decimal(10,2))" in sql and "right(CAST(`card` AS STRING), 4)" in sql
+    )
     assert p.steps[2].casts == (("amount", "decimal(10,2)"),)
 
 
 def test_unwrap_cdc_columns_from_the_after_struct():
-    cols = {"op": "string", "before": "struct<id:bigint,name:string>",
-            "after": "struct<id:bigint,name:string>", "ts": "timestamp"}
-    t = SinkSpec.model_validate({"name": "s", "from": "m", "connector": "stdout",
-                                 "transforms": [{"type": "unwrap_cdc", "deletes": "keep"}]}).transforms
+    cols = {
+        "op": "string",
+        "before": "struct<id:bigint,name:string>",
+        "after": "struct<id:bigint,name:string>",
+        "ts": "timestamp",
+    }
+    t = SinkSpec.model_validate(
+        {
+            "name": "s",
+            "from": "m",
+            "connector": "stdout",
+            "transforms": [{"type": "unwrap_cdc", "deletes": "keep"}],
+        }
+    ).transforms
     p = tf.plan(t, cols)
     assert p.columns == {"id": "bigint", "name": "string", "_op": "string"}
     assert all(s.where is None for s in p.steps)  # deletes kept: no filter
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"type": "mask", "fields": ["cardd"]}, "'cardd' is not in the input"),
-    ({"type": "rename", "map": {"id": "card"}}, "same name"),
-    ({"type": "keep", "fields": ["nope"]}, "'nope'"),
-    ({"type": "filter", "condition": "amountt > 1"}, "'amountt'"),
-    ({"type": "insert", "static": {"id": 1}}, "already exists"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"type": "mask", "fields": ["cardd"]}, "'cardd' is not in the input"),
+        ({"type": "rename", "map": {"id": "card"}}, "same name"),
+        ({"type": "keep", "fields": ["nope"]}, "'nope'"),
+        ({"type": "filter", "condition": "amountt > 1"}, "'amountt'"),
+        ({"type": "insert", "static": {"id": 1}}, "already exists"),
+    ],
+)
 def test_bad_transform_names_its_index_and_key(spec, message):
     with pytest.raises(tf.TransformError) as info:
-        _plan({"type": "drop", "fields": ["region"]} if spec["type"] == "rename" else
-              {"type": "keep", "fields": list(COLS)}, spec)
+        _plan(
+            {"type": "drop", "fields": ["region"]}
+            if spec["type"] == "rename"
+            else {"type": "keep", "fields": list(COLS)},
+            spec,
+        )
     assert message in str(info.value) and info.value.index == 1
 
 
-@pytest.mark.parametrize("spec", [
-    {"type": "cast", "fields": {"a": "decimal(10,"}},
-    {"type": "filter", "condition": "amount >"},
-    {"type": "mask", "fields": ["card"], "char": "**"},
-    {"type": "sort"},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "cast", "fields": {"a": "decimal(10,"}},
+        {"type": "filter", "condition": "amount >"},
+        {"type": "mask", "fields": ["card"], "char": "**"},
+        {"type": "sort"},
+    ],
+)
 def test_invalid_specs_are_rejected(spec):
     with pytest.raises(ValidationError):
-        SinkSpec.model_validate({"name": "s", "from": "m", "connector": "stdout", "transforms": [spec]})
+        SinkSpec.model_validate(
+            {"name": "s", "from": "m", "connector": "stdout", "transforms": [spec]}
+        )
 
 
 def test_expectation_conditions():
     e = tf.Expectation(check="range", column="amount", min=0, max=10, action="drop")
     assert e.failing() == "`amount` < 0 OR `amount` > 10"
-    assert "row_number() OVER (PARTITION BY `id`" in tf.Expectation(check="unique", column="id").failing()
+    assert (
+        "row_number() OVER (PARTITION BY `id`"
+        in tf.Expectation(check="unique", column="id").failing()
+    )
     with pytest.raises(ValidationError):
         tf.Expectation(check="accepted_values", column="x")
 
@@ -110,7 +144,9 @@ def test_compile_checks_transforms_quality_and_targets(make_project):
 
 def test_route_targets_must_exist_and_have_no_from(make_project):
     text = SINK.replace("default: rest", "default: stg2").replace(
-        "  - {name: orphan, connector: stdout}\n", "  - {name: stg2, from: stg, connector: stdout}\n")
+        "  - {name: orphan, connector: stdout}\n",
+        "  - {name: stg2, from: stg, connector: stdout}\n",
+    )
     found = [f.error.message for f in findings(make_project({"sinks/s.yml": text}))]
     assert any("target 'stg2' has its own from:" in m for m in found), found
     assert any("'rest' has no from:" in m for m in found), found

@@ -38,12 +38,15 @@ def test_model_must_be_one_select(make_project):
     assert "SELECT" in only(findings(root), "RV001").error.message
 
 
-@pytest.mark.parametrize("query", [
-    '"DELETE FROM orders"',
-    '"SELECT 1; DROP TABLE orders"',
-    '"WITH d AS (DELETE FROM orders RETURNING *) SELECT * FROM d"',
-    '"SELECT id, updated_at FROM orders FOR UPDATE"',
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"DELETE FROM orders"',
+        '"SELECT 1; DROP TABLE orders"',
+        '"WITH d AS (DELETE FROM orders RETURNING *) SELECT * FROM d"',
+        '"SELECT id, updated_at FROM orders FOR UPDATE"',
+    ],
+)
 def test_source_query_must_be_read_only_select(make_project, query):
     f = only(findings(_pg(make_project, query)), "RV010")
     assert f.location.path.as_posix() == "sources/pg.yml" and f.location.line == 7
@@ -68,20 +71,24 @@ def test_star_from_undeclared_table_cannot_be_checked(make_project):
 
 
 def test_unknown_column_through_the_dag(make_project):
-    root = make_project({
-        "models/mid.sql": "select order_id, total * 2 as doubled from {{ ref('stg') }}\n",
-        "models/top.sql": "select order_id,\n  doubld\nfrom {{ ref('mid') }}\n",
-    })
+    root = make_project(
+        {
+            "models/mid.sql": "select order_id, total * 2 as doubled from {{ ref('stg') }}\n",
+            "models/top.sql": "select order_id,\n  doubld\nfrom {{ ref('mid') }}\n",
+        }
+    )
     f = only(findings(root), "RV009")
     assert (f.location.path.as_posix(), f.location.line, f.location.col) == ("models/top.sql", 2, 3)
     assert "'doubled'" in f.error.message
 
 
 def test_star_expands_through_the_dag(make_project):
-    root = make_project({
-        "models/mid.sql": "select * from {{ ref('stg') }}\n",
-        "models/top.sql": "select totl from {{ ref('mid') }}\n",
-    })
+    root = make_project(
+        {
+            "models/mid.sql": "select * from {{ ref('stg') }}\n",
+            "models/top.sql": "select totl from {{ ref('mid') }}\n",
+        }
+    )
     assert only(findings(root), "RV009").location.path.as_posix() == "models/top.sql"
     nodes = analyze_dir(root).graph.nodes
     assert list(nodes["model:mid"].columns) == ["order_id", "customer_id", "total"]
@@ -94,34 +101,47 @@ def test_sink_from_names_nothing(make_project):
 
 
 def test_sink_merge_key_checked(make_project):
-    root = make_project({"sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta,\n"
-                                        "     config: {table_uri: o, mode: merge, merge_keys: [id]}}\n"})
+    root = make_project(
+        {
+            "sinks/s.yml": "sinks:\n  - {name: s, from: stg, connector: delta,\n"
+            "     config: {table_uri: o, mode: merge, merge_keys: [id]}}\n"
+        }
+    )
     f = only(findings(root), "RV004")
     assert "merge_keys" in f.error.message and f.location.path.as_posix() == "sinks/s.yml"
 
 
 def test_model_unique_key_checked(make_project):
-    root = make_project({"models/m.sql": "{{ config(materialized='incremental', unique_key='id') }}"
-                                         "select order_id from {{ ref('stg') }}\n"})
+    root = make_project(
+        {
+            "models/m.sql": "{{ config(materialized='incremental', unique_key='id') }}"
+            "select order_id from {{ ref('stg') }}\n"
+        }
+    )
     assert "unique_key" in only(findings(root), "RV004").error.message
 
 
 def test_all_problems_reported_in_one_run_sorted(make_project):
-    root = make_project({
-        "models/a.sql": "select from from\n",
-        "models/b.sql": "select {{ ref('zzz') }}\n",
-        "models/c.sql": "select ${unbound_p} as x\n",
-    })
+    root = make_project(
+        {
+            "models/a.sql": "select from from\n",
+            "models/b.sql": "select {{ ref('zzz') }}\n",
+            "models/c.sql": "select ${unbound_p} as x\n",
+        }
+    )
     paths = [f.location.path.as_posix() for f in analyze_dir(root).errors]
     assert paths == ["models/a.sql", "models/b.sql", "models/c.sql"]
 
 
 def test_parallel_workers_match_serial(make_project):
-    files = {f"models/m{i}.sql": f"select order_id, total + {i} as t{i} from {{{{ ref('stg') }}}}\n"
-             for i in range(20)}
+    files = {
+        f"models/m{i}.sql": f"select order_id, total + {i} as t{i} from {{{{ ref('stg') }}}}\n"
+        for i in range(20)
+    }
     files["models/bad.sql"] = "select nope from {{ ref('m3') }}\n"
     root = make_project(files)
     serial, parallel = analyze_dir(root, workers=1), analyze_dir(root, workers=2)
     assert [str(f) for f in serial.findings] == [str(f) for f in parallel.findings]
     assert {n: v.columns for n, v in serial.graph.nodes.items()} == {
-        n: v.columns for n, v in parallel.graph.nodes.items()}
+        n: v.columns for n, v in parallel.graph.nodes.items()
+    }

@@ -1,0 +1,177 @@
+"""Model tables as Spark's tasks write them: partition_by, on_schema_change, merges that rewrite
+only the files holding the batch's keys, and the batch id in every commit. Each table is read
+back with delta-rs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from rivc_testing import rivc, write_files
+
+pytestmark = pytest.mark.integration
+
+SOURCE = """
+sources:
+  - name: app
+    connector: files
+    tables:
+      - name: events
+        config: {path: data/events, format: jsonl}
+        columns: {id: bigint, grp: bigint, v: bigint, plan: string}
+"""
+
+
+def jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def events(ids: range, v: int) -> str:
+    return jsonl([{"id": i, "grp": i % 2, "v": v, "plan": f"p{i}-{v}"} for i in ids])
+
+
+def results(root: Path) -> dict[str, dict]:
+    data = json.loads((root / "target/run_results.json").read_text())
+    return {r["node"]: r for r in data["results"]}
+
+
+def table(root: Path, name: str) -> DeltaTable:
+    return DeltaTable(str(root / "warehouse" / name))
+
+
+def rows(root: Path, name: str) -> list[dict]:
+    return sorted(table(root, name).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+
+
+INCREMENTAL = """{{{{ config(materialized='incremental', on_schema_change='{mode}') }}}}
+select {columns} from {{{{ source('app', 'events') }}}}
+{{% if is_incremental() %}}
+where v > (select max(v) from {{{{ this }}}})
+{{% endif %}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "second", "columns", "ok"),
+    [
+        ("ignore", "id, v, plan, 'x' as extra", ["id", "v", "plan"], True),
+        ("fail", "id, v, plan, 'x' as extra", ["id", "v", "plan"], False),
+        ("append_new_columns", "id, v, plan, 'x' as extra", ["id", "v", "plan", "extra"], True),
+        ("sync_all_columns", "id, v, 'x' as extra", ["id", "v", "extra"], True),
+    ],
+)
+def test_on_schema_change_decides_what_a_new_model_shape_does_to_its_table(
+    spark, tmp_path, mode, second, columns, ok
+):
+    root = write_files(
+        tmp_path / mode,
+        {
+            "rivc_project.yml": "name: shapes\n",
+            "sources/app.yml": SOURCE,
+            "models/m.sql": INCREMENTAL.format(mode=mode, columns="id, v, plan"),
+            "data/events/a.json": events(range(1, 3), 1),
+        },
+    )
+    assert rivc(root, "run").exit_code == 0
+    write_files(
+        root,
+        {
+            "models/m.sql": INCREMENTAL.format(mode=mode, columns=second),
+            "data/events/b.json": events(range(3, 5), 2),
+        },
+    )
+    done = rivc(root, "run")
+    assert (done.exit_code == 0) is ok, done.output
+    got = rows(root, "m")
+    assert [f.name for f in table(root, "m").schema().fields] == columns
+    if not ok:
+        assert "+extra" in results(root)["model:m"]["error"]
+        assert [r["id"] for r in got] == [1, 2]  # the table is as the first run left it
+        return
+    assert [r["id"] for r in got] == [1, 2, 3, 4]
+    if "extra" in columns:
+        assert [r["extra"] for r in got] == [None, None, "x", "x"]
+    if "plan" in columns:
+        assert [r["plan"] for r in got] == ["p1-1", "p2-1", "p3-2", "p4-2"]
+
+
+MERGED = """{{{{ config(materialized='incremental', unique_key='id', partition_by={parts}) }}}}
+select id, grp, v, plan from {{{{ source('app', 'events') }}}}
+{{% if is_incremental() %}}
+where v > (select max(v) from {{{{ this }}}})
+{{% endif %}}
+"""
+
+
+def test_a_merge_rewrites_only_the_files_that_hold_its_keys(spark, tmp_path):
+    root = write_files(
+        tmp_path / "merge",
+        {
+            "rivc_project.yml": "name: merges\n",
+            "sources/app.yml": SOURCE,
+            "models/m.sql": MERGED.format(parts="['grp']"),
+            "data/events/a.json": events(range(0, 100), 1),
+        },
+    )
+    assert rivc(root, "run").exit_code == 0
+    assert table(root, "m").metadata().partition_columns == ["grp"]
+    write_files(root, {"data/events/b.json": events(range(100, 200), 2)})
+    assert rivc(root, "run").exit_code == 0
+    assert results(root)["model:m"]["message"] == "incremental merge, 0 files rewritten"
+    files = {f: n for n, f in enumerate(table(root, "m").file_uris())}
+    assert len(files) == 4  # two runs, two partitions each
+
+    write_files(root, {"data/events/c.json": events(range(150, 161), 3)})
+    assert rivc(root, "run").exit_code == 0
+    result = results(root)["model:m"]
+    # ids 150-160 are in the second run's two files only: the first run's stay as they are
+    assert result["message"] == "incremental merge, 2 files rewritten"
+    assert result["rows"] == 11
+    kept = set(table(root, "m").file_uris()) & set(files)
+    assert len(kept) == 2
+    got = rows(root, "m")
+    assert [r["id"] for r in got] == list(range(200))
+    assert {r["id"]: r["v"] for r in got if r["v"] == 3} == {i: 3 for i in range(150, 161)}
+    assert table(root, "m").transaction_version("rivc:merges:model:m") == 2
+
+    # partition_by changed: refused until the table is rebuilt
+    write_files(root, {"models/m.sql": MERGED.format(parts="['v']")})
+    done = rivc(root, "run")
+    assert done.exit_code != 0
+    assert "--full-refresh" in results(root)["model:m"]["error"]
+    assert rivc(root, "run", "--full-refresh").exit_code == 0
+    assert table(root, "m").metadata().partition_columns == ["v"]
+    # a full refresh runs the whole query: the source holds ids 150-160 twice (v 2 and 3)
+    assert [r["id"] for r in rows(root, "m")] == sorted([*range(200), *range(150, 161)])
+
+
+def test_a_table_model_is_replaced_in_one_commit_with_its_partitioning(spark, tmp_path):
+    root = write_files(
+        tmp_path / "table",
+        {
+            "rivc_project.yml": "name: tables\n",
+            "sources/app.yml": SOURCE,
+            "models/t.sql": "{{ config(materialized='table', partition_by=['grp']) }}\n"
+            "select id, grp, plan from {{ source('app', 'events') }}\n",
+            "data/events/a.json": events(range(0, 10), 1),
+        },
+    )
+    assert rivc(root, "run").exit_code == 0
+    first = table(root, "t")
+    assert first.metadata().partition_columns == ["grp"]
+    write_files(
+        root,
+        {
+            "models/t.sql": "{{ config(materialized='table') }}\n"
+            "select id, plan, v from {{ source('app', 'events') }}\n"
+        },
+    )
+    assert rivc(root, "run").exit_code == 0
+    second = table(root, "t")
+    assert second.version() == first.version() + 1  # one commit: no empty table in between
+    assert second.metadata().partition_columns == []
+    assert [f.name for f in second.schema().fields] == ["id", "plan", "v"]
+    assert [r["id"] for r in rows(root, "t")] == list(range(10))
