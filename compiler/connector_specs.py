@@ -26,6 +26,13 @@ class DatagenConfig(Spec):
     stream: bool = False
 
 
+class DeltaSourceConfig(Spec):
+    """A Delta table that exists: its current version, read by Spark's tasks."""
+
+    table_uri: Location
+    storage_options: dict[str, str] = {}
+
+
 class FilesSourceConfig(Spec):
     path: Location
     format: Literal["json", "jsonl", "csv", "parquet"] = "parquet"

@@ -25,6 +25,7 @@ from .connector_specs import (
     MQTT_METADATA,
     DatagenConfig,
     DeltaSinkConfig,
+    DeltaSourceConfig,
     FilesSinkConfig,
     FilesSourceConfig,
     IcebergSinkConfig,
@@ -125,6 +126,14 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             FilesSourceConfig,
             "a directory of json, csv or parquet files; batch or stream",
             f"{_RUNTIME}.files:read",
+        ),
+        ConnectorInfo(
+            "delta",
+            "source",
+            "lakehouse",
+            DeltaSourceConfig,
+            "an existing Delta table (its current version), read by Spark's tasks",
+            f"{_RUNTIME}.delta:read_source",
         ),
         ConnectorInfo(
             "mqtt",

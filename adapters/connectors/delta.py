@@ -16,6 +16,7 @@ from rivc.compiler.errors import ConnectorError
 from ..storage import Store, is_local, join
 from .base import (
     Sink,
+    SourceContext,
     WriteResult,
     commit_with_retries,
     large,
@@ -253,6 +254,17 @@ def _same_type(a: Any, b: Any) -> bool:
     if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
         return (a.tz is None) == (b.tz is None)
     return bool(a.equals(b))
+
+
+def read_source(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+    """The registry's entry point of the delta source: the table as it is now. Declared
+    columns, when given, must be in the table."""
+    uri = ctx.path(ctx.config.table_uri)
+    df = read(spark, uri, Store.of(uri, dict(ctx.config.storage_options)))
+    missing = [c for c in ctx.columns if c not in df.columns]
+    if missing:
+        raise ConnectorError(f"source {ctx.name}: {uri} has no column {', '.join(missing)}")
+    return df
 
 
 def arrow_schema(df: DataFrame) -> Any:

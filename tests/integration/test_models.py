@@ -175,3 +175,50 @@ def test_a_table_model_is_replaced_in_one_commit_with_its_partitioning(spark, tm
     assert second.metadata().partition_columns == []
     assert [f.name for f in second.schema().fields] == ["id", "plan", "v"]
     assert [r["id"] for r in rows(root, "t")] == list(range(10))
+
+
+def test_a_delta_table_is_a_source_and_one_rivc_cannot_read_is_refused_by_name(spark, tmp_path):
+    from datetime import date
+    from decimal import Decimal
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    root = tmp_path / "lake"
+    given = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4], pa.int64()),
+            "day": pa.array([date(2026, 1, 1), date(2026, 1, 1), date(2026, 1, 2), None]),
+            "amount": pa.array([Decimal("0.01"), Decimal("-1.50"), None, Decimal("9.99")]),
+            "note": pa.array(["a b", None, "ü/=", ""]),
+        }
+    )
+    write_deltalake(str(root / "ext/orders"), given, partition_by=["day"])
+    write_deltalake(
+        str(root / "ext/dv"), given, configuration={"delta.enableDeletionVectors": "true"}
+    )
+    write_files(
+        root,
+        {
+            "rivc_project.yml": "name: lake\n",
+            "sources/ext.yml": """
+sources:
+  - name: ext
+    connector: delta
+    tables:
+      - {name: orders, config: {table_uri: ext/orders}}
+      - {name: dv, config: {table_uri: ext/dv}}
+""",
+            "models/copied.sql": "{{ config(materialized='table') }}\n"
+            "select * from {{ source('ext', 'orders') }}\n",
+            "models/dv_copy.sql": "select * from {{ source('ext', 'dv') }}\n",
+        },
+    )
+    assert rivc(root, "run", "--select", "copied").exit_code == 0
+    got = table(root, "copied").to_pyarrow_table()
+    want = given.select(got.column_names)
+    assert got.sort_by("id").to_pylist() == want.sort_by("id").to_pylist()
+
+    done = rivc(root, "run", "--select", "dv_copy")
+    assert done.exit_code != 0
+    assert "rivc cannot read Delta tables that use deletionVectors" in done.output
