@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import ConnectionSpec
 
+from ..storage import resolve
+
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
@@ -38,8 +40,8 @@ class SourceContext:
     tuning: dict[str, int] = field(default_factory=dict)  # relational sources: resolved tuning
 
     def path(self, value: str) -> str:
-        """A local path relative to the project, or a URI (s3://...) as it is."""
-        return value if "://" in value else str((self.root / value).resolve())
+        """A local path relative to the project (file:// dropped), or a URI (s3://...) as it is."""
+        return resolve(value, self.root)
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,8 @@ class SinkContext:
     staging: str = ""  # where a remote Spark stages batches for rivc: under the warehouse
 
     def path(self, value: str) -> str:
-        """A local path relative to the project, or a URI (s3://...) as it is."""
-        return value if "://" in value else str((self.root / value).resolve())
+        """A local path relative to the project (file:// dropped), or a URI (s3://...) as it is."""
+        return resolve(value, self.root)
 
     @property
     def app_id(self) -> str:

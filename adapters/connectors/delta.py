@@ -24,7 +24,7 @@ from .base import (
     stream,
 )
 from .tableread import DataFile, read_files
-from .taskwrite import Written, is_remote, partition_value, prefix, write_parquet
+from .taskwrite import Written, partition_value, prefix, write_parquet
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -466,38 +466,10 @@ def _candidates(
             ranges.append((n, value, value))
         else:
             ranges.append((n, a.get(f"min.{key}"), a.get(f"max.{key}")))
-    if is_remote(df):
-        probe = _KeyProbe(key, key in parts, ranges)
-        hits = df.select(key).mapInArrow(probe, "n int").distinct().collect()
-    else:  # a local Spark: the same lookup as a broadcast join, with no Python worker to start
-        hits = _joined(df, key, key in parts, ranges)
+    probe = _KeyProbe(key, key in parts, ranges)
+    hits = df.select(key).mapInArrow(probe, "n int").distinct().collect()
     chosen = {r.n for r in hits}
     return [f for n, f in enumerate(files) if n in chosen]
-
-
-def _joined(df: DataFrame, key: str, as_text: bool, ranges: list[tuple[int, Any, Any]]) -> Any:
-    from pyspark.sql import functions as F
-
-    t = "string" if as_text else df.schema[key].dataType
-    rows = [(n, _text(lo), _text(hi)) for n, lo, hi in ranges]
-    table = df.sparkSession.createDataFrame(rows, "n int, lo string, hi string")
-    k = F.col(key).cast("string") if as_text else F.col(key)
-    lo, hi = F.col("lo").cast(t), F.col("hi").cast(t)
-    return (
-        df.select(k.alias(key))
-        .where(F.col(key).isNotNull())
-        .join(
-            F.broadcast(table),
-            lo.isNull() | hi.isNull() | ((F.col(key) >= lo) & (F.col(key) <= hi)),
-        )
-        .select("n")
-        .distinct()
-        .collect()
-    )
-
-
-def _text(value: Any) -> str | None:
-    return partition_value(value)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,117 @@
+"""The executor data plane at scale, on one local SparkSession (docs/performance.md).
+
+    python bench/scale_bench.py                    # 20M rows, a 1M-row merge
+    python bench/scale_bench.py --rows 5000000 --changed 250000
+
+Measures, side by side on the same DataFrame:
+- Spark's own `df.write.parquet` (the reference);
+- rivc's table write on a local Spark (Spark's Parquet writer + footer statistics + one Delta
+  commit from this process): what `materialized: table` does;
+- rivc's task writer (`mapInArrow` tasks writing through pyarrow's filesystem, as on a remote
+  Spark or an object store), without the commit;
+- a merge of `--changed` rows whose keys fall in 5% of the table's files, against a full
+  rewrite of the table: files rewritten and seconds.
+The peak RSS of this Python process is printed after each step: it must not grow with rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+FILES = 40  # the table's files: contiguous id ranges, so a key range maps to few files
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=20_000_000)
+    parser.add_argument("--changed", type=int, default=1_000_000)
+    args = parser.parse_args()
+
+    from rivc.adapters.connectors import delta
+    from rivc.adapters.connectors.taskwrite import DESCRIPTION, _Task
+    from rivc.adapters.run.spark import get_session
+    from rivc.adapters.storage import Store
+    from rivc.compiler.specs import SparkSpec
+
+    spark = get_session(
+        SparkSpec(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}), app_name="bench"
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    base = Path(tempfile.mkdtemp(prefix="rivc-scale-"))
+    n = args.rows
+
+    def frame(first: int, count: int, parts: int, v: int) -> object:
+        return spark.range(first, first + count, 1, parts).selectExpr(
+            "id",
+            "id % 100 as grp",
+            "cast(id * 0.01 as decimal(18,2)) as amount",
+            "concat('note-', id) as note",
+            f"{v} as v",
+        )
+
+    df = frame(0, n, FILES, 1)
+    spark.range(1000).selectExpr("id").write.mode("overwrite").parquet(str(base / "warm"))
+
+    def timed(label: str, fn: object) -> float:
+        started = time.perf_counter()
+        fn()  # type: ignore[operator]
+        took = time.perf_counter() - started
+        print(f"{label:<44} {took:7.1f} s  {n / took / 1e6:6.2f} M rows/s  rss {rss_mb():6.0f} MB")
+        return took
+
+    print(f"{n:,} rows, {FILES} tasks, 2 cores")
+    spark_s = timed(
+        "Spark df.write.parquet", lambda: df.write.mode("overwrite").parquet(str(base / "plain"))
+    )
+    uri = str(base / "table")
+    rivc_s = timed(
+        "rivc table (Spark writer + Delta commit)",
+        lambda: delta.write_batch(df, uri, Store(), "replace", delta.arrow_schema(df)),
+    )
+    task = _Task(str(base / "tasks"), Store(), "rivc-bench", "snappy", (), None)
+    tasks_s = timed(
+        "rivc task writer (mapInArrow, pyarrow fs)",
+        lambda: df.mapInArrow(task, DESCRIPTION).collect(),
+    )
+    print(
+        f"rivc table at {spark_s / rivc_s:.0%} of Spark's rows/s; task writer at "
+        f"{spark_s / tasks_s:.0%}"
+    )
+
+    changed = frame(0, args.changed, 4, 2)  # keys in the first files only
+    share = args.changed / n
+    started = time.perf_counter()
+    result = delta.merge(changed, uri, Store(), ("id",))
+    merge_s = time.perf_counter() - started
+    full_s = timed(
+        "full rewrite of the table",
+        lambda: delta.write_batch(
+            delta.read(spark, uri).where("id >= 0"),
+            str(base / "rewrite"),
+            Store(),
+            "replace",
+            delta.arrow_schema(df),
+        ),
+    )
+    print(
+        f"merge of {args.changed:,} rows ({share:.0%} of keys): {merge_s:.1f} s, "
+        f"{result.removed} of {FILES} files rewritten; full rewrite {full_s:.1f} s "
+        f"({merge_s / full_s:.0%}); rss {rss_mb():.0f} MB"
+    )
+    got = delta.read(spark, uri)
+    assert got.count() == n and got.where("v = 2").count() == args.changed
+    spark.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
