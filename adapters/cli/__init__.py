@@ -37,5 +37,6 @@ for command in (
     execute.doctor,
     state.state,
     state.metrics,
+    state.maintain,
 ):
     main.add_command(command)

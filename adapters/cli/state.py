@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..storage import resolve
 from .common import (
     EXIT_FAILED,
     _compile,
@@ -149,3 +150,62 @@ def metrics(
             "-" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f} MB",
         )
     _console().print(table)
+
+
+@click.command()
+@click.argument("selection", nargs=-1)
+@apply(select_options)
+@click.option(
+    "--retain-hours",
+    type=click.IntRange(min=0),
+    default=168,
+    show_default=True,
+    help="Keep files that a version younger than this references (readers and writers of "
+    "older versions need them).",
+)
+@click.option("--dry-run", is_flag=True, help="List what VACUUM would delete; change nothing.")
+@project_dir_option
+@handle_errors
+def maintain(
+    selection: tuple[str, ...],
+    select: tuple[str, ...],
+    exclude: tuple[str, ...],
+    retain_hours: int,
+    dry_run: bool,
+    project_dir: str | None,
+) -> None:
+    """Compact and VACUUM the Delta tables of models and sinks (under the run lock)."""
+    from rivc.compiler.connector_specs import DeltaSinkConfig
+
+    from ..connectors import delta
+    from ..run.scheduler import RunOptions, compile_for_run
+    from ..state import new_run_id, run_lock
+    from ..storage import join
+
+    root = _root(project_dir)
+    with run_lock(root, new_run_id()):  # no rivc run of this project writes meanwhile
+        compiled, plan = compile_for_run(
+            root, RunOptions(select=select + selection, exclude=exclude)
+        )
+        tables: list[tuple[str, str, Any]] = []
+        for nid in compiled.chosen:
+            node = plan.nodes[nid]
+            if node.kind == "model" and node.materialized in ("table", "incremental"):
+                uri = join(plan.warehouse, node.name)
+                tables.append((nid, uri, plan.store(uri)))
+            elif node.kind == "sink" and node.connector == "delta":
+                config = plan.project.sinks[node.name].config
+                assert isinstance(config, DeltaSinkConfig)
+                uri = resolve(config.table_uri, root)
+                tables.append((nid, uri, plan.store(uri, dict(config.storage_options))))
+        for nid, uri, store in tables:
+            done = delta.maintain(uri, store, retain_hours, dry_run)
+            if done is None:
+                click.echo(f"{nid}: not built yet")
+            elif dry_run:
+                click.echo(f"{nid}: VACUUM would delete {len(done.vacuumed)} files")
+            else:
+                click.echo(
+                    f"{nid}: {done.compacted} files compacted into {done.added}, "
+                    f"{len(done.vacuumed)} unreferenced files deleted"
+                )

@@ -267,6 +267,37 @@ def read_source(spark: SparkSession, ctx: SourceContext) -> DataFrame:
     return df
 
 
+@dataclass(frozen=True)
+class Maintained:
+    compacted: int  # small files merged away
+    added: int  # the files they became
+    vacuumed: list[str]  # unreferenced files deleted (or that would be, on a dry run)
+
+
+def maintain(
+    uri: str, store: Store, retain_hours: int, dry_run: bool, target_size: int | None = None
+) -> Maintained | None:
+    """Delta's own housekeeping through delta-rs: compact small files (one commit, which a
+    concurrent writer's commit makes conflict and fail rather than lose data), then VACUUM the
+    files no version younger than `retain_hours` references: the files of killed jobs and of
+    rewritten ones. None when `uri` holds no table."""
+    dt = open_table(uri, store.delta)
+    if dt is None:
+        return None
+
+    def vacuum(dry: bool) -> list[str]:
+        try:
+            return list(dt.vacuum(retention_hours=retain_hours, dry_run=dry, full=True))
+        except Exception as exc:  # noqa: BLE001  (delta-rs raises one error type for all)
+            raise ConnectorError(f"vacuum of {uri}: {str(exc).splitlines()[0]}") from exc
+
+    planned = vacuum(True)  # a retention the table refuses stops here, before any change
+    if dry_run:
+        return Maintained(0, 0, planned)
+    metrics = dt.optimize.compact(target_size=target_size)
+    return Maintained(int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]), vacuum(False))
+
+
 def arrow_schema(df: DataFrame) -> Any:
     """The Delta table schema of a Spark DataFrame (timestamps in UTC, as Delta holds them)."""
     from pyspark.sql.pandas.types import to_arrow_schema

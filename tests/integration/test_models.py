@@ -222,3 +222,41 @@ sources:
     done = rivc(root, "run", "--select", "dv_copy")
     assert done.exit_code != 0
     assert "rivc cannot read Delta tables that use deletionVectors" in done.output
+
+
+def test_maintain_compacts_and_removes_what_killed_jobs_left(spark, tmp_path):
+    import os
+    import time
+
+    root = write_files(
+        tmp_path / "maintain",
+        {
+            "rivc_project.yml": "name: tidy\n",
+            "sources/app.yml": SOURCE,
+            "models/m.sql": INCREMENTAL.format(mode="ignore", columns="id, v, plan"),
+            "data/events/a.json": events(range(0, 10), 1),
+        },
+    )
+    for v in (2, 3):
+        assert rivc(root, "run").exit_code == 0
+        write_files(root, {f"data/events/{v}.json": events(range(v * 10, v * 10 + 10), v)})
+    assert rivc(root, "run").exit_code == 0
+    before = rows(root, "m")
+    assert len(table(root, "m").file_uris()) == 3
+    orphan = root / "warehouse/m/rivc-batch-000099-killed/part-0.parquet"  # a killed job's file
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"PAR1")
+    week_ago = time.time() - 8 * 24 * 3600
+    os.utime(orphan, (week_ago, week_ago))
+
+    dry = rivc(root, "maintain", "--dry-run")
+    assert dry.exit_code == 0 and "model:m: VACUUM would delete 1 files" in dry.output
+    assert orphan.exists()
+    refused = rivc(root, "maintain", "--retain-hours", "1")
+    assert refused.exit_code != 0 and "vacuum of" in refused.output
+    done = rivc(root, "maintain")
+    assert done.exit_code == 0, done.output
+    assert "model:m: 3 files compacted into 1, 1 unreferenced files deleted" in done.output
+    assert not orphan.exists()
+    assert len(table(root, "m").file_uris()) == 1
+    assert rows(root, "m") == before
