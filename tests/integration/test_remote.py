@@ -5,6 +5,7 @@ sink on S3 (a moto server). The same project run on the local Spark must give th
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -221,6 +222,14 @@ default:
 
     fs = pafs.S3FileSystem(
         access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
+    )
+    listed = fs.get_file_info(pafs.FileSelector("lake/sinks/files/customer_orders"))
+    # written by the server's tasks (one name per task), not staged through rivc
+    assert listed and all(
+        re.fullmatch(r"batch-\d{6}-part-\d{5}-\d{4}\.parquet", f.base_name) for f in listed
+    ), [f.base_name for f in listed]
+    assert not fs.get_file_info(
+        pafs.FileSelector("lake/warehouse/_rivc_staging", allow_not_found=True)
     )
     far_files = pads.dataset("lake/sinks/files/customer_orders", filesystem=fs).to_table()
     near_files = pads.dataset(str(tmp_path / "local-lake/files/customer_orders")).to_table()
