@@ -150,9 +150,3 @@ class Store:
 
     def __repr__(self) -> str:  # the options hold secrets
         return f"Store({sorted(self.options)})"
-
-    def exists(self, uri: str) -> bool:
-        import pyarrow.fs as pafs
-
-        fs, path = self.filesystem(uri)
-        return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)

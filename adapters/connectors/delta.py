@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rivc.compiler.connector_specs import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
+from ..faults import fault
 from ..storage import Store, is_local, join
 from .base import (
     Sink,
@@ -397,6 +398,7 @@ def write_batch(
     """Spark's tasks write `df` into the table; rivc commits what they wrote, or deletes it."""
     where = prefix("batch" if app is None else f"batch-{app[1]:06d}")
     written = write_parquet(df, uri, store, where, SPARK_CODECS[codec], partition_by, max_bytes)
+    fault("before-commit", uri.rstrip("/").rsplit("/", 1)[-1])  # the files are in, the log not
     try:
         retries, took = commit(
             uri, store, mode, schema, written, partition_by, removes, app, configuration

@@ -167,9 +167,11 @@ def test_batch_ids_start_above_what_the_table_holds(spark, tmp_path, lose):
     assert lake.transaction_version("rivc:ids:lake") == 1
 
 
-def test_a_model_killed_after_its_commit_is_not_written_again_by_the_resumed_run(tmp_path):
+@pytest.mark.parametrize("point", ["before-commit", "after-commit"])
+def test_a_model_killed_around_its_commit_is_written_once_by_the_resumed_run(tmp_path, point):
     """The model's query returns every row on each run, so only the batch id in the table's
-    commit keeps the resumed run from appending them a second time."""
+    commit keeps the resumed run from appending them a second time; killed between the tasks'
+    files and the commit, the files are in no version and the resumed run writes the batch."""
     root = write_files(
         tmp_path,
         {
@@ -178,11 +180,11 @@ def test_a_model_killed_after_its_commit_is_not_written_again_by_the_resumed_run
             "select order_id, total from {{ source('gen', 'orders') }}\n",
         },
     )
-    killed = run_rivc(root, "after-commit:orders_t")
+    killed = run_rivc(root, f"{point}:orders_t")
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     rerun = run_rivc(root)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert "already committed by the killed run" in rerun.stdout
+    assert ("already committed by the killed run" in rerun.stdout) is (point == "after-commit")
     table = DeltaTable(str(root / "warehouse/orders_t"))
     ids = table.to_pyarrow_table().column("order_id").to_pylist()
     assert len(ids) == 500 and len(set(ids)) == 500
