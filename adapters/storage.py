@@ -140,6 +140,32 @@ class Store:
             f"{container}/{path}",
         )
 
+    def files(self, uri: str, suffix: str = "") -> list[tuple[str, int]]:
+        """The data files under `uri` (any depth) as URIs with their sizes, in name order; none
+        if it is missing. Hidden and bookkeeping files (`.crc`, `_SUCCESS`) are left out."""
+        import pyarrow.fs as pafs
+
+        fs, base = self.filesystem(uri)
+        base = base.rstrip("/")
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        return sorted(
+            (join(uri, i.path[len(base) :]), i.size or 0)
+            for i in infos
+            if i.type == pafs.FileType.File
+            and i.base_name.endswith(suffix)
+            and not i.base_name.startswith((".", "_"))
+        )
+
+    def exist(self, uris: list[str]) -> bool:
+        """True when every one of `uris` is a file (one listing call per store)."""
+        import pyarrow.fs as pafs
+
+        if not uris:
+            return True
+        fs, _ = self.filesystem(uris[0])
+        infos = fs.get_file_info([self.filesystem(u)[1] for u in uris])
+        return all(i.type == pafs.FileType.File for i in infos)
+
     def remove_tree(self, uri: str) -> None:
         """Delete everything under `uri`; a missing directory is not an error."""
         fs, path = self.filesystem(uri)

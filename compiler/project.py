@@ -12,7 +12,7 @@ from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .locate import PROJECT_FILE, find_profiles, list_project_files, read_project_file
 from .registry import ConnectorInfo, connector, unknown
-from .specbase import IDENT, Spec
+from .specbase import IDENT, Spec, is_uri, locations
 from .specs import (
     InlineSink,
     ModelProps,
@@ -111,7 +111,53 @@ def load_profile(root: Path, name: str, env: Mapping[str, str]) -> tuple[Profile
         raise ProjectError(
             f"profile {name!r} not found in {path}{did_you_mean(name, names)}", doc.location(())
         )
-    return validate_doc(ProfileSpec, doc, (name,), data[name]), path
+    spec: ProfileSpec = validate_doc(ProfileSpec, doc, (name,), data[name])
+    far = remote_spark(spec, env)
+    if far and not is_uri(spec.warehouse):
+        given = isinstance(data[name], dict) and "warehouse" in data[name]
+        raise ProjectError(
+            f"warehouse: {'this' if given else 'the default'} path is on this machine, which "
+            f"{far} cannot reach; {URI_HINT}",
+            doc.location((name, "warehouse" if given else "spark")),
+        )
+    return spec, path
+
+
+URI_HINT = (
+    "use a URI its executors reach (s3://, gs://, abfss://, or file:// on a disk they all mount)"
+)
+
+
+def remote_spark(profile: ProfileSpec, env: Mapping[str, str]) -> str | None:
+    """What Spark the profile names when it does not run on this machine, else None."""
+    s = profile.spark
+    if s.remote or env.get("SPARK_REMOTE"):
+        return "a Spark Connect server"
+    if s.master and not s.master.startswith("local"):
+        return f"the cluster at {s.master}"
+    return None
+
+
+def _local_paths(
+    far: str, sources: dict[str, SourceTableDef], sinks: dict[str, SinkDef]
+) -> list[RivcError]:
+    """With a remote Spark, every data location a source or sink names must be a URI."""
+    errors: list[RivcError] = []
+    defs: list[tuple[str, Spec, Located]] = [
+        *((f"source {k}", d.config, d.where) for k, d in sources.items()),
+        *((f"sink {k}", d.config, d.where) for k, d in sinks.items()),
+    ]
+    for what, config, where in defs:
+        for key, value in locations(config):
+            if not is_uri(value):
+                errors.append(
+                    ProjectError(
+                        f"{what}: {'.'.join(key)} {value!r} is a path on this machine, which "
+                        f"{far} cannot reach; {URI_HINT}",
+                        where.location("config", *key),
+                    )
+                )
+    return errors
 
 
 def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
@@ -187,6 +233,9 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     where.location("name"),
                 )
             )
+    far = remote_spark(profile, env)
+    if far:
+        errors += _local_paths(far, sources, sinks)
     if errors:
         raise CompileFailed(errors)
     return Project(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from collections.abc import Iterator
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -64,3 +65,30 @@ def _location(value: str) -> str:
 
 
 Location = Annotated[str, AfterValidator(_location)]
+
+
+def is_uri(value: str) -> bool:
+    return _SCHEME.match(value) is not None
+
+
+def locations(spec: BaseModel, at: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str]]:
+    """Every Location a spec holds (nested specs included), with its key path."""
+    for name, info in type(spec).model_fields.items():
+        value = getattr(spec, name)
+        key = (*at, info.alias or name)
+        if isinstance(value, BaseModel):
+            yield from locations(value, key)
+        elif isinstance(value, str) and (
+            _is_location(info.annotation) or any(_is_location_meta(m) for m in info.metadata)
+        ):
+            yield key, value
+
+
+def _is_location_meta(meta: Any) -> bool:
+    return getattr(meta, "func", None) is _location
+
+
+def _is_location(annotation: Any) -> bool:
+    if get_origin(annotation) is Annotated:
+        return any(_is_location_meta(m) for m in get_args(annotation)[1:])
+    return any(_is_location(a) for a in get_args(annotation))

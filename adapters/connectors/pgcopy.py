@@ -334,7 +334,8 @@ class CopyPartition(InputPartition):
 class PgCopySource(DataSource):
     """Options: conn (JSON without the password), password, base, plan (JSON), predicates
     (JSON list: one partition each), settings (JSON list of SET statements), throttle_ms,
-    stage (a directory: tasks write Parquet there and return file names)."""
+    stage (a directory URI: tasks write Parquet there and return file names) and
+    storage_secret (the stage's Store options, JSON)."""
 
     @classmethod
     def name(cls) -> str:
@@ -362,27 +363,35 @@ class CopyReader(DataSourceReader):
         if stage is None:
             yield from batches
             return
-        import os
-
         import pyarrow.parquet as pq
 
-        final = os.path.join(stage, f"part-{partition.index:05d}.parquet")
-        tmp = os.path.join(stage, f".part-{partition.index:05d}.parquet.tmp")
-        os.makedirs(stage, exist_ok=True)
+        from ..storage import Store, is_local, join
+
+        store = Store(json.loads(self.options.get("storage_secret", "{}")))
+        final = join(stage, f"part-{partition.index:05d}.parquet")
+        fs, path = store.filesystem(final)
+        fs.create_dir(store.filesystem(stage)[1])
+        # On this disk a temporary name renamed at the end; an object store's upload appears
+        # whole when it is closed (a failed one leaves a file the stage's removal takes away).
+        tmp = join(stage, f".part-{partition.index:05d}.parquet.tmp") if is_local(stage) else final
         # snappy, as Spark's JDBC stager and Delta's default: a Delta sink can adopt the files.
         # No dictionaries: for the high-cardinality text of extracted rows they cost twice the
         # write time and gain nothing; snappy still compresses repeated values.
-        out = pq.ParquetWriter(tmp, self._schema(), compression="snappy", use_dictionary=False)
+        sink = fs.open_output_stream(store.filesystem(tmp)[1])
+        out = pq.ParquetWriter(sink, self._schema(), compression="snappy", use_dictionary=False)
         try:
             # conversion runs in the writer thread, beside the next CSV block's parsing
             plan, schema = self._plan(), self._schema()
             rows = _write_behind(batches, lambda b: out.write_batch(delivered(plan, schema, b)))
         except BaseException:
             out.close()
-            os.unlink(tmp)
+            sink.close()
+            fs.delete_file(store.filesystem(tmp)[1])
             raise
         out.close()
-        os.replace(tmp, final)
+        sink.close()
+        if tmp != final:
+            fs.move(store.filesystem(tmp)[1], path)
         yield (final, rows)
 
     def _plan(self) -> CopyPlan:

@@ -1,6 +1,8 @@
 """Running a PostgreSQL/MySQL source table: plan the window, extract once, check, commit later.
 
-The rows land in `.rivc/extract/<source.table>/` as Parquet; the source's view reads that copy.
+The rows land as Parquet under the warehouse's staging area,
+`<warehouse>/_rivc_staging/extract/<source.table>/` (any store: Spark's executors write and read
+it, as the rivc process does); the source's view reads that copy.
 The cursor (and chunk checkpoints) advance in `commit_pending`, at the end of the run, only
 when every node downstream of the source succeeded: state moves after the data is committed.
 """
@@ -9,11 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.specs import SourceTable
@@ -34,8 +34,11 @@ from ..connectors.relational import (
     session_init,
     with_retries,
 )
+from ..connectors.tableread import DataFile, read_files
+from ..connectors.taskwrite import write_parquet
 from ..faults import fault
 from ..state import NodeResult, StateStore
+from ..storage import Store, is_local, join
 from .parquet import arrow_columns, dataset, parquet_rows, parquet_schema
 from .sinkwriter import transform_source
 
@@ -49,7 +52,8 @@ EXTRACT = "extract"
 @dataclass
 class Pending:
     cursor: dict[str, Any] | None
-    staging: Path
+    staging: str
+    store: Store
     chunked: bool
 
 
@@ -64,7 +68,8 @@ class ExtractContext:
     conn: Conn
     tuning: dict[str, int]
     query: str  # the compiled query
-    staging: Path  # .rivc/extract/<source.table>/
+    staging: str  # <warehouse>/_rivc_staging/extract/<source.table>
+    store: Store  # how to reach it
     state: StateStore
     run_id: str
     full_refresh: bool
@@ -113,12 +118,14 @@ def extract(ctx: ExtractContext) -> Extraction:
         with connection(conn) as db:
             window = plan_window(db, conn.kind, base, table, stored)
             plan = deliveries(conn.kind, probe(db, conn.kind, base), dict(table.columns), label)
-            stage, via = _stager(ctx.spark, conn, tuning, base, plan, label, table.parallel)
+            stage, via = _stager(
+                ctx.spark, conn, tuning, base, plan, label, table.parallel, ctx.store
+            )
         if window.chunks is not None:
             return window, _extract_chunks(ctx, stage, window)
-        data = staging / "data"
+        data = join(staging, "data")
         stage([window.predicate or ""], data)
-        return window, parquet_files([data])
+        return window, parquet_files([data], ctx.store)
 
     replay = _replay(ctx)
     if replay is not None:  # a resumed run delivers what the killed one staged, not a superset
@@ -131,11 +138,12 @@ def extract(ctx: ExtractContext) -> Extraction:
     # The checks read the staged Parquet with Arrow: no Spark job, and no JVM at all when
     # nothing downstream needs one.
     as_is = not (table.meta_columns.exported_at or table.meta_columns.row_hash or table.transforms)
-    rows = parquet_rows(files)
+    store = ctx.store
+    rows = parquet_rows(files, store)
     notes = [f"{window.description} via {via}"]
     if retries:
         notes.append(f"{retries} retr{'y' if retries == 1 else 'ies'}")
-    columns = arrow_columns(parquet_schema(files))
+    columns = arrow_columns(parquet_schema(files, store))
     if table.meta_columns.exported_at:
         columns["_rivc_exported_at"] = "timestamp"
     if table.meta_columns.row_hash:
@@ -163,7 +171,7 @@ def extract(ctx: ExtractContext) -> Extraction:
                 ended("error", error=f"schema changed and on_schema_change is fail: {diff}")
             )
         notes.append(f"schema changed: {diff}")
-    problems, warnings = _quality(files, table, rows)
+    problems, warnings = _quality(files, store, table, rows)
     notes += warnings
     if problems:
         return Extraction(ended("error", error="quality: " + "; ".join(problems)))
@@ -172,15 +180,34 @@ def extract(ctx: ExtractContext) -> Extraction:
         return Extraction(ended("skipped", message=message))
     cursor = window.cursor
     if cursor is not None and table.unique_key and rows:
-        cursor = {**cursor, "keys": _boundary_keys(dataset(files), table, cursor)}
+        cursor = {**cursor, "keys": _boundary_keys(dataset(files, store), table, cursor)}
+
+    def view(spark: SparkSession) -> DataFrame:
+        return transform_source(
+            _with_meta(staged_copy(spark, files, store), table, exported_at), table.transforms
+        )
+
     return Extraction(
         ended("success", message="; ".join(n for n in notes if n)),
-        files if as_is else None,
-        lambda spark: transform_source(
-            _with_meta(spark.read.parquet(*files), table, exported_at), table.transforms
-        ),
-        Pending(cursor, staging, window.chunks is not None),
+        files if as_is and is_local(staging) else None,
+        view,
+        Pending(cursor, staging, store, window.chunks is not None),
     )
+
+
+def staged_copy(spark: SparkSession, files: list[str], store: Store) -> DataFrame:
+    """The staged copy as a DataFrame: Spark's own reader on this machine, else rivc's data
+    source, whose tasks open the files through the filesystem layer wherever Spark runs."""
+    if is_local(files[0]) and not _connect(spark):
+        return spark.read.parquet(*files)
+    fs, _ = store.filesystem(files[0])
+    sizes = fs.get_file_info([store.filesystem(f)[1] for f in files])
+    listed = [DataFile(f, i.size or 0, {}) for f, i in zip(files, sizes, strict=True)]
+    return read_files(spark, listed, parquet_schema(files, store), store)
+
+
+def _connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _replay(ctx: ExtractContext) -> tuple[Window, list[str]] | None:
@@ -189,7 +216,7 @@ def _replay(ctx: ExtractContext) -> tuple[Window, list[str]] | None:
     if ctx.resume_from is None or ctx.table.mode == "chunked" or ctx.full_refresh:
         return None
     staged = ctx.state.extract_of(ctx.resume_from, ctx.nid)
-    if staged is None or not all(Path(f).exists() for f in staged[0]):
+    if staged is None or not ctx.store.exist(staged[0]):
         return None
     files, cursor, description = staged
     ctx.state.record_extract(ctx.run_id, ctx.nid, files, cursor, description)
@@ -208,7 +235,7 @@ def _with_meta(df: DataFrame, table: Any, exported_at: datetime) -> DataFrame:
     return df
 
 
-Stage = Callable[[list[str], Path], None]
+Stage = Callable[[list[str], str], None]  # predicates, the directory URI to fill
 
 
 def _stager(
@@ -219,12 +246,13 @@ def _stager(
     columns: list[Any],
     label: str,
     parallel: int,
+    store: Store,
 ) -> tuple[Stage, str]:
     """How to copy `base` under predicates into a Parquet directory, one query per predicate.
 
     PostgreSQL with COPY-able column types: COPY streamed into Arrow and written as Parquet,
     by this process when `parallel` is 1 (no Spark job), else by `parallel` Spark tasks at once.
-    Otherwise Spark's JDBC reader and Parquet writer.
+    Otherwise Spark's JDBC reader, its tasks writing the Parquet (rivc.connectors.taskwrite).
     """
     if conn.kind == "postgres":
         from ..connectors.pgcopy import NAME, CopyPartition, CopyReader, PgCopySource, copy_plan
@@ -245,34 +273,47 @@ def _stager(
                 "plan": plan.dumps(),
                 "settings": json.dumps(session_init(conn.kind, tuning).split("; ")),
                 "throttle_ms": str(tuning["throttle_ms"]),
+                "storage_secret": json.dumps(store.options),  # "secret": Spark redacts it
             }
 
-            def copy_here(predicates: list[str], path: Path) -> None:
-                shutil.rmtree(path, ignore_errors=True)
-                reader = CopyReader({**options, "stage": str(path)})
+            def copy_here(predicates: list[str], path: str) -> None:
+                store.remove_tree(path)
+                reader = CopyReader({**options, "stage": path})
                 for i, predicate in enumerate(predicates):
                     for _ in reader.read(CopyPartition(i, predicate)):
                         pass
 
-            def copy_in_spark(predicates: list[str], path: Path) -> None:
-                shutil.rmtree(path, ignore_errors=True)
+            def copy_in_spark(predicates: list[str], path: str) -> None:
+                store.remove_tree(path)
                 session = spark()
                 session.dataSource.register(PgCopySource)
                 reader = session.read.format(NAME)
                 for key, value in options.items():
                     reader = reader.option(key, value)
                 reader.option("predicates", json.dumps(predicates)).option(
-                    "stage", str(path)
+                    "stage", path
                 ).load().collect()
 
             return (copy_here, "COPY") if parallel <= 1 else (copy_in_spark, "COPY in Spark")
 
-    def jdbc_stage(predicates: list[str], path: Path) -> None:
-        read_query(spark(), conn, tuning, base, predicates, columns, label).write.mode(
-            "overwrite"
-        ).parquet(str(path))
+    def jdbc_stage(predicates: list[str], path: str) -> None:
+        store.remove_tree(path)
+        df = read_query(spark(), conn, tuning, base, predicates, columns, label)
+        parent, _, name = path.rpartition("/")
+        if not write_parquet(df, parent, store, name):
+            _empty_parquet(df, path, store)  # no rows: one file keeps the schema, as Spark's does
 
     return jdbc_stage, "JDBC"
+
+
+def _empty_parquet(df: DataFrame, path: str, store: Store) -> None:
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    fs, inner = store.filesystem(join(path, "part-00000.parquet"))
+    fs.create_dir(inner.rsplit("/", 1)[0])
+    with fs.open_output_stream(inner) as out:
+        pq.write_table(to_arrow_schema(df.schema, timezone="UTC").empty_table(), out)
 
 
 def _extract_chunks(ctx: ExtractContext, stage: Stage, window: Window) -> list[str]:
@@ -284,34 +325,34 @@ def _extract_chunks(ctx: ExtractContext, stage: Stage, window: Window) -> list[s
         digest_size=8,
     ).hexdigest()
     done = ctx.state.done_chunks(nid, plan)
-    if not done and staging.exists():
-        shutil.rmtree(staging)  # leftovers of another plan
+    if not done:
+        ctx.store.remove_tree(staging)  # leftovers of another plan
     todo = [c for c in chunks if c[0] not in done]
     step = max(1, table.parallel)
     for i in range(0, len(todo), step):
         group = todo[i : i + step]
-        path = staging / f"chunks-{group[0][0]:06d}-{group[-1][0]:06d}"
+        path = join(staging, f"chunks-{group[0][0]:06d}-{group[-1][0]:06d}")
         try:
             stage([p for _, p in group], path)
         except BaseException:
-            shutil.rmtree(path, ignore_errors=True)  # no half-written group left behind
+            ctx.store.remove_tree(path)  # no half-written group left behind
             raise
-        ctx.state.chunk_done(nid, plan, [c for c, _ in group], str(path))
+        ctx.state.chunk_done(nid, plan, [c for c, _ in group], path)
     paths = sorted(set(ctx.state.done_chunks(nid, plan).values()))
     if not paths:
-        stage(["1 = 0"], staging / "empty")
-        return parquet_files([staging / "empty"])
-    return parquet_files([Path(p) for p in paths])
+        stage(["1 = 0"], join(staging, "empty"))
+        return parquet_files([join(staging, "empty")], ctx.store)
+    return parquet_files(paths, ctx.store)
 
 
-def _quality(files: list[str], table: Any, rows: int) -> tuple[list[str], list[str]]:
+def _quality(files: list[str], store: Store, table: Any, rows: int) -> tuple[list[str], list[str]]:
     """Failures (severity fail) and warnings of the table's quality gates, read with Arrow."""
     import pyarrow.compute as pc
 
     q = table.quality
     if q.null_ratio_max is None and q.unique_columns is None:
         files = []  # row_count needs no data
-    data = dataset(files) if files else None
+    data = dataset(files, store) if files else None
     fails: list[str] = []
     warns: list[str] = []
 
@@ -372,8 +413,9 @@ def _naive(value: Any) -> Any:
     return value
 
 
-def parquet_files(dirs: list[Path]) -> list[str]:
-    return [str(f) for d in dirs for f in sorted(d.glob("*.parquet"))]
+def parquet_files(dirs: list[str], store: Store) -> list[str]:
+    """The Parquet files of staged directories, in order (whichever writer made them)."""
+    return [uri for d in dirs for uri, _ in store.files(d, ".parquet")]
 
 
 def _schema_diff(before: dict[str, str], columns: dict[str, str]) -> str:
@@ -408,5 +450,5 @@ def commit_pending(
             state.set_cursor(nid, dump_cursor(p.cursor), run_id)
         if p.chunked:
             state.clear_chunks(nid)
-        shutil.rmtree(p.staging, ignore_errors=True)
+        p.store.remove_tree(p.staging)
         del pending[nid]

@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..storage import Store, join
+from ..storage import Store, is_local, join
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
     from pyspark.sql import DataFrame
 
 
@@ -78,27 +79,45 @@ def staged_at(df: DataFrame, uri: str, store: Store) -> Iterator[pads.Dataset]:
         store.remove_tree(join(uri, where))
 
 
-def parquet_schema(files: list[str]) -> Any:
+def _opened(files: list[str], store: Store | None) -> tuple[pafs.FileSystem | None, list[str]]:
+    """The filesystem `files` live on (None: this machine's disk) and their paths in it."""
+    if store is None or all(is_local(f) for f in files):
+        return None, [f.removeprefix("file://") for f in files]
+    fs, _ = store.filesystem(files[0])
+    return fs, [store.filesystem(f)[1] for f in files]
+
+
+def parquet_schema(files: list[str], store: Store | None = None) -> Any:
     """The schema of staged Parquet files, from the first footer (pyarrow.dataset, a slow
     import, is not needed for that)."""
     import pyarrow.parquet as pq
 
-    return pq.read_schema(files[0].removeprefix("file://")).remove_metadata()
+    fs, paths = _opened(files[:1], store)
+    return pq.read_schema(paths[0], filesystem=fs).remove_metadata()
 
 
-def parquet_rows(files: list[str]) -> int:
+def parquet_rows(files: list[str], store: Store | None = None) -> int:
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(f.removeprefix("file://")).metadata.num_rows for f in files)
+    fs, paths = _opened(files, store)
+    if fs is None:
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+    total = 0
+    for p in paths:
+        with fs.open_input_file(p) as f:
+            total += pq.ParquetFile(f).metadata.num_rows
+    return total
 
 
-def dataset(paths: list[str]) -> pads.Dataset:
+def dataset(paths: list[str], store: Store | None = None) -> pads.Dataset:
     import pyarrow.dataset as pads
 
     # pre_buffer would read whole files ahead: memory would then grow with the batch
     options = pads.ParquetFragmentScanOptions(pre_buffer=False, buffer_size=1 << 20)
     fmt = pads.ParquetFileFormat(default_fragment_scan_options=options)
-    files = [p.removeprefix("file://") for p in paths]
+    fs, files = _opened(paths, store)
+    if fs is not None:
+        return pads.dataset(files, format=fmt, filesystem=fs)
     return pads.dataset(
         files[0] if len(files) == 1 and Path(files[0]).is_dir() else files, format=fmt
     )

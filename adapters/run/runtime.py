@@ -206,6 +206,7 @@ class Runtime:
                     f"source {node.name}: connection {source.source.connection!r} is not in "
                     "the profile"
                 )
+            staging = join(self.plan.warehouse, STAGING_AREA, EXTRACT, node.name)
             done = extract(
                 ExtractContext(
                     nid,
@@ -214,7 +215,8 @@ class Runtime:
                     Conn.resolve(spec, os.environ),
                     source.source.tuning.resolved(),
                     self.plan.sql(nid),
-                    self.plan.root / STATE_DIR / EXTRACT / node.name,
+                    staging,
+                    self.plan.store(staging),
                     self.state,
                     self.run_id,
                     self.full_refresh,

@@ -133,8 +133,8 @@ def test_chunked_run_resumes_after_a_failure(spark, tmp_path, kind):
         assert rivc(root, "run").exit_code == 1
         res = results(root)["source:src.payments"]
         assert res["status"] == "error" and "division by zero" in res["error"].lower()
-        staged = sorted(p.name for p in (root / ".rivc/extract/src.payments").iterdir())
-        assert staged == ["chunks-000000-000001"]
+        staging = root / "warehouse/_rivc_staging/extract/src.payments"
+        assert sorted(p.name for p in staging.iterdir()) == ["chunks-000000-000001"]
         # Fix the row, and delete the rows already extracted: the resumed run must take them from
         # its checkpoint, not from the database. A new row lands in a new chunk.
         db.execute("UPDATE payments SET d = 1 WHERE id = 80")
@@ -145,7 +145,7 @@ def test_chunked_run_resumes_after_a_failure(spark, tmp_path, kind):
         table = DeltaTable(str(root / "warehouse/payments_copy")).to_pyarrow_table()
         assert sorted(table.column("id").to_pylist()) == [*range(1, 101), 1000]
         assert "sparse key range" in results(root)["source:src.payments"]["message"]
-        assert not (root / ".rivc/extract/src.payments").exists()  # committed: cleaned up
+        assert not staging.exists()  # committed: cleaned up
 
 
 PG_TYPES = """

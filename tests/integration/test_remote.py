@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from rivc_dbs import database
 
 from rivc_testing import S3_KEYS, free_port, moto_s3, rivc, write_files
 
@@ -97,9 +98,12 @@ def connect(hidden: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "SPARK_LOG_DIR": str(logs),
         "SPARK_PID_DIR": str(logs),
     }
+    from rivc.adapters.run.spark import jdbc_jars
+
     start = (
         f'mount -t tmpfs rivc-hidden "{hidden}" && exec "{home}/sbin/start-connect-server.sh" '
-        f"--master local[2] --conf spark.connect.grpc.binding.address=127.0.0.1 "
+        f"--master local[2] --jars {','.join(jdbc_jars())} "
+        "--conf spark.connect.grpc.binding.address=127.0.0.1 "
         f"--conf spark.connect.grpc.binding.port={port} --conf spark.ui.enabled=false "
         "--conf spark.sql.shuffle.partitions=2 --conf spark.sql.session.timeZone=UTC"
     )
@@ -237,3 +241,110 @@ default:
     assert sorted_table(far_files, keys).equals(sorted_table(near_files, keys))
     # nothing was staged in the project folder: the server could not have read it
     assert not list((remote / ".rivc").glob("staging/*"))
+
+
+def test_relational_sources_stage_where_a_remote_spark_reaches(
+    hidden: Path, s3: str, connect: str
+) -> None:
+    """Each extraction path (COPY in rivc's process, COPY in the server's tasks, JDBC) stages its
+    copy under the warehouse on S3: the server reads it, and no row is lost or changed."""
+    import decimal
+    from datetime import UTC, datetime
+
+    import pyarrow.fs as pafs
+
+    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+
+    def lake(name: str) -> list[dict[str, object]]:
+        table = DeltaTable(f"s3://lake/rel/{name}", storage_options=options).to_pyarrow_table()
+        return sorted(table.to_pylist(), key=lambda r: r["id"])
+
+    with database("postgres") as pg, database("mysql") as my:
+        pg.execute(
+            "CREATE TABLE orders (id int primary key, amount numeric(12,2), note text, "
+            "at timestamptz)"
+        )
+        notes = ["", "NULL", None, 'a "quoted", text\nwith a newline']
+        orders = [
+            (
+                i,
+                decimal.Decimal(f"{i}.{i % 100:02d}"),
+                notes[i % 4],
+                datetime(2026, 1, 1, tzinfo=UTC),
+            )
+            for i in range(1, 201)
+        ]
+        pg.executemany("INSERT INTO orders VALUES (%s, %s, %s, %s)", orders)
+        my.execute("CREATE TABLE items (id int primary key, name varchar(20), n bigint)")
+        items = [(i, f"item {i}", 2**62 + i) for i in range(1, 51)]
+        my.executemany("INSERT INTO items VALUES (%s, %s, %s)", items)
+        root = write_files(
+            hidden / "rel",
+            {
+                "rivc_project.yml": "name: rel\n",
+                "profiles.yml": f"""
+default:
+  spark: {{remote: "{connect}"}}
+  warehouse: s3://lake/rel
+  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
+  connections:
+    pg: {{type: postgres, host: 127.0.0.1, user: postgres, database: {pg.name}}}
+    my: {{type: mysql, host: 127.0.0.1, user: root, database: {my.name}}}
+""",
+                "sources/db.yml": """
+sources:
+  - name: pg
+    connector: postgres
+    connection: pg
+    tables:
+      - {name: orders, table: orders, mode: incremental, cursor_column: id, unique_key: id}
+      - {name: chunks, table: orders, mode: chunked, chunk_column: id, chunk_size: 50,
+         parallel: 2}
+  - name: my
+    connector: mysql
+    connection: my
+    tables:
+      - {name: items, table: items, mode: incremental, cursor_column: id, unique_key: id}
+""",
+                "models/orders.sql": "{{ config(materialized='incremental', unique_key='id') }}\n"
+                "select * from {{ source('pg', 'orders') }}\n",
+                "models/chunks.sql": "{{ config(materialized='table') }}\n"
+                "select * from {{ source('pg', 'chunks') }}\n",
+                "models/items.sql": "{{ config(materialized='incremental', unique_key='id') }}\n"
+                "select * from {{ source('my', 'items') }}\n",
+            },
+        )
+        first = run(root, S3_KEYS, "run")
+        vias = {
+            "pg.orders": "via COPY",
+            "pg.chunks": "via COPY in Spark",
+            "my.items": "via JDBC",
+        }
+        for name, via in vias.items():
+            assert re.search(rf"source:{re.escape(name)} .* {via}, ", first.stdout), first.stdout
+        want = [{"id": i, "amount": a, "note": n, "at": t} for i, a, n, t in orders]
+        assert lake("orders") == want and lake("chunks") == want
+        assert lake("items") == [{"id": i, "name": s, "n": n} for i, s, n in items]
+
+        pg.executemany("INSERT INTO orders VALUES (%s, %s, %s, %s)", [(201, 1, "new", None)])
+        my.executemany("INSERT INTO items VALUES (%s, %s, %s)", [(51, "new", -(2**63))])
+        again = run(root, S3_KEYS, "run")
+        assert "pg.orders" in again.stdout
+        assert lake("orders")[-1] == {
+            "id": 201,
+            "amount": decimal.Decimal("1.00"),
+            "note": "new",
+            "at": None,
+        }
+        assert len(lake("orders")) == 201 and len(lake("chunks")) == 201
+        assert lake("items")[-1] == {"id": 51, "name": "new", "n": -(2**63)}
+
+    fs = pafs.S3FileSystem(
+        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
+    )
+    # every staged copy went once its cursor advanced; none was ever in the project folder
+    left = fs.get_file_info(
+        pafs.FileSelector("lake/rel/_rivc_staging", recursive=True, allow_not_found=True)
+    )
+    assert not [f.path for f in left if f.type == pafs.FileType.File]
+    assert not (root / ".rivc" / "extract").exists()

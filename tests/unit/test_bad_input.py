@@ -188,3 +188,45 @@ def test_object_store_locations_compile(make_project):
     )
     code, out = run(root, "compile")
     assert code == 0, out
+
+
+REMOTE = "default:\n  spark: {remote: 'sc://spark.example:15002'}\n"
+
+
+def test_a_remote_spark_with_the_default_warehouse_is_refused(make_project):
+    root = make_project({"models/orders.sql": "select 1 as id\n", "profiles.yml": REMOTE})
+    code, out = run(root, "compile")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith("profiles.yml:2"), line
+    assert "the default path is on this machine" in line and "s3://" in line
+    assert not (root / "target" / "manifest.json").exists()
+
+
+def test_a_remote_spark_refuses_every_local_data_path_in_one_run(make_project):
+    root = make_project(
+        {
+            "models/orders.sql": "select 1 as id\n",
+            "profiles.yml": REMOTE + "  warehouse: s3://lake/wh\n",
+            "sinks/out.yml": "sinks:\n"
+            "  - {name: a, from: orders, connector: delta, config: {table_uri: lake/orders}}\n"
+            "  - {name: b, from: orders, connector: files,\n"
+            "     config: {path: /data/orders, format: csv}}\n"
+            "  - {name: c, from: orders, connector: iceberg,\n"
+            "     config: {namespace: n, table: t, catalog: {warehouse: ice}}}\n"
+            "  - {name: d, from: orders, connector: delta,\n"
+            "     config: {table_uri: 'file:///shared/orders'}}\n",
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 2
+    lines = [line for line in out.splitlines() if "cannot reach" in line]
+    assert [":".join(line.split(":")[:2]) for line in lines] == [
+        "sinks/out.yml:2",
+        "sinks/out.yml:4",
+        "sinks/out.yml:6",
+    ], out
+    assert "sink a: table_uri 'lake/orders' is a path on this machine" in lines[0]
+    assert "catalog.warehouse 'ice'" in lines[2]
+    assert "file:///shared" not in out  # a URI of a shared mount is the user's promise
+    assert not (root / "target" / "manifest.json").exists()
