@@ -83,6 +83,9 @@ MIGRATIONS: list[str] = [
         description TEXT NOT NULL, staged_at TEXT NOT NULL, PRIMARY KEY (run_id, node)
     );
     """,
+    """
+    ALTER TABLE runs ADD COLUMN spark_session TEXT;
+    """,
 ]
 
 
@@ -229,8 +232,24 @@ class StateStore:
 
     def finish_run(self, run_id: str, status: str) -> None:
         self._write(
-            "UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?", (now(), status, run_id)
+            "UPDATE runs SET finished_at = ?, status = ?, spark_session = NULL WHERE run_id = ?",
+            (now(), status, run_id),
         )
+
+    def set_spark_session(self, run_id: str, session: str | None) -> None:
+        """The Spark Connect session a run works in, kept until the run finishes: a killed
+        run's session is how the next run finds its operations still running on the server."""
+        self._write("UPDATE runs SET spark_session = ? WHERE run_id = ?", (session, run_id))
+
+    def killed_sessions(self, run_id: str) -> list[tuple[str, str]]:
+        """(run, Spark Connect session) of the runs killed before they finished, other than
+        `run_id`, whose sessions were not fenced yet."""
+        rows = self._rows(
+            "SELECT run_id, spark_session FROM runs WHERE spark_session IS NOT NULL "
+            "AND run_id != ? ORDER BY started_at",
+            (run_id,),
+        )
+        return [(str(r["run_id"]), str(r["spark_session"])) for r in rows]
 
     def record(self, run_id: str, r: NodeResult) -> None:
         self._write(

@@ -78,6 +78,7 @@ class Runtime:
     interrupt: threading.Event = field(default_factory=threading.Event)  # set by the first Ctrl-C
     deferred: dict[str, Callable[[SparkSession], None]] = field(default_factory=dict)
     on_progress: Callable[[str, str], None] = lambda nid, text: None  # a node's progress line
+    on_warning: Callable[[str], None] = lambda text: None
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
 
@@ -86,11 +87,28 @@ class Runtime:
         with self._lock:
             if self._spark is None:
                 spark = self.session()
+                if type(spark).__module__.startswith("pyspark.sql.connect"):
+                    self._fence(spark)
                 self._spark = spark
                 for register in self.deferred.values():  # views made before Spark ran
                     register(spark)
                 self.deferred.clear()
             return self._spark
+
+    def _fence(self, spark: SparkSession) -> None:
+        """On Spark Connect, a killed rivc leaves its operations running in the server. Stop
+        those of every killed run before this one writes, then record this run's session."""
+        from .spark import interrupt_session
+
+        for run_id, session in self.state.killed_sessions(self.run_id):
+            stopped = interrupt_session(spark, session)
+            if stopped:
+                self.on_warning(
+                    f"run {run_id} was killed: stopped {stopped} of its Spark operation"
+                    f"{'s' if stopped != 1 else ''} still running on the server"
+                )
+            self.state.set_spark_session(run_id, None)
+        self.state.set_spark_session(self.run_id, spark.session_id)  # type: ignore[attr-defined]
 
     @property
     def started(self) -> bool:

@@ -121,6 +121,7 @@ def execute(
                 options.full_refresh,
                 resume_from=resumed,
                 on_progress=on_progress,
+                on_warning=on_warning,
             )
             if options.command != "test":  # what the selection reads from a database is extracted
                 chosen = set(todo)

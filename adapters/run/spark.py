@@ -83,6 +83,30 @@ def _quiet_python_loggers(log: Path) -> None:
         logger.propagate = False
 
 
+def interrupt_session(spark: SparkSession, session_id: str) -> int:
+    """Attach to another Spark Connect session of the server `spark` talks to, stop its streams
+    and interrupt its running operations, then release it. Returns how many were stopped; a
+    session the server no longer has counts none."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    url = spark.client._builder.url.geturl().replace("http", "sc", 1)  # type: ignore[attr-defined]
+    base, _, params = url.partition(";")
+    kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]
+    other = ConnectSession.builder.remote(
+        ";".join([base.rstrip("/") + "/", *kept, f"session_id={session_id}"])
+    ).create()
+    try:
+        streams = other.streams.active
+        for query in streams:
+            query.stop()
+        return len(streams) + len(other.interruptAll())
+    except PySparkException:
+        return 0
+    finally:
+        other.stop()  # releases the session: its views and state go with it
+
+
 def get_session(spec: SparkSpec, app_name: str = "rivc", log: Path | None = None) -> SparkSession:
     """One session per process: an active session (a test's, spark-submit's) is reused as is.
     With `log`, a local JVM started here writes its own output there (see _launch_quiet)."""

@@ -348,3 +348,73 @@ sources:
     )
     assert not [f.path for f in left if f.type == pafs.FileType.File]
     assert not (root / ".rivc" / "extract").exists()
+
+
+def test_a_killed_run_leaves_no_operation_running_on_the_server(
+    hidden: Path, s3: str, connect: str
+) -> None:
+    """kill -9 of rivc does not stop the server's job; the next run stops it before it writes,
+    so the killed job never lands a file (its tasks would write theirs 40 s in)."""
+    import sqlite3
+
+    import pyarrow.fs as pafs
+
+    slow = (
+        "{{ config(materialized='table') }}\n"
+        "select id, reflect('java.lang.Thread', 'sleep', cast(40000 as bigint)) as slept\n"
+        "from range(0, 2, 1, 2)\n"
+    )
+    root = write_files(
+        hidden / "kill",
+        {
+            "rivc_project.yml": "name: kill\n",
+            "profiles.yml": f"""
+default:
+  spark: {{remote: "{connect}"}}
+  warehouse: s3://lake/kill
+  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
+""",
+            "models/slow.sql": slow,
+        },
+    )
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "rivc.adapters.cli", "run", "--project-dir", str(root)],
+        env={**os.environ, **S3_KEYS},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    session = None
+    while session is None and time.monotonic() < deadline and killed.poll() is None:
+        time.sleep(0.5)
+        try:
+            with sqlite3.connect(root / ".rivc/state.db") as db:
+                row = db.execute(
+                    "SELECT spark_session FROM runs WHERE status = 'running'"
+                ).fetchone()
+            session = row[0] if row else None
+        except sqlite3.Error:
+            pass  # not created yet
+    assert session, "the run never reached Spark"
+    time.sleep(10)  # the model's job runs: its two tasks sleep for 40 s
+    killed.kill()
+    killed.wait()
+    killed_at = time.monotonic()
+
+    (root / "models/slow.sql").write_text("{{ config(materialized='table') }}\nselect 1 as id\n")
+    done = run(root, S3_KEYS, "run")
+    said = done.stdout + done.stderr
+    assert re.search(
+        r"was killed: stopped [1-9]\d* of its Spark operations? still running", said
+    ), said
+
+    time.sleep(max(0.0, 50 - (time.monotonic() - killed_at)))  # past the killed tasks' sleep
+    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    table = DeltaTable("s3://lake/kill/slow", storage_options=options)
+    assert table.to_pyarrow_table().to_pylist() == [{"id": 1}]
+    fs = pafs.S3FileSystem(
+        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
+    )
+    listed = fs.get_file_info(pafs.FileSelector("lake/kill/slow", recursive=True))
+    on_s3 = {f"s3://{f.path}" for f in listed if f.path.endswith(".parquet")}
+    assert on_s3 == set(table.file_uris())  # nothing of the killed job's
