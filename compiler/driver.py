@@ -102,6 +102,7 @@ def _analyze(
         variables,
         env,
         tuple((m.path.as_posix(), m.text) for m in project.macros),
+        {"name": project.target, "profile_name": project.spec.profile},
     )
     findings: list[Finding] = []
     env_used = dict(project.env_used)

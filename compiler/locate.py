@@ -8,6 +8,7 @@ from pathlib import Path
 from .errors import ProjectError
 
 PROJECT_FILE = "rivc_project.yml"
+TARGET_ENV = "RIVC_TARGET"  # the profile output to use; what --target sets
 TARGET_DIR = "target"  # what compile writes: manifest, compiled SQL, jobs
 STATE_DIR = ".rivc"  # what runs keep: the state store, staged copies, checkpoints, logs
 SPARK_LOG = "spark.log"  # under STATE_DIR: the JVM's own output

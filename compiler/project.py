@@ -10,7 +10,13 @@ from typing import Any
 
 from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
-from .locate import PROJECT_FILE, find_profiles, list_project_files, read_project_file
+from .locate import (
+    PROJECT_FILE,
+    TARGET_ENV,
+    find_profiles,
+    list_project_files,
+    read_project_file,
+)
 from .registry import ConnectorInfo, connector, unknown
 from .specbase import IDENT, Spec, is_uri, locations
 from .specs import (
@@ -86,6 +92,7 @@ class Project:
     macros: tuple[SqlFile, ...]
     tests: dict[str, SqlFile]
     env_used: dict[str, str | None] = field(default_factory=dict)
+    target: str = "default"  # the profile output in use (--target, $RIVC_TARGET)
 
     @property
     def name(self) -> str:
@@ -99,10 +106,21 @@ def load_project_spec(root: Path, env: Mapping[str, str]) -> tuple[ProjectSpec, 
     return validate_doc(ProjectSpec, doc), doc
 
 
-def load_profile(root: Path, name: str, env: Mapping[str, str]) -> tuple[ProfileSpec, Path | None]:
+DEFAULT_TARGET = "default"  # the name of a profile without outputs:
+
+
+def load_profile(
+    root: Path, name: str, env: Mapping[str, str]
+) -> tuple[ProfileSpec, Path | None, str]:
+    """The profile's output for the target (`--target`, else $RIVC_TARGET, else the profile's
+    `target:`), the file it came from and the target's name. A profile without `outputs:` is
+    one output, named `default`."""
+    chosen = env.get(TARGET_ENV) or None
     path = find_profiles(root, env)
     if path is None:
-        return ProfileSpec(), None
+        if chosen and chosen != DEFAULT_TARGET:
+            raise ProjectError(f"target {chosen!r}: no profiles.yml found (docs/project.md)")
+        return ProfileSpec(), None, DEFAULT_TARGET
     rel = path.relative_to(root) if path.is_relative_to(root) else path
     doc = parse_yaml(read_project_file(root, rel), rel, env)
     data = doc.data or {}
@@ -111,16 +129,49 @@ def load_profile(root: Path, name: str, env: Mapping[str, str]) -> tuple[Profile
         raise ProjectError(
             f"profile {name!r} not found in {path}{did_you_mean(name, names)}", doc.location(())
         )
-    spec: ProfileSpec = validate_doc(ProfileSpec, doc, (name,), data[name])
+    entry, at = data[name], (name,)
+    target = DEFAULT_TARGET
+    if isinstance(entry, dict) and "outputs" in entry:
+        outputs = entry["outputs"]
+        extra = sorted(set(entry) - {"outputs", "target"})
+        if extra:
+            raise ProjectError(
+                f"unknown key {'.'.join((name, extra[0]))!r}: a profile with outputs holds "
+                "only target and outputs",
+                doc.location((name, extra[0])),
+            )
+        if not isinstance(outputs, dict) or not outputs:
+            raise ProjectError("outputs must map target names to settings", doc.location(at))
+        target = chosen or entry.get("target") or ""
+        if not target:
+            raise ProjectError(
+                f"profile {name!r} has outputs {', '.join(map(str, outputs))} and no target: "
+                f"set target: or pass --target",
+                doc.location(at),
+            )
+        if target not in outputs:
+            where = ("target",) if not chosen and "target" in entry else ()
+            raise ProjectError(
+                f"target {target!r} is not an output of profile {name!r}"
+                f"{did_you_mean(str(target), outputs)} (outputs: {', '.join(map(str, outputs))})",
+                doc.location((*at, *where)),
+            )
+        entry, at = outputs[target], (name, "outputs", target)
+    elif chosen and chosen != DEFAULT_TARGET:
+        raise ProjectError(
+            f"target {chosen!r}: profile {name!r} has no outputs: (docs/project.md, Targets)",
+            doc.location(at),
+        )
+    spec: ProfileSpec = validate_doc(ProfileSpec, doc, at, entry)
     far = remote_spark(spec, env)
     if far and not is_uri(spec.warehouse):
-        given = isinstance(data[name], dict) and "warehouse" in data[name]
+        given = isinstance(entry, dict) and "warehouse" in entry
         raise ProjectError(
             f"warehouse: {'this' if given else 'the default'} path is on this machine, which "
             f"{far} cannot reach; {URI_HINT}",
-            doc.location((name, "warehouse" if given else "spark")),
+            doc.location((*at, "warehouse" if given else "spark")),
         )
-    return spec, path
+    return spec, path, str(target)
 
 
 URI_HINT = (
@@ -164,10 +215,11 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     """Read every project file into typed specs; collect all spec errors, then raise them together."""
     env = os.environ if env is None else env
     spec, project_doc = load_project_spec(root, env)
-    profile, profile_path = load_profile(root, spec.profile, env)
+    profile, profile_path, target = load_profile(root, spec.profile, env)
     files = list_project_files(root, spec.paths.model_dump())
     errors: list[RivcError] = []
     env_used = dict(project_doc.env_used)
+    env_used[TARGET_ENV] = env.get(TARGET_ENV)
 
     def attempt(fn: Any, *args: Any) -> Any:
         try:
@@ -250,6 +302,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         tuple(macros),
         tests,
         env_used,
+        target,
     )
 
 

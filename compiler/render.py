@@ -45,6 +45,7 @@ class RenderContext:
     vars: Mapping[str, Any]
     env: Mapping[str, str]
     macros: tuple[tuple[str, str], ...]  # (path, text)
+    target: Mapping[str, str] = field(default_factory=dict)  # `target.name`, as in dbt
 
 
 class _State:
@@ -153,6 +154,7 @@ class Renderer:
             env_var=s.env_var,
             config=s.config,
             is_incremental=s.is_incremental,
+            target=dict(ctx.target),
         )
         self.macro_names: set[str] = set()
         for path, text in ctx.macros:

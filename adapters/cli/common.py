@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from rivc.compiler.errors import RivcError
-from rivc.compiler.locate import find_project_root
+from rivc.compiler.locate import TARGET_ENV, find_project_root
 from rivc.compiler.redact import redact_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,11 +68,30 @@ def _vars(text: str | None) -> dict[str, Any]:
     return data
 
 
-project_dir_option = click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False),
-    help="Project directory (default: found from the current one).",
-)
+def _set_target(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--target is $RIVC_TARGET for this process: the project loader, a compile's fingerprint
+    and the Spark workers all read the one environment."""
+    if value:
+        os.environ[TARGET_ENV] = value
+
+
+def project_dir_option(fn: F) -> F:
+    """--project-dir and --target, which every command that reads a project takes."""
+    fn = click.option(
+        "--target",
+        "-t",
+        metavar="NAME",
+        expose_value=False,
+        callback=_set_target,
+        help="The profile's output to use (default: $RIVC_TARGET, else the profile's target:).",
+    )(fn)
+    return click.option(
+        "--project-dir",
+        type=click.Path(file_okay=False),
+        help="Project directory (default: found from the current one).",
+    )(fn)
+
+
 select_options = [
     click.option("--select", "-s", "select", multiple=True, help="Nodes to include (dbt syntax)."),
     click.option("--exclude", multiple=True, help="Nodes to leave out."),

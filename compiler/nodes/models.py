@@ -38,7 +38,7 @@ def analyze_models(
 ) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
     defaults = project.spec.defaults.model_dump(mode="json", exclude_unset=True)
     context_key = content_hash(
-        sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params, VERSION
+        sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params, ctx.target, VERSION
     )
     tasks, keys = [], {}
     for name in sorted(project.models):
