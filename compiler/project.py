@@ -129,7 +129,8 @@ def load_profile(
         raise ProjectError(
             f"profile {name!r} not found in {path}{did_you_mean(name, names)}", doc.location(())
         )
-    entry, at = data[name], (name,)
+    entry = data[name]
+    at: YamlPath = (name,)
     target = DEFAULT_TARGET
     if isinstance(entry, dict) and "outputs" in entry:
         outputs = entry["outputs"]
@@ -156,7 +157,7 @@ def load_profile(
                 f"{did_you_mean(str(target), outputs)} (outputs: {', '.join(map(str, outputs))})",
                 doc.location((*at, *where)),
             )
-        entry, at = outputs[target], (name, "outputs", target)
+        entry, at = outputs[target], (name, "outputs", str(target))
     elif chosen and chosen != DEFAULT_TARGET:
         raise ProjectError(
             f"target {chosen!r}: profile {name!r} has no outputs: (docs/project.md, Targets)",

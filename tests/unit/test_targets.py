@@ -23,9 +23,7 @@ MODEL = "select '{{ target.name }}' as target_name, '{{ target.profile_name }}' 
 
 def run(root: Path, *args: str, env: str | None = None) -> tuple[int, str]:
     # the env key is given either way, so the runner restores it: --target sets it for the process
-    result = CliRunner().invoke(
-        main, [*args, "--project-dir", str(root)], env={"RIVC_TARGET": env}
-    )
+    result = CliRunner().invoke(main, [*args, "--project-dir", str(root)], env={"RIVC_TARGET": env})
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result.exit_code, result.output
 
