@@ -303,6 +303,7 @@ class IcebergSinkConfig(Spec):
     partitioning: tuple[IcebergPartition, ...] = ()
     schema_evolution: Literal["strict", "add_columns", "full"] = "strict"
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+    storage_options: dict[str, str] = {}  # as for delta: on top of the profile's storage:
     spark_write_threshold: int | str = "64MB"  # as for delta
 
     _size = field_validator("spark_write_threshold")(_valid_size)

@@ -79,7 +79,10 @@ class CompileFailed(RivcError):
     """Several errors found in one compile; each keeps its own class and location."""
 
     def __init__(self, errors: Iterable[RivcError]) -> None:
-        self.errors = sorted(errors, key=_sort_key)
+        flat: list[RivcError] = []
+        for err in errors:  # nested failures are kept one by one
+            flat += err.errors if isinstance(err, CompileFailed) else [err]
+        self.errors: list[RivcError] = sorted(flat, key=_sort_key)
         super().__init__(f"{len(self.errors)} error(s)")
 
     def __str__(self) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .aliases import translate
 from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .locate import (
@@ -225,7 +226,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     def attempt(fn: Any, *args: Any) -> Any:
         try:
             return fn(*args)
-        except RivcError as exc:
+        except RivcError as exc:  # a CompileFailed's errors are kept one by one
             errors.append(exc)
             return None
 
@@ -307,83 +308,134 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     )
 
 
+def _config(
+    info: ConnectorInfo, kind: str, connector: str, doc: YamlDoc, at: YamlPath, data: Any
+) -> Spec:
+    """A connector's config, with the names of the systems rivc replaces translated first
+    (compiler/aliases.py); every refusal and unknown key is reported at once."""
+    data, refusals = translate(kind, connector, data)
+    errors: list[RivcError] = [
+        ProjectError(message, doc.location((*at, *key))) for key, message in refusals
+    ]
+    try:
+        config: Spec = validate_doc(info.config, doc, at, data)
+    except RivcError as exc:
+        errors.append(exc)
+    if errors:
+        raise CompileFailed(errors)
+    return config
+
+
+def _each(items: Any, add: Any) -> None:
+    """Call add(i, item) for each item, reporting every item's errors together."""
+    errors: list[RivcError] = []
+    for i, item in enumerate(items):
+        try:
+            add(i, item)
+        except RivcError as exc:
+            errors.append(exc)
+    if errors:
+        raise CompileFailed(errors)
+
+
 def _add_sources(
     doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None, out: dict[str, SourceTableDef]
 ) -> None:
     parsed: SourcesFile = validate_doc(SourcesFile, doc)
-    for i, source in enumerate(parsed.sources):
-        at: YamlPath = ("sources", i)
-        info = connector("source", source.connector)
-        if info is None:
+    _each(parsed.sources, lambda i, source: _add_source(doc, profile, profile_path, out, i, source))
+
+
+def _add_source(
+    doc: YamlDoc,
+    profile: ProfileSpec,
+    profile_path: Path | None,
+    out: dict[str, SourceTableDef],
+    i: int,
+    source: SourceSpec,
+) -> None:
+    at: YamlPath = ("sources", i)
+    info = connector("source", source.connector)
+    if info is None:
+        raise ProjectError(unknown("source", source.connector), doc.location((*at, "connector")))
+    if info.relational:
+        if not source.connection:
             raise ProjectError(
-                unknown("source", source.connector), doc.location((*at, "connector"))
+                f"source {source.name!r}: connector {source.connector} needs connection",
+                doc.location((*at, "connector")),
             )
-        if info.relational:
-            if not source.connection:
-                raise ProjectError(
-                    f"source {source.name!r}: connector {source.connector} needs connection",
-                    doc.location((*at, "connector")),
-                )
-            if profile_path is not None and source.connection not in profile.connections:
-                raise ProjectError(
-                    f"connection {source.connection!r} is not in {profile_path}"
-                    f"{did_you_mean(source.connection, profile.connections)}",
-                    doc.location((*at, "connection")),
-                )
-        for j, table in enumerate(source.tables):
-            tat: YamlPath = (*at, "tables", j)
-            if info.relational and not (table.table or table.query):
-                raise ProjectError(
-                    f"source table {source.name}.{table.name} needs table or query",
-                    doc.location((*tat, "name")),
-                )
-            if info.relational:  # declared types are applied at extraction (docs/types.md)
-                for column, kind in table.columns.items():
-                    try:
-                        declared_type(kind)
-                    except ValueError as exc:
-                        raise ProjectError(
-                            f"columns.{column}: {exc}", doc.location((*tat, "columns", column))
-                        ) from exc
-            if not info.relational:
-                for key in ("table", "query", "cursor_column", "chunk_column", "time_column"):
-                    if getattr(table, key):
-                        raise ProjectError(
-                            f"{key} is for postgres and mysql sources; "
-                            f"{source.connector} takes its settings under config",
-                            doc.location((*tat, key)),
-                        )
-            config = validate_doc(info.config, doc, (*tat, "config"), table.config)
-            if info.category == "stream" and not table.columns:
-                raise ProjectError(
-                    f"source table {source.name}.{table.name}: {source.connector} needs columns: "
-                    "(the payload's fields and their Spark SQL types)",
-                    doc.location((*tat, "name")),
-                )
-            fqn = f"{source.name}.{table.name}"
-            if fqn in out:
-                raise ProjectError(
-                    f"source table {fqn!r} is defined twice", doc.location((*tat, "name"))
-                )
-            out[fqn] = SourceTableDef(source, table, info, config, Located(doc, tat))
+        if profile_path is not None and source.connection not in profile.connections:
+            raise ProjectError(
+                f"connection {source.connection!r} is not in {profile_path}"
+                f"{did_you_mean(source.connection, profile.connections)}",
+                doc.location((*at, "connection")),
+            )
+
+    def add_table(j: int, table: SourceTable) -> None:
+        tat: YamlPath = (*at, "tables", j)
+        if info.relational and not (table.table or table.query):
+            raise ProjectError(
+                f"source table {source.name}.{table.name} needs table or query",
+                doc.location((*tat, "name")),
+            )
+        if info.relational:  # declared types are applied at extraction (docs/types.md)
+            for column, kind in table.columns.items():
+                try:
+                    declared_type(kind)
+                except ValueError as exc:
+                    raise ProjectError(
+                        f"columns.{column}: {exc}", doc.location((*tat, "columns", column))
+                    ) from exc
+        if not info.relational:
+            for key in ("table", "query", "cursor_column", "chunk_column", "time_column"):
+                if getattr(table, key):
+                    raise ProjectError(
+                        f"{key} is for postgres and mysql sources; "
+                        f"{source.connector} takes its settings under config",
+                        doc.location((*tat, key)),
+                    )
+        config = _config(info, "source", source.connector, doc, (*tat, "config"), table.config)
+        if info.category == "stream" and not table.columns:
+            raise ProjectError(
+                f"source table {source.name}.{table.name}: {source.connector} needs columns: "
+                "(the payload's fields and their Spark SQL types)",
+                doc.location((*tat, "name")),
+            )
+        fqn = f"{source.name}.{table.name}"
+        if fqn in out:
+            raise ProjectError(
+                f"source table {fqn!r} is defined twice", doc.location((*tat, "name"))
+            )
+        out[fqn] = SourceTableDef(source, table, info, config, Located(doc, tat))
+
+    _each(source.tables, add_table)
 
 
 def _add_sinks(doc: YamlDoc, out: dict[str, SinkDef]) -> None:
     parsed: SinksFile = validate_doc(SinksFile, doc)
-    for i, sink in enumerate(parsed.sinks):
-        at: YamlPath = ("sinks", i)
-        info = _sink_connector(sink.connector, doc, (*at, "connector"))
-        if sink.name in out:
-            raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
-        config = validate_doc(info.config, doc, (*at, "config"), sink.config)
-        out[sink.name] = SinkDef(sink, info, config, Located(doc, at))
-        if isinstance(sink.dead_letter, InlineSink):
-            dat: YamlPath = (*at, "dead_letter")
-            name = dead_letter_name(sink.name)
-            info = _sink_connector(sink.dead_letter.connector, doc, (*dat, "connector"))
-            config = validate_doc(info.config, doc, (*dat, "config"), sink.dead_letter.config)
-            spec = SinkSpec.model_validate({"name": name, "connector": sink.dead_letter.connector})
-            out[name] = SinkDef(spec, info, config, Located(doc, dat))
+    _each(parsed.sinks, lambda i, sink: _add_sink(doc, out, i, sink))
+
+
+def _add_sink(doc: YamlDoc, out: dict[str, SinkDef], i: int, sink: SinkSpec) -> None:
+    at: YamlPath = ("sinks", i)
+    info = _sink_connector(sink.connector, doc, (*at, "connector"))
+    if sink.name in out:
+        raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
+    config = _config(info, "sink", sink.connector, doc, (*at, "config"), sink.config)
+    out[sink.name] = SinkDef(sink, info, config, Located(doc, at))
+    if isinstance(sink.dead_letter, InlineSink):
+        dat: YamlPath = (*at, "dead_letter")
+        name = dead_letter_name(sink.name)
+        info = _sink_connector(sink.dead_letter.connector, doc, (*dat, "connector"))
+        config = _config(
+            info,
+            "sink",
+            sink.dead_letter.connector,
+            doc,
+            (*dat, "config"),
+            sink.dead_letter.config,
+        )
+        spec = SinkSpec.model_validate({"name": name, "connector": sink.dead_letter.connector})
+        out[name] = SinkDef(spec, info, config, Located(doc, dat))
 
 
 def _sink_connector(name: str, doc: YamlDoc, at: YamlPath) -> ConnectorInfo:

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal, NewType, Union
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from .errors import ProjectError, did_you_mean
+from .aliases import connector_name
+from .errors import CompileFailed, ProjectError, RivcError, did_you_mean
 from .redact import is_secret_key
 from .specbase import Location, Name, Spec, StrList, _as_tuple, _identifier
 from .transforms import Expectation, Transform
@@ -287,6 +288,8 @@ class InlineSink(Spec):
     connector: str
     config: dict[str, Any] = {}
 
+    _connector = field_validator("connector")(connector_name)
+
 
 class SinkSpec(Spec):
     name: Name
@@ -305,6 +308,7 @@ class SinkSpec(Spec):
 
     _tuple = field_validator("tags", mode="before")(_as_tuple)
     _name = field_validator("name")(_identifier)
+    _connector = field_validator("connector")(connector_name)
 
     @property
     def targets(self) -> dict[str, str]:
@@ -399,11 +403,18 @@ def validate_doc(cls: type[Spec], doc: YamlDoc, at: YamlPath = (), data: Any = N
         raise spec_error(cls, exc, doc, at) from None
 
 
-def spec_error(cls: type[Spec], exc: ValidationError, doc: YamlDoc, at: YamlPath) -> ProjectError:
-    """Turn pydantic's first error into one clear line; never echo a secret value."""
+def spec_error(cls: type[Spec], exc: ValidationError, doc: YamlDoc, at: YamlPath) -> RivcError:
+    """Every unknown key, else pydantic's first error, as one clear line each; never echo a
+    secret value. A misspelt key also makes the real one "missing": the misspelling explains
+    both, so unknown keys come first."""
     errors = exc.errors(include_url=False)
-    # A misspelt key also makes the real one "missing": report the misspelling, it explains both.
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    if len(unknown) > 1:
+        return CompileFailed([_one_error(cls, e, doc, at) for e in unknown])
+    return _one_error(cls, (unknown or errors)[0], doc, at)
+
+
+def _one_error(cls: type[Spec], err: Any, doc: YamlDoc, at: YamlPath) -> ProjectError:
     loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
     path = (*at, *loc)
     key = ".".join(str(p) for p in path) or "(top level)"

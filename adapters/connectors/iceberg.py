@@ -20,6 +20,7 @@ from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 
+from ..storage import Store
 from .base import Sink, WriteResult, commit_with_retries, large, spark_write, stream
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class IcebergSink(Sink):
 
     def catalog(self) -> Any:
         c = self.config.catalog
+        store = Store.of(c.warehouse or "", self.ctx.storage, self.config.storage_options)
+        io = file_io(store)
         if c.type == "rest":
             from pyiceberg.catalog.rest import RestCatalog
 
@@ -58,7 +61,7 @@ class IcebergSink(Sink):
                 "credential": c.credential,
                 "token": c.token,
             }
-            return RestCatalog("rivc", **{k: v for k, v in props.items() if v})
+            return RestCatalog("rivc", **{k: v for k, v in props.items() if v}, **io)
         from pyiceberg.catalog.sql import SqlCatalog
 
         home = self.ctx.root / STATE_DIR / "iceberg"
@@ -67,7 +70,7 @@ class IcebergSink(Sink):
         if "://" not in warehouse:
             warehouse = (self.ctx.root / warehouse).resolve().as_uri()
         return SqlCatalog(
-            "rivc", uri=c.uri or f"sqlite:///{home / 'catalog.db'}", warehouse=warehouse
+            "rivc", uri=c.uri or f"sqlite:///{home / 'catalog.db'}", warehouse=warehouse, **io
         )
 
     def _table(self, catalog: Any) -> Any | None:
@@ -243,6 +246,28 @@ class IcebergSink(Sink):
         with table.update_schema(allow_incompatible_changes=False) as update:
             update.union_by_name(incoming)  # add columns; `full` also promotes types safely
         return bool(table.refresh().schema() != before)
+
+
+# rivc's storage options (the stores' environment-variable names) as pyiceberg's FileIO properties
+FILE_IO = {
+    "AWS_ENDPOINT_URL": "s3.endpoint",
+    "AWS_ACCESS_KEY_ID": "s3.access-key-id",
+    "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key",
+    "AWS_SESSION_TOKEN": "s3.session-token",
+    "AWS_REGION": "s3.region",
+    "GOOGLE_CLOUD_PROJECT": "gcs.project-id",
+    "AZURE_STORAGE_ACCOUNT_NAME": "adls.account-name",
+    "AZURE_STORAGE_ACCOUNT_KEY": "adls.account-key",
+    "AZURE_STORAGE_SAS_TOKEN": "adls.sas-token",
+}
+
+
+def file_io(store: Store) -> dict[str, str]:
+    """pyiceberg's FileIO properties for the store's options."""
+    props = {FILE_IO[k]: v for k, v in store.options.items() if k in FILE_IO}
+    if "s3.endpoint" in props and "s3.region" not in props:
+        props["s3.region"] = "us-east-1"  # an endpoint of one's own has no region to discover
+    return props
 
 
 def _key_filter(keys: Any) -> Any:

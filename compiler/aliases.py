@@ -1,0 +1,251 @@
+"""Config names users bring from the systems rivc replaces (Rivven's connectors; see
+docs/sinks.md, "Configs from Rivven"): each is either an alias of rivc's own key, translated here
+before validation, or refused with a pointer to what rivc does instead.
+
+`translate` never raises: it returns the translated config and the refusals, each with the key
+(path inside `config`) it is about, so that every one is reported at its file and line in one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+CONNECTORS = {"delta-lake": "delta"}  # Rivven's connector names -> rivc's
+
+Refusal = tuple[tuple[str, ...], str]  # (key path under config, message)
+
+MIB = 1 << 20
+QOS = {"at_most_once": 0, "at_least_once": 1, "exactly_once": 2}
+
+# The object-store blocks of Rivven's sinks, as the environment-variable names rivc's storage
+# options take (docs/cluster.md). A value of None: the key is accepted and needs no option.
+STORE_BLOCKS: dict[str, dict[str, str | None]] = {
+    "s3": {
+        "region": "AWS_REGION",
+        "endpoint": "AWS_ENDPOINT_URL",
+        "access_key_id": "AWS_ACCESS_KEY_ID",
+        "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+        "session_token": "AWS_SESSION_TOKEN",
+        "allow_http": "AWS_ALLOW_HTTP",
+        "path_style_access": None,  # path-style requests are how rivc reaches an endpoint
+    },
+    "gcs": {
+        "service_account_path": "GOOGLE_APPLICATION_CREDENTIALS",
+        "service_account_key": "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "project_id": "GOOGLE_CLOUD_PROJECT",
+    },
+    "azure": {
+        "account": "AZURE_STORAGE_ACCOUNT_NAME",
+        "storage_account": "AZURE_STORAGE_ACCOUNT_NAME",
+        "access_key": "AZURE_STORAGE_ACCOUNT_KEY",
+        "sas_token": "AZURE_STORAGE_SAS_TOKEN",
+    },
+}
+
+BATCHING = (
+    "a batch is one run or one Spark micro-batch: set the sink's trigger "
+    "(docs/streaming.md), not {key}"
+)
+
+
+def connector_name(name: str) -> str:
+    return CONNECTORS.get(name, name)
+
+
+def translate(
+    kind: str, connector: str, config: dict[str, Any]
+) -> tuple[dict[str, Any], list[Refusal]]:
+    fn = _TRANSLATORS.get((kind, connector_name(connector)))
+    if fn is None or not isinstance(config, dict):
+        return config, []
+    out = dict(config)
+    refusals: list[Refusal] = []
+    fn(out, refusals)
+    return out, refusals
+
+
+def _rename(
+    out: dict[str, Any],
+    refusals: list[Refusal],
+    old: str,
+    new: str,
+    convert: Callable[[Any], Any] = lambda v: v,
+) -> None:
+    if old not in out:
+        return
+    if new in out:
+        out.pop(old)
+        refusals.append(((old,), f"{old} is rivc's {new}, which is given too: keep one"))
+        return
+    out[new] = convert(out.pop(old))
+
+
+def _refuse(out: dict[str, Any], refusals: list[Refusal], key: str, why: str) -> None:
+    if key in out:  # taken out: reported once, here, and not again as an unknown key
+        out.pop(key)
+        refusals.append(((key,), f"{key}: {why.format(key=key)}"))
+
+
+def _stores(out: dict[str, Any], refusals: list[Refusal], target: str = "storage_options") -> None:
+    for block, names in STORE_BLOCKS.items():
+        given = out.pop(block, None)
+        if given is None:
+            continue
+        if not isinstance(given, dict):
+            refusals.append(((block,), f"{block} must be a mapping of the store's settings"))
+            continue
+        options = dict(out.get(target) or {})
+        for key, value in given.items():
+            if key not in names:
+                known = ", ".join(sorted(names))
+                refusals.append(((block, key), f"unknown key '{block}.{key}' (known: {known})"))
+            elif names[key] is not None:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                options.setdefault(str(names[key]), text)
+        out[target] = options
+
+
+def _flag(out: dict[str, Any], refusals: list[Refusal], key: str, needed: bool, why: str) -> None:
+    """A switch whose one value is what rivc always does: accepted with that value."""
+    if key not in out:
+        return
+    if out.pop(key) is not needed:
+        refusals.append(((key,), f"{key}: {why}"))
+
+
+def _delta(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    _rename(out, refusals, "write_mode", "mode")
+    _rename(out, refusals, "partition_columns", "partition_by")
+    _rename(out, refusals, "target_file_size_mb", "target_file_size", _mib)
+    _flag(out, refusals, "auto_create_table", True, "rivc creates the table on its first write")
+    _refuse(
+        out,
+        refusals,
+        "max_commit_retries",
+        "rivc retries a conflicting commit itself, after checking the batch id did not land",
+    )
+    for key in ("batch_size", "flush_interval_secs"):
+        _refuse(out, refusals, key, BATCHING)
+    _stores(out, refusals)
+
+
+def _iceberg(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    _rename(out, refusals, "commit_mode", "mode")
+    catalog = out.get("catalog")
+    if isinstance(catalog, dict):
+        catalog = dict(catalog)
+        kind = catalog.get("type")
+        if kind == "memory":  # a catalog for local use: rivc's SQLite catalog is the one
+            catalog["type"] = "sql"
+        elif kind in ("glue", "hive"):
+            refusals.append(
+                (
+                    ("catalog", "type"),
+                    f"catalog type {kind}: rivc speaks the REST "
+                    "and SQL catalogs; Glue and Hive are reached through a REST catalog",
+                )
+            )
+        for block in ("rest", "sql", "memory"):
+            nested = catalog.pop(block, None)
+            if isinstance(nested, dict):
+                for key, value in nested.items():
+                    if key == "properties":
+                        refusals.append(
+                            (
+                                ("catalog", block, key),
+                                "catalog properties: rivc takes uri, warehouse, "
+                                "credential and token",
+                            )
+                        )
+                    else:
+                        catalog.setdefault(key, value)
+        out["catalog"] = catalog
+    style = out.get("partitioning")
+    if isinstance(style, str):
+        out.pop("partitioning")
+        fields = out.pop("partition_fields", [])
+        if isinstance(fields, str):
+            fields = [fields]
+        if style == "none":
+            pass
+        elif style == "table_default":
+            refusals.append(
+                (
+                    ("partitioning",),
+                    "partitioning table_default: rivc creates "
+                    "the table, so give its partition fields (docs/sinks.md)",
+                )
+            )
+        elif style in ("identity", "bucket", "time"):
+            transform = {"identity": "identity", "bucket": "bucket"}.get(
+                style, str(out.pop("time_granularity", "day"))
+            )
+            extra = {"buckets": out.pop("num_buckets", None)} if style == "bucket" else {}
+            out["partitioning"] = [{"field": f, "transform": transform, **extra} for f in fields]
+        else:
+            refusals.append(
+                (
+                    ("partitioning",),
+                    f"partitioning {style!r}: expected none, "
+                    "identity, bucket or time, or rivc's list of fields",
+                )
+            )
+    _refuse(
+        out,
+        refusals,
+        "target_file_size_mb",
+        "rivc writes one file per task and partition value; compact with rivc maintain",
+    )
+    for key in ("batch_size", "flush_interval_secs"):
+        _refuse(out, refusals, key, BATCHING)
+    _stores(out, refusals)
+
+
+def _mqtt(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    _rename(out, refusals, "broker_url", "url")
+    _rename(out, refusals, "keep_alive_secs", "keepalive_s")
+    _rename(out, refusals, "include_metadata", "metadata_columns")
+    if isinstance(out.get("qos"), str):
+        name = out["qos"]
+        if name in QOS:
+            out["qos"] = QOS[name]
+        else:
+            out.pop("qos")
+            refusals.append((("qos",), f"qos {name!r}: expected 0, 1, 2 or " + ", ".join(QOS)))
+    auth = out.pop("auth", None)
+    if isinstance(auth, dict):
+        for key, value in auth.items():
+            if key in ("username", "password"):
+                out.setdefault(key, value)
+            else:
+                refusals.append(
+                    (("auth", key), f"unknown key 'auth.{key}' (known: username, password)")
+                )
+    _flag(
+        out,
+        refusals,
+        "parse_json_payload",
+        True,
+        "rivc parses each payload as JSON into the table's declared columns",
+    )
+    for key in (
+        "connect_timeout_secs",
+        "max_inflight",
+        "retry_initial_ms",
+        "retry_max_ms",
+        "retry_multiplier",
+        "last_will",
+    ):
+        _refuse(out, refusals, key, "rivc's MQTT source does not take {key} (docs/streaming.md)")
+
+
+def _mib(value: Any) -> Any:
+    return value * MIB if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+_TRANSLATORS: dict[tuple[str, str], Callable[[dict[str, Any], list[Refusal]], None]] = {
+    ("sink", "delta"): _delta,
+    ("sink", "iceberg"): _iceberg,
+    ("source", "mqtt"): _mqtt,
+}
