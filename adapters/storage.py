@@ -69,6 +69,24 @@ def is_local(uri: str) -> bool:
     return STORES.get(scheme(uri)) == "file"
 
 
+_SAME_DISK: set[str] = set()  # Spark Connect sessions of a server on this machine (rivc server)
+
+
+def mark_same_disk(spark: object) -> None:
+    """Record that a Spark Connect session's server runs on this machine, as the project's warm
+    server does: it reads and writes rivc's own disk."""
+    _SAME_DISK.add(str(getattr(spark, "session_id", "")))
+
+
+def shares_disk(spark_or_df: object) -> bool:
+    """Whether Spark's executors see rivc's disk: a classic (local) session, or a Connect
+    session marked with mark_same_disk. Decides the data paths, not whether Spark is Connect."""
+    spark = getattr(spark_or_df, "sparkSession", spark_or_df)
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return True
+    return str(getattr(spark, "session_id", None)) in _SAME_DISK
+
+
 def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *(p.strip("/") for p in parts)])
 

@@ -38,5 +38,6 @@ for command in (
     state.state,
     state.metrics,
     state.maintain,
+    execute.server,
 ):
     main.add_command(command)

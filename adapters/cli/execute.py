@@ -3,8 +3,11 @@ Spark or reach its databases."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -33,14 +36,20 @@ def _debug() -> bool:
     return bool(ctx and ctx.obj and ctx.obj.get("debug"))
 
 
-def _spark(plan: Any, debug: bool = False) -> Any:
+def _spark(plan: Any, debug: bool = False, shared: bool = False) -> Any:
     from pyspark.errors import PySparkException
 
+    from ..run.server import for_run
     from ..run.spark import get_session
+    from ..storage import mark_same_disk
 
     log = None if debug else plan.root / STATE_DIR / SPARK_LOG  # --debug: Spark's output too
+    spec = plan.profile.spark
+    warm = for_run(plan.root, spec, lambda text: click.echo(text, err=True), shared)
+    if warm is not None:  # the project's warm server (rivc server start) stands in for it
+        spec = spec.model_copy(update={"remote": warm, "master": None})
     try:
-        spark = get_session(plan.profile.spark, app_name=f"rivc {plan.manifest.project}", log=log)
+        spark = get_session(spec, app_name=f"rivc {plan.manifest.project}", log=log)
     except PySparkException as exc:  # most often: no Java, or a Connect server out of reach
         raise EnvironmentFault(
             f"Spark did not start ({exc.getCondition() or type(exc).__name__}): check that "
@@ -48,6 +57,11 @@ def _spark(plan: Any, debug: bool = False) -> Any:
         ) from exc
     if not type(spark).__module__.startswith("pyspark.sql.connect"):
         spark.sparkContext.setLogLevel("ERROR")
+    elif warm is not None:
+        mark_same_disk(spark)  # the warm server runs here: the local data paths apply
+        for table in spark.catalog.listTables():  # a shared session: the last run's views go
+            if table.isTemporary:
+                spark.catalog.dropTempView(table.name)
     return spark
 
 
@@ -76,7 +90,7 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
     report = execute(
         root,
         options,
-        lambda plan: _spark(plan, debug),  # threads have no click context: decided here
+        lambda plan: _spark(plan, debug, shared=True),  # threads have no click context
         progress.result,
         progress.start,
         lambda text: click.echo(redact_text(text), err=True),
@@ -233,3 +247,67 @@ def doctor(project_dir: str | None) -> None:
     if not lines:
         click.echo("Nothing to check: no connections and no sink locations.")
     sys.exit(0 if all(ok for _, ok, _ in lines) else EXIT_FAILED)
+
+
+@click.group()
+def server() -> None:
+    """A warm local Spark for this project: runs and previews connect to it while it runs."""
+
+
+def _profile_spark(project_dir: str | None) -> tuple[Path, Any]:
+    from rivc.compiler.project import load_profile, load_project_spec
+
+    root = _root(project_dir)
+    spec, _ = load_project_spec(root, os.environ)
+    profile, _, _ = load_profile(root, spec.profile, os.environ)
+    return root, profile.spark
+
+
+@server.command("start")
+@project_dir_option
+@handle_errors
+def server_start(project_dir: str | None) -> None:
+    """Start (or restart) the project's Spark Connect server on 127.0.0.1, with a token."""
+    from ..run import server as warm
+
+    root, spark = _profile_spark(project_dir)
+    started = time.perf_counter()
+    s = warm.start(root, spark)
+    click.echo(
+        f"warm Spark server running (pid {s.pid}, 127.0.0.1:{s.port}) in "
+        f"{time.perf_counter() - started:.1f}s; rivc run, test, build and show use it until "
+        "rivc server stop"
+    )
+
+
+@server.command("stop")
+@project_dir_option
+@handle_errors
+def server_stop(project_dir: str | None) -> None:
+    """Stop the project's warm Spark server."""
+    from ..run import server as warm
+
+    stopped = warm.stop(_root(project_dir))
+    click.echo("warm Spark server stopped" if stopped else "no warm Spark server was running")
+
+
+@server.command("status")
+@project_dir_option
+@handle_errors
+def server_status(project_dir: str | None) -> None:
+    """Whether the project's warm Spark server runs, and whether runs can use it as it is."""
+    from ..run import server as warm
+
+    root, spark = _profile_spark(project_dir)
+    s = warm.read(root)
+    if s is None or not s.alive():
+        click.echo("no warm Spark server (rivc server start)")
+        sys.exit(EXIT_FAILED)
+    up = time.time() - s.started_at
+    if not warm.local(spark):
+        state = "unused: the profile's Spark is not local"
+    elif s.fingerprint != warm.fingerprint(spark):
+        state = "the configuration changed: the next run restarts it"
+    else:
+        state = "in use by runs"
+    click.echo(f"warm Spark server: pid {s.pid}, 127.0.0.1:{s.port}, up {up:.0f}s, {state}")

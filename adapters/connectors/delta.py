@@ -14,7 +14,7 @@ from rivc.compiler.connector_specs import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 
 from ..faults import fault
-from ..storage import Store, is_local, join
+from ..storage import Store, is_local, join, shares_disk
 from .base import (
     Sink,
     SourceContext,
@@ -175,8 +175,7 @@ def read(spark: SparkSession, uri: str, store: Store | None = None) -> DataFrame
         raise ConnectorError(f"{uri} is not a Delta table")
     files = table_files(dt, uri)
     schema = table_schema(dt)
-    classic = not type(spark).__module__.startswith("pyspark.sql.connect")
-    if classic and is_local(uri) and files and not dt.metadata().partition_columns:
+    if shares_disk(spark) and is_local(uri) and files and not dt.metadata().partition_columns:
         names = schema.names
         df = spark.read.parquet(*[f.uri for f in files])
         if df.columns == names:

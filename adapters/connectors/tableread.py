@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..storage import Store, is_local
+from ..storage import Store, is_local, shares_disk
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,8 +40,7 @@ def read_files(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     spark_schema = from_arrow_schema(schema)
-    classic = not type(spark).__module__.startswith("pyspark.sql.connect")
-    if classic and all(is_local(f.uri) for f in files):
+    if shares_disk(spark) and all(is_local(f.uri) for f in files):
         return _read_local(spark, files, schema)
     register(spark)
     payload = {

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..storage import Store, is_local, join
+from ..storage import Store, is_local, join, shares_disk
 from .base import footer_stats, spark_write
 
 if TYPE_CHECKING:
@@ -98,8 +98,9 @@ def write_parquet(
 
 
 def is_remote(df: DataFrame) -> bool:
-    """True on Spark Connect, where rivc's disk is not the executors'."""
-    return type(df).__module__.startswith("pyspark.sql.connect")
+    """True where Spark's executors do not see rivc's disk (Spark Connect, except the project's
+    warm server on this machine)."""
+    return not shares_disk(df)
 
 
 def partition_value(value: Any) -> str | None:

@@ -38,7 +38,7 @@ from ..connectors.tableread import DataFile, read_files
 from ..connectors.taskwrite import write_parquet
 from ..faults import fault
 from ..state import NodeResult, StateStore
-from ..storage import Store, is_local, join
+from ..storage import Store, is_local, join, shares_disk
 from .parquet import arrow_columns, dataset, parquet_rows, parquet_schema
 from .sinkwriter import transform_source
 
@@ -198,16 +198,12 @@ def extract(ctx: ExtractContext) -> Extraction:
 def staged_copy(spark: SparkSession, files: list[str], store: Store) -> DataFrame:
     """The staged copy as a DataFrame: Spark's own reader on this machine, else rivc's data
     source, whose tasks open the files through the filesystem layer wherever Spark runs."""
-    if is_local(files[0]) and not _connect(spark):
+    if is_local(files[0]) and shares_disk(spark):
         return spark.read.parquet(*files)
     fs, _ = store.filesystem(files[0])
     sizes = fs.get_file_info([store.filesystem(f)[1] for f in files])
     listed = [DataFile(f, i.size or 0, {}) for f, i in zip(files, sizes, strict=True)]
     return read_files(spark, listed, parquet_schema(files, store), store)
-
-
-def _connect(spark: SparkSession) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _replay(ctx: ExtractContext) -> tuple[Window, list[str]] | None:

@@ -90,6 +90,11 @@ def interrupt_session(spark: SparkSession, session_id: str) -> int:
     from pyspark.errors import PySparkException
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    if session_id == getattr(spark, "session_id", None):  # the warm server's shared session
+        running = spark.streams.active
+        for mine in running:
+            mine.stop()
+        return len(running) + len(spark.interruptAll())
     url = spark.client._builder.url.geturl().replace("http", "sc", 1)  # type: ignore[attr-defined]
     base, _, params = url.partition(";")
     kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]

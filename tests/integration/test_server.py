@@ -1,0 +1,100 @@
+"""The warm Spark server: runs use it, it answers only to its token on 127.0.0.1, a changed
+configuration restarts it, and it stops cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+pytestmark = pytest.mark.integration
+
+
+def rivc(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rivc.adapters.cli", *args, "--project-dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def client(url: str) -> subprocess.CompletedProcess[str]:
+    """A Spark Connect client in its own process, counting rows through `url`."""
+    code = (
+        "from pyspark.sql import SparkSession;"
+        f"print(SparkSession.builder.remote({url!r}).create().range(7).count())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONNECT_AUTHENTICATE_TOKEN"}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_the_warm_server_runs_the_project_for_its_token_only(tmp_path: Path) -> None:
+    root = tmp_path / "shop"
+    assert (
+        subprocess.run([sys.executable, "-m", "rivc.adapters.cli", "init", str(root)]).returncode
+        == 0
+    )
+    started = rivc(root, "server", "start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    info_path = root / ".rivc/server/server.json"
+    info = json.loads(info_path.read_text())
+    try:
+        assert oct(info_path.stat().st_mode & 0o777) == "0o600"
+        assert oct(info_path.parent.stat().st_mode & 0o777) == "0o700"
+        assert "in use by runs" in rivc(root, "server", "status").stdout
+
+        for _ in range(2):
+            done = rivc(root, "run")
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            assert "restarting" not in done.stderr
+        # both runs went through the server: no JVM of their own wrote its log
+        assert not (root / ".rivc/spark.log").exists()
+        revenue = DeltaTable(str(root / "warehouse/customer_revenue")).to_pyarrow_table()
+        assert (
+            revenue.num_rows > 0
+            and len(DeltaTable(str(root / "warehouse/customer_revenue")).history()) == 2
+        )
+
+        # a door only for the token's holder, on the loopback interface only
+        port = info["port"]
+        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
+        ours = [line for line in listening.splitlines() if line.split()[3].endswith(f":{port}")]
+        assert ours and all("127.0.0.1" in line.split()[3] for line in ours), ours
+        refused = client(f"sc://localhost:{port}")
+        assert refused.returncode != 0 and "7" not in refused.stdout
+        assert "UNAUTHENTICATED" in refused.stderr or "authenticat" in refused.stderr.lower()
+        wrong = client(f"sc://localhost:{port}/;token=not-the-token")
+        assert wrong.returncode != 0 and wrong.stdout.strip() != "7"
+        assert client(f"sc://localhost:{port}/;token={info['token']}").stdout.strip() == "7"
+
+        # another Spark configuration: the next run restarts the server with it
+        profiles = root / "profiles.yml"
+        profiles.write_text(
+            profiles.read_text().replace(
+                'master: "local[*]"',
+                'master: "local[*]"\n    conf: {spark.sql.shuffle.partitions: "3"}',
+            )
+        )
+        done = rivc(root, "run", "--select", "stg_orders")
+        assert done.returncode == 0, done.stderr
+        assert "restarting the warm Spark server: the configuration changed" in done.stderr
+        restarted = json.loads(info_path.read_text())
+        assert restarted["pid"] != info["pid"]
+        with pytest.raises(ProcessLookupError):
+            os.killpg(info["pid"], 0)  # the old server is gone
+        info = restarted
+    finally:
+        stopped = rivc(root, "server", "stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    with pytest.raises(ProcessLookupError):
+        os.killpg(info["pid"], 0)
+    assert not info_path.exists()
+    assert rivc(root, "server", "status").returncode == 1
