@@ -8,11 +8,9 @@ on a stale table and duplicate rows); rivc retries itself after re-reading the c
 
 from __future__ import annotations
 
-import shutil
 import uuid
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
@@ -20,8 +18,8 @@ from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 
-from ..storage import Store
-from .base import Sink, WriteResult, commit_with_retries, large, spark_write, stream
+from ..storage import Store, join
+from .base import Sink, WriteResult, commit_with_retries, large, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -88,40 +86,48 @@ class IcebergSink(Sink):
         return int(table.properties[self.marker])
 
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
-        """An append to a table in a local warehouse, when Spark estimates the batch at
-        `spark_write_threshold` or more: Spark's executors write Parquet files into the table's
-        data directory, one partition value per file, and this commits them with `add_files`
-        (which reads each file's partition from its statistics) together with the batch id.
-        Other modes, bucket and truncate partitions, remote warehouses and small batches take the
-        streamed path."""
+        """An append or overwrite written by Spark's tasks, on any store: every batch on a
+        Spark that does not share rivc's disk, else a batch Spark estimates at
+        `spark_write_threshold` or more. The tasks write Parquet files under the table's
+        `data/rivc-batch-<id>-<uuid>/`, one partition value per file; this commits them with
+        `add_files` (which reads each file's footer for its partition and statistics) together
+        with the batch id, and for overwrite deletes the table's rows in the same transaction.
+        Upserts, bucket and truncate partitions and small local batches take the streamed
+        path."""
         from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.expressions import AlwaysTrue
         from pyspark.sql.pandas.types import to_arrow_schema
+
+        from .taskwrite import is_remote, write_parquet
 
         c = self.config
         by_spark = all(p.transform in SPARK_PARTITIONS for p in c.partitioning)
-        micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
-        if c.mode != "append" or not by_spark or not micros:
+        if c.mode == "upsert" or not by_spark:
             return None
-        if not large(df, parse_size(c.spark_write_threshold)):
+        if not is_remote(df) and not large(df, parse_size(c.spark_write_threshold)):
             return None
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
         schema = to_arrow_schema(df.schema, timezone="UTC")
         table = self._table(catalog) or self._create(catalog, schema)
-        location = urlparse(table.location())
-        if location.scheme not in ("", "file"):
-            return None
+        location = table.location()
+        local = urlparse(location).scheme in ("", "file")
+        uri = unquote(urlparse(location).path) if local else location
+        micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
+        if local and not is_remote(df) and not micros:
+            return None  # Spark's own writer would write INT96 timestamps Iceberg cannot take
         if self._evolve(table, schema):
             table = table.refresh()
         rel = f"data/rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
-        target = Path(unquote(location.path)) / rel
         helpers = {
             f"_rivc_p{i}": SPARK_PARTITIONS[p.transform].format(f"`{p.field}`")
             for i, p in enumerate(c.partitioning)
         }
         frame = df.selectExpr("*", *(f"{e} AS {n}" for n, e in helpers.items()))
+        store = Store.of(uri, self.ctx.storage, c.storage_options)
+        written = write_parquet(frame, uri, store, rel, CODECS[c.compression], tuple(helpers))
+        paths = [join(location, w.rel) for w in written]
         try:
-            files = spark_write(frame, target, CODECS[c.compression], list(helpers))
             props = {self.marker: str(batch_id)}
 
             def attempt() -> None:
@@ -129,9 +135,13 @@ class IcebergSink(Sink):
                 if int(fresh.properties.get(self.marker, "-1")) >= batch_id:
                     return  # a retry's own commit landed after all
                 with fresh.transaction() as tx:
-                    if files:
+                    if c.mode == "overwrite":
+                        with warnings.catch_warnings():  # an empty table has nothing to delete
+                            warnings.filterwarnings("ignore", "Delete operation did not match")
+                            tx.delete(AlwaysTrue(), snapshot_properties=props)
+                    if paths:
                         tx.add_files(
-                            [f"file://{f.path}" for f in files],
+                            paths,
                             snapshot_properties=props,
                             check_duplicate_files=False,  # names are new: skip the table scan
                         )
@@ -139,12 +149,12 @@ class IcebergSink(Sink):
 
             _, retries, took = commit_with_retries(attempt, CommitFailedException, self.identifier)
         except BaseException:
-            shutil.rmtree(target, ignore_errors=True)  # files no commit references
+            store.remove_tree(join(uri, rel))  # files no commit references
             raise
         return WriteResult(
-            rows=sum(f.rows for f in files),
-            bytes=sum(f.size for f in files),
-            files=[(str(f.path), f.rows, f.size) for f in files],
+            rows=sum(w.rows for w in written),
+            bytes=sum(w.size for w in written),
+            files=[(p, w.rows, w.size) for p, w in zip(paths, written, strict=True)],
             retries=retries,
             commits=1,
             commit_s=took,
@@ -221,7 +231,9 @@ class IcebergSink(Sink):
             if c.mode == "append":
                 tx.append(rows, snapshot_properties=props)
             elif c.mode == "overwrite":
-                tx.overwrite(rows, snapshot_properties=props)
+                with warnings.catch_warnings():  # an empty table has nothing to delete
+                    warnings.filterwarnings("ignore", "Delete operation did not match")
+                    tx.overwrite(rows, snapshot_properties=props)
             else:  # upsert: drop the rows with the batch's keys, then append the batch
                 keys = data.to_table(columns=list(c.key_fields))
                 with warnings.catch_warnings():  # new keys only: nothing to delete is normal
