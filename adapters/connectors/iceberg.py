@@ -18,6 +18,7 @@ from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 
+from ..faults import fault
 from ..storage import Store, join
 from .base import Sink, WriteResult, commit_with_retries, large, stream
 
@@ -127,6 +128,7 @@ class IcebergSink(Sink):
         store = Store.of(uri, self.ctx.storage, c.storage_options)
         written = write_parquet(frame, uri, store, rel, CODECS[c.compression], tuple(helpers))
         paths = [join(location, w.rel) for w in written]
+        fault("before-commit", c.table)  # the files are in, no snapshot references them
         try:
             props = {self.marker: str(batch_id)}
 

@@ -189,3 +189,36 @@ def test_a_model_killed_around_its_commit_is_written_once_by_the_resumed_run(tmp
     ids = table.to_pyarrow_table().column("order_id").to_pylist()
     assert len(ids) == 500 and len(set(ids)) == 500
     assert table.transaction_version("rivc:faults:model:orders_t") == 0
+
+
+@pytest.mark.parametrize("point", ["before-commit:ice", "after-commit:ice_sink"])
+def test_an_iceberg_batch_written_by_tasks_killed_around_its_commit_lands_once(tmp_path, point):
+    """Spark's tasks wrote the batch's files (spark_write_threshold 0); killed before the
+    add_files commit, no snapshot holds them and the resumed run writes the batch; killed after
+    it, the batch id in the table makes the resumed run skip it."""
+    root = write_files(
+        tmp_path,
+        {
+            **{k: v for k, v in MODEL_PROJECT.items() if k != "sinks/out.yml"},
+            "sinks/out.yml": """
+sinks:
+  - {name: ice_sink, from: orders_t, connector: iceberg,
+     config: {namespace: m, table: ice, spark_write_threshold: 0}}
+""",
+        },
+    )
+    killed = run_rivc(root, point)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    rerun = run_rivc(root)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    table = iceberg_catalog(root).load_table("m.ice")
+    ids = table.scan().to_arrow().column("order_id").to_pylist()
+    assert len(ids) == 500 and len(set(ids)) == 500
+    assert table.properties["rivc.batch.rivc:faults:ice_sink"] == "0"
+    referenced = {t.file.file_path for t in table.scan().plan_files()}
+    assert all("/data/rivc-batch-000000-" in p for p in referenced), referenced
+    on_disk = {str(p) for p in Path(table.location().removeprefix("file://")).rglob("*.parquet")}
+    refs = {p.removeprefix("file://") for p in referenced}
+    assert refs <= on_disk
+    # killed before its commit, the first run's files stay on disk in no snapshot
+    assert bool(on_disk - refs) is point.startswith("before"), sorted(on_disk - refs)
