@@ -184,7 +184,8 @@ URI_HINT = (
 def remote_spark(profile: ProfileSpec, env: Mapping[str, str]) -> str | None:
     """What Spark the profile names when it does not run on this machine, else None."""
     s = profile.spark
-    if s.remote or env.get("SPARK_REMOTE"):
+    remote = s.remote or env.get("SPARK_REMOTE")
+    if remote and not remote.startswith("local"):  # `local[2]`: PySpark's own server, here
         return "a Spark Connect server"
     if s.master and not s.master.startswith("local"):
         return f"the cluster at {s.master}"

@@ -57,8 +57,10 @@ def _spark(plan: Any, debug: bool = False, shared: bool = False) -> Any:
         ) from exc
     if not type(spark).__module__.startswith("pyspark.sql.connect"):
         spark.sparkContext.setLogLevel("ERROR")
-    elif warm is not None:
-        mark_same_disk(spark)  # the warm server runs here: the local data paths apply
+        return spark
+    if warm is not None or (spec.remote or os.environ.get("SPARK_REMOTE", "")).startswith("local"):
+        mark_same_disk(spark)  # a server on this machine: the local data paths apply
+    if warm is not None and shared:
         for table in spark.catalog.listTables():  # a shared session: the last run's views go
             if table.isTemporary:
                 spark.catalog.dropTempView(table.name)

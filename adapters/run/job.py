@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from rivc.compiler.errors import RivcError
+from rivc.compiler.locate import SPARK_LOG, STATE_DIR
 
 from ..state import StateStore
 from .plan import Plan
@@ -26,7 +27,11 @@ def run_sink_job(root: Path, sink: str) -> int:
         with run_lock(root, run_id):
             state.start_run(run_id, f"job {sink}", nid)
             runtime = Runtime(
-                lambda: get_session(plan.profile.spark, app_name=f"rivc job {sink}"),
+                lambda: get_session(
+                    plan.profile.spark,
+                    app_name=f"rivc job {sink}",
+                    log=plan.root / STATE_DIR / SPARK_LOG,
+                ),
                 plan,
                 run_id,
                 state,

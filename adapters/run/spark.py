@@ -35,6 +35,7 @@ def jdbc_jars(extra: tuple[str, ...] = (), java_dir: Path = JAVA_DIR) -> list[st
 
 
 LOG4J = Path(__file__).parent.parent / "log4j2.properties"
+JOB_LOG4J = Path(__file__).parent.parent / "log4j2-job.properties"
 
 
 def session_conf(spec: SparkSpec) -> dict[str, str]:
@@ -65,6 +66,21 @@ def _launch_quiet(conf: dict[str, str], log: Path) -> None:
         )
     SparkContext._gateway = gateway
     SparkContext._jvm = gateway.jvm
+    _quiet_python_loggers(log)
+
+
+def _quiet_submitted(spark: SparkSession, log: Path) -> None:
+    """Under spark-submit the JVM is up before Python runs and logs to the console, and the
+    SparkContext resets log4j to Spark's defaults as it starts: once it has, point log4j at the
+    project's log file. The JVM's start-up lines (about 50) stay on the console; docs/running.md
+    says how to silence them too."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.java.lang.System.setProperty("rivc.spark.log", str(log))
+    jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
+        jvm.java.net.URI(JOB_LOG4J.as_uri())
+    )
     _quiet_python_loggers(log)
 
 
@@ -135,4 +151,7 @@ def get_session(spec: SparkSpec, app_name: str = "rivc", log: Path | None = None
             _launch_quiet({**conf, "spark.master": spec.master or "local[*]"}, log)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    if log is not None and not remote and "PYSPARK_GATEWAY_PORT" in os.environ:
+        _quiet_submitted(session, log)
+    return session

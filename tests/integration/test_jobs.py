@@ -39,6 +39,9 @@ def test_generated_job_runs_under_spark_submit(spark, sample):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "customer_orders_files: success, 500 rows" in proc.stdout
+    # once the SparkContext is up, Spark's lines go to the project's log, not the console
+    assert "DAGScheduler" not in proc.stderr, proc.stderr[-2000:]
+    assert "DAGScheduler" in (sample / ".rivc/spark.log").read_text()
     # The job wrote the model's rows, as the runner does.
     expected = DeltaTable(str(sample / "warehouse/customer_orders")).to_pyarrow_table()
     con = duckdb.connect()

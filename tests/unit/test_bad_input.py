@@ -230,3 +230,14 @@ def test_a_remote_spark_refuses_every_local_data_path_in_one_run(make_project):
     assert "catalog.warehouse 'ice'" in lines[2]
     assert "file:///shared" not in out  # a URI of a shared mount is the user's promise
     assert not (root / "target" / "manifest.json").exists()
+
+
+def test_pysparks_own_local_connect_server_keeps_local_paths(make_project):
+    root = make_project(
+        {
+            "models/orders.sql": "select 1 as id\n",
+            "profiles.yml": "default:\n  spark: {remote: 'local[2]'}\n",
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 0, out
