@@ -11,7 +11,7 @@ _SECRET_KEY = re.compile(
 )
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
 _URL_QUERY_SECRET = re.compile(
-    r"(?P<k>[?&](?:password|token|secret|access_token|api_key)=)[^&\s]+", re.I
+    r"(?P<k>[?&;](?:password|token|secret|access_token|api_key)=)[^&;\s]+", re.I
 )
 
 

@@ -219,3 +219,12 @@ def test_recompile_removes_stale_compiled_files(make_project):
     assert run("compile", "--project-dir", str(root))[0] == 0
     assert not (root / "target/compiled/model/a.sql").exists()
     assert (root / "target/compiled/model/stg.sql").exists()
+
+
+def test_a_spark_connect_token_is_redacted_in_text():
+    from rivc.compiler.redact import redact_text
+
+    text = "cannot reach sc://localhost:5555/;token=abc_DEF-123;session_id=9 (UNAVAILABLE)"
+    shown = redact_text(text)
+    assert "abc_DEF-123" not in shown
+    assert shown == "cannot reach sc://localhost:5555/;token=****;session_id=9 (UNAVAILABLE)"
