@@ -97,8 +97,10 @@ def fingerprint(spec: SparkSpec) -> str:
 def read(root: Path) -> Server | None:
     try:
         data = json.loads((home(root) / INFO).read_text())
-        return Server(**data)
-    except (OSError, ValueError, TypeError):
+        data.setdefault("session", str(uuid.uuid4()))  # written by an earlier rivc
+        data.setdefault("fingerprint", "")  # (a stale one: the next run restarts it)
+        return Server(**{k: data[k] for k in Server.__dataclass_fields__})
+    except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
