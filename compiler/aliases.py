@@ -195,7 +195,7 @@ def _iceberg(out: dict[str, Any], refusals: list[Refusal]) -> None:
         out,
         refusals,
         "target_file_size_mb",
-        "rivc writes one file per task and partition value; compact with rivc maintain",
+        "rivc writes one file per task and partition value of each batch",
     )
     for key in ("batch_size", "flush_interval_secs"):
         _refuse(out, refusals, key, BATCHING)

@@ -174,7 +174,8 @@ def maintain(
     dry_run: bool,
     project_dir: str | None,
 ) -> None:
-    """Compact and VACUUM the Delta tables of models and sinks (under the run lock)."""
+    """Compact and VACUUM the Delta tables of models and sinks; expire Iceberg sinks' old
+    snapshots and delete their unreferenced files (under the run lock)."""
     from rivc.compiler.connector_specs import DeltaSinkConfig
 
     from ..connectors import delta
@@ -188,6 +189,7 @@ def maintain(
             root, RunOptions(select=select + selection, exclude=exclude)
         )
         tables: list[tuple[str, str, Any]] = []
+        icebergs: list[str] = []
         for nid in compiled.chosen:
             node = plan.nodes[nid]
             if node.kind == "model" and node.materialized in ("table", "incremental"):
@@ -198,6 +200,8 @@ def maintain(
                 assert isinstance(config, DeltaSinkConfig)
                 uri = resolve(config.table_uri, root)
                 tables.append((nid, uri, plan.store(uri, dict(config.storage_options))))
+            elif node.kind == "sink" and node.connector == "iceberg":
+                icebergs.append(nid)
         for nid, uri, store in tables:
             done = delta.maintain(uri, store, retain_hours, dry_run)
             if done is None:
@@ -209,3 +213,22 @@ def maintain(
                     f"{nid}: {done.compacted} files compacted into {done.added}, "
                     f"{len(done.vacuumed)} unreferenced files deleted"
                 )
+        for nid in icebergs:  # after Delta's: a retention Delta refuses stops before these
+            _maintain_iceberg(plan, nid, retain_hours, dry_run)
+
+
+def _maintain_iceberg(plan: Any, nid: str, retain_hours: int, dry_run: bool) -> None:
+    from ..connectors.base import SinkContext
+    from ..connectors.iceberg import IcebergSink
+
+    name = plan.nodes[nid].name
+    ctx = SinkContext(plan.root, plan.manifest.project, name, plan.profile.storage)
+    done = IcebergSink(plan.project.sinks[name].config, ctx).maintain(retain_hours, dry_run)
+    if done is None:
+        click.echo(f"{nid}: not built yet")
+    elif dry_run:
+        click.echo(
+            f"{nid}: would expire {done[0]} snapshots and delete {len(done[1])} unreferenced files"
+        )
+    else:
+        click.echo(f"{nid}: {done[0]} snapshots expired, {len(done[1])} unreferenced files deleted")

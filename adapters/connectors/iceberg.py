@@ -188,6 +188,58 @@ class IcebergSink(Sink):
             commit_s=took,  # pyiceberg writes the files and commits in one transaction
         )
 
+    def maintain(self, retain_hours: int, dry_run: bool) -> tuple[int, list[str]] | None:
+        """Iceberg's own housekeeping through pyiceberg: expire the snapshots older than
+        `retain_hours` (never the current one), then delete the data files under the table's
+        `data/` that no remaining snapshot references and that are older than the retention:
+        what the expired snapshots held, and the files of killed jobs. Returns (snapshots
+        expired, files deleted), or what would be on a dry run; None when there is no table."""
+        from datetime import UTC, datetime, timedelta
+
+        import pyarrow.fs as pafs
+
+        table = self._table(self.catalog())
+        if table is None:
+            return None
+        cutoff = datetime.now(UTC) - timedelta(hours=retain_hours)
+        current = table.current_snapshot()
+        keep_id = current.snapshot_id if current is not None else None
+        cutoff_ms = int(cutoff.timestamp() * 1000)
+        expired = [
+            s.snapshot_id
+            for s in table.snapshots()
+            if s.timestamp_ms < cutoff_ms and s.snapshot_id != keep_id
+        ]
+        if expired and not dry_run:
+            table.maintenance.expire_snapshots().by_ids(expired).commit()
+            table = table.refresh()
+        kept = {s.snapshot_id for s in table.snapshots()} - set(expired)
+        referenced: set[str] = set()
+        for s in table.snapshots():
+            if s.snapshot_id in kept:
+                for manifest in s.manifests(table.io):
+                    for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                        referenced.add(_bare(entry.data_file.file_path))
+        location = table.location()
+        local = urlparse(location).scheme in ("", "file")
+        uri = unquote(urlparse(location).path) if local else location
+        store = Store.of(uri, self.ctx.storage, self.config.storage_options)
+        fs, base = store.filesystem(join(uri, "data"))
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        orphans = [
+            i.path
+            for i in infos
+            if i.type == pafs.FileType.File
+            and i.path.endswith(".parquet")
+            and _bare(i.path) not in referenced
+            and i.mtime is not None
+            and i.mtime.timestamp() < cutoff.timestamp()
+        ]
+        if not dry_run:
+            for path in orphans:
+                fs.delete_file(path)
+        return len(expired), orphans
+
     def _create(self, catalog: Any, schema: Any) -> Any:
         from pyiceberg import transforms as T
 
@@ -274,6 +326,13 @@ FILE_IO = {
     "AZURE_STORAGE_ACCOUNT_KEY": "adls.account-key",
     "AZURE_STORAGE_SAS_TOKEN": "adls.sas-token",
 }
+
+
+def _bare(path: str) -> str:
+    """A file's path without its scheme and bucket prefix style, to compare listings with the
+    paths a manifest holds (file:///x, file:/x, /x; s3://b/k and b/k)."""
+    rest = path.split("://", 1)[-1] if "://" in path else path.removeprefix("file:")
+    return "/" + rest.lstrip("/")
 
 
 def file_io(store: Store) -> dict[str, str]:

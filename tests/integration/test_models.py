@@ -260,3 +260,50 @@ def test_maintain_compacts_and_removes_what_killed_jobs_left(spark, tmp_path):
     assert not orphan.exists()
     assert len(table(root, "m").file_uris()) == 1
     assert rows(root, "m") == before
+
+
+def test_maintain_expires_iceberg_snapshots_and_deletes_unreferenced_files(spark, tmp_path):
+    import os
+    import time
+
+    from rivc_testing import iceberg_catalog
+
+    root = write_files(
+        tmp_path / "tidy_ice",
+        {
+            "rivc_project.yml": "name: tidy_ice\n",
+            "sources/gen.yml": "sources:\n  - name: gen\n    connector: datagen\n    tables:\n"
+            "      - {name: users, config: {pattern: users, max_events: 50, seed: 3}}\n",
+            "models/users_t.sql": "{{ config(materialized='table') }}\n"
+            "select user_id, name from {{ source('gen', 'users') }}\n",
+            "sinks/ice.yml": "sinks:\n  - {name: users_ice, from: users_t, connector: iceberg,\n"
+            "     config: {namespace: m, table: users, mode: overwrite, spark_write_threshold: 0}}\n",
+        },
+    )
+    for _ in range(3):  # each overwrite leaves the last one's files to the older snapshots
+        assert rivc(root, "run").exit_code == 0
+    ice = iceberg_catalog(root).load_table("m.users")
+    before = sorted(ice.scan().to_arrow().column("user_id").to_pylist())
+    assert len(before) == 50 and len(ice.snapshots()) > 1
+    data = Path(ice.location().removeprefix("file://")) / "data"
+    orphan = data / "rivc-batch-000099-killed/part-0.parquet"  # a killed job's file
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"PAR1")
+    week_ago = time.time() - 8 * 24 * 3600
+    os.utime(orphan, (week_ago, week_ago))
+    on_disk = len(list(data.rglob("*.parquet")))
+
+    dry = rivc(root, "maintain", "--dry-run")
+    assert "sink:users_ice: would expire 0 snapshots and delete 1 unreferenced files" in dry.output
+    assert orphan.exists() and len(list(data.rglob("*.parquet"))) == on_disk
+    done = rivc(root, "maintain", "sink:users_ice", "--retain-hours", "0")
+    assert done.exit_code == 0, done.output
+    assert "sink:users_ice:" in done.output and "snapshots expired" in done.output
+    assert not orphan.exists()
+
+    ice = iceberg_catalog(root).load_table("m.users")
+    assert len(ice.snapshots()) == 1
+    assert sorted(ice.scan().to_arrow().column("user_id").to_pylist()) == before
+    live = {t.file.file_path.removeprefix("file:").lstrip("/") for t in ice.scan().plan_files()}
+    left = {str(p).lstrip("/") for p in data.rglob("*.parquet")}
+    assert left == live  # the older runs' files and the killed job's are gone
