@@ -114,6 +114,13 @@ def _flag(out: dict[str, Any], refusals: list[Refusal], key: str, needed: bool, 
         refusals.append(((key,), f"{key}: {why}"))
 
 
+def _lakehouse(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    """What Rivven's delta-lake and iceberg sinks share: batching keys, the store blocks."""
+    for key in ("batch_size", "flush_interval_secs"):
+        _refuse(out, refusals, key, BATCHING)
+    _stores(out, refusals)
+
+
 def _delta(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _rename(out, refusals, "write_mode", "mode")
     _rename(out, refusals, "partition_columns", "partition_by")
@@ -125,9 +132,7 @@ def _delta(out: dict[str, Any], refusals: list[Refusal]) -> None:
         "max_commit_retries",
         "rivc retries a conflicting commit itself, after checking the batch id did not land",
     )
-    for key in ("batch_size", "flush_interval_secs"):
-        _refuse(out, refusals, key, BATCHING)
-    _stores(out, refusals)
+    _lakehouse(out, refusals)
 
 
 def _iceberg(out: dict[str, Any], refusals: list[Refusal]) -> None:
@@ -197,9 +202,7 @@ def _iceberg(out: dict[str, Any], refusals: list[Refusal]) -> None:
         "target_file_size_mb",
         "rivc writes one file per task and partition value of each batch",
     )
-    for key in ("batch_size", "flush_interval_secs"):
-        _refuse(out, refusals, key, BATCHING)
-    _stores(out, refusals)
+    _lakehouse(out, refusals)
 
 
 def _mqtt(out: dict[str, Any], refusals: list[Refusal]) -> None:

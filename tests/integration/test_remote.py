@@ -152,6 +152,16 @@ def run(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProc
     return done
 
 
+def remote_profile(connect: str, s3: str, warehouse: str) -> str:
+    """A profile for the Connect server with its warehouse on the moto S3 server."""
+    return f"""
+default:
+  spark: {{remote: "{connect}"}}
+  warehouse: {warehouse}
+  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
+"""
+
+
 def project(root: Path, profile: str) -> Path:
     return write_files(root, {**PROJECT, "profiles.yml": profile})
 
@@ -174,15 +184,7 @@ def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
     import pyarrow.dataset as pads
     import pyarrow.fs as pafs
 
-    remote = project(
-        hidden / "remote",
-        f"""
-default:
-  spark: {{remote: "{connect}"}}
-  warehouse: s3://lake/warehouse
-  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
-""",
-    )
+    remote = project(hidden / "remote", remote_profile(connect, s3, "s3://lake/warehouse"))
     local = project(
         tmp_path / "local",
         'default:\n  spark: {master: "local[2]", conf: {spark.sql.shuffle.partitions: "2"}}\n',
@@ -311,12 +313,8 @@ def test_relational_sources_stage_where_a_remote_spark_reaches(
             hidden / "rel",
             {
                 "rivc_project.yml": "name: rel\n",
-                "profiles.yml": f"""
-default:
-  spark: {{remote: "{connect}"}}
-  warehouse: s3://lake/rel
-  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
-  connections:
+                "profiles.yml": remote_profile(connect, s3, "s3://lake/rel")
+                + f"""  connections:
     pg: {{type: postgres, host: 127.0.0.1, user: postgres, database: {pg.name}}}
     my: {{type: mysql, host: 127.0.0.1, user: root, database: {my.name}}}
 """,
@@ -397,12 +395,7 @@ def test_a_killed_run_leaves_no_operation_running_on_the_server(
         hidden / "kill",
         {
             "rivc_project.yml": "name: kill\n",
-            "profiles.yml": f"""
-default:
-  spark: {{remote: "{connect}"}}
-  warehouse: s3://lake/kill
-  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
-""",
+            "profiles.yml": remote_profile(connect, s3, "s3://lake/kill"),
             "models/slow.sql": slow,
         },
     )
