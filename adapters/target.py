@@ -163,13 +163,15 @@ def compile_to_target(
     """Compile and write target/: the one way `compile`, `run`, `build`, `test` and `show` do
     it. Returns the compiled project and the files written (path under target/ -> text)."""
     from rivc.compiler.codegen import artifacts
+    from rivc.compiler.driver import no_cyclic_gc
     from rivc.compiler.errors import CompileFailed
 
-    compiled = analyze_project(root, options)
-    for warning in compiled.warnings:
-        on_warning(str(warning))
-    if compiled.errors:
-        raise CompileFailed(f.error for f in compiled.errors)
-    files = artifacts(compiled)
-    write_artifacts(root / TARGET_DIR, files)
+    with no_cyclic_gc():
+        compiled = analyze_project(root, options)
+        for warning in compiled.warnings:
+            on_warning(str(warning))
+        if compiled.errors:
+            raise CompileFailed(f.error for f in compiled.errors)
+        files = artifacts(compiled)
+        write_artifacts(root / TARGET_DIR, files)
     return compiled, files

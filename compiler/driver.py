@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,14 @@ from .rules import Finding
 from .selector import select
 from .specs import NodeId
 
-__all__ = ["CompileCache", "CompileOptions", "CompiledProject", "analyze", "compile_project"]
+__all__ = [
+    "CompileCache",
+    "CompileOptions",
+    "CompiledProject",
+    "analyze",
+    "compile_project",
+    "no_cyclic_gc",
+]
 
 
 @dataclass(frozen=True)
@@ -75,12 +83,19 @@ def analyze(
     env: Mapping[str, str] | None = None,
 ) -> CompiledProject:
     """Every finding for the selected nodes and what they need; raises only for an invalid project."""
-    # Thousands of parse trees stay alive until the end; the cyclic GC would rescan them again
-    # and again (a third of the wall time at 1,000 models) and has nothing to free.
+    with no_cyclic_gc():
+        return _analyze(project, options, cache, env)
+
+
+@contextmanager
+def no_cyclic_gc() -> Iterator[None]:
+    """Thousands of parse trees stay alive until a compile ends; the cyclic GC would rescan them
+    again and again (a third of the wall time at 1,000 models) and has nothing to free. Callers
+    that keep the compiled project (writing target/) hold this for as long."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _analyze(project, options, cache, env)
+        yield
     finally:
         if enabled:
             gc.enable()

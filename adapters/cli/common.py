@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -111,6 +112,14 @@ def apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
         return fn
 
     return deco
+
+
+def ends_with_compile() -> None:
+    """For a command that exits once its compile is done (compile, lint, ls): no cyclic GC for
+    the rest of the process. The compiled project stays alive to the end anyway; a collection
+    after the analysis rescans its million objects (0.15 s at 1,000 models) and the one at
+    exit does it again, to free nothing the exit does not."""
+    gc.disable()
 
 
 def _compile(

@@ -21,6 +21,7 @@ from .common import (
     _vars,
     apply,
     compile_options,
+    ends_with_compile,
     handle_errors,
     project_dir_option,
     select_options,
@@ -61,6 +62,7 @@ def compile_cmd(
 ) -> None:
     """Render, validate and write target/ (manifest, graph, compiled SQL). No JVM."""
     started = time.perf_counter()
+    ends_with_compile()
     root = _root(project_dir)
     target = root / TARGET_DIR
     command = {
@@ -127,6 +129,7 @@ def lint(
     """Check SQL models without a JVM: exit 0 clean, 1 findings, 2 invalid project."""
     from rivc.compiler.lint import format_findings, lint_findings
 
+    ends_with_compile()
     root = _root(project_dir)
     compiled = _compile(root, (), (), _params(params), _vars(vars_), None)
     findings = lint_findings(compiled, paths)
@@ -164,6 +167,7 @@ def ls_cmd(
     """List the selected nodes in DAG order."""
     from rivc.compiler.selector import select as select_nodes
 
+    ends_with_compile()
     root = _root(project_dir)
     compiled = _compile(root, (), (), _params(params), _vars(vars_), None)
     graph = compiled.graph
