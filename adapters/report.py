@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from rivc.compiler.redact import redact_text
 
@@ -38,61 +41,93 @@ def _count(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 
 
-START_DELAY_S = 2.0  # a node that ends sooner prints only its result line
+LIVE_AFTER_S = 1.0  # a node running longer gets a live line on a terminal
+TICK_S = 0.5
 
 
 class Progress:
-    """Prints `[3/12] OK model stg_orders (1.2s)` lines; threads share one console.
+    """Prints `[3/12] OK model stg_orders (1.2s)`, one line per node; threads share one console.
 
-    A node's `start` line appears only when the node is still running after START_DELAY_S, or
-    when another line is printed while it runs: a start line right before its own result line
-    says nothing."""
+    On a terminal, each node running longer than LIVE_AFTER_S also has a live line under the
+    printed ones, erased when it ends: elapsed time and how far its Spark jobs are (`probe`).
+    Elsewhere (CI, a log file) nothing but the result lines, and a stream's micro-batch lines."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(
+        self, console: Console, probe: Callable[[str], str | None] = lambda nid: None
+    ) -> None:
         self.console = console
-        self.started = time.perf_counter()
+        self.probe = probe  # nid -> what its live line says after the elapsed time
         self._lock = threading.Lock()
-        self._pending: dict[str, threading.Timer] = {}
+        self._running: dict[str, float] = {}  # nid -> when it started
+        self._live: Live | None = None
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if console.is_terminal:
+            self._ticker = threading.Thread(target=self._tick, name="rivc-progress", daemon=True)
+            self._ticker.start()
 
     def start(self, nid: str) -> None:
-        timer = threading.Timer(START_DELAY_S, self._announce, (nid,))
-        timer.daemon = True
         with self._lock:
-            self._pending[nid] = timer
-        timer.start()
-
-    def _announce(self, nid: str) -> None:
-        with self._lock:
-            if self._pending.pop(nid, None) is not None:
-                self.console.print(f"[dim]  start {nid}[/dim]")
+            self._running[nid] = time.perf_counter()
 
     def note(self, nid: str, text: str) -> None:
-        """A line of progress while `nid` runs (a stream's micro-batch); its start line first."""
+        """A line of progress while `nid` runs (a stream's micro-batch)."""
         with self._lock:
-            own = self._pending.pop(nid, None)
-            if own is not None:
-                own.cancel()
-                self.console.print(f"[dim]  start {nid}[/dim]")
             self.console.print(f"[dim]  {nid} {text}[/dim]", highlight=False)
 
     def result(self, i: int, n: int, r: NodeResult) -> None:
         word = {"success": "OK", "pass": "PASS"}.get(r.status, r.status.upper())
         rows = f", {r.rows:,} rows" if r.rows is not None and r.kind != "test" else ""
-        note = f" {r.message}" if r.message and r.status not in ("error", "fail") else ""
+        note = f" {r.message}" if r.message and r.status not in ("error", "fail", "skipped") else ""
         line = f"[{i}/{n}] [{STYLE.get(r.status, 'white')}]{word}[/] {r.node}{note}{rows} ({r.duration_s:.1f}s)"
         if r.error:
             line += f"\n        {redact_text(r.error)}"
         if r.status == "skipped":
             line += f" - {r.message}"
         with self._lock:
-            own = self._pending.pop(r.node, None)
-            if own is not None:
-                own.cancel()
-            for other, timer in sorted(self._pending.items()):  # running beside this one
-                timer.cancel()
-                self.console.print(f"[dim]  start {other}[/dim]")
-            self._pending.clear()
+            self._running.pop(r.node, None)
             self.console.print(line, highlight=False, markup=True, soft_wrap=True)
+            if self._live is not None:
+                self._refresh()
+
+    def close(self) -> None:
+        """Erase the live lines and stop updating them (before the summary prints)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        with self._lock:
+            self._refresh()
+
+    def lines(self) -> list[str]:
+        """The live lines now: `  stg_orders  12s  45/200 tasks`, for nodes past LIVE_AFTER_S."""
+        now = time.perf_counter()
+        out = []
+        for nid, since in sorted(self._running.items()):
+            if now - since < LIVE_AFTER_S:
+                continue
+            seen = self.probe(nid)
+            detail = f"  {seen}" if seen else ""
+            out.append(f"  {nid}  {now - since:.0f}s{detail}")
+        return out
+
+    def _refresh(self) -> None:
+        """Show the live lines, or none (called with the lock held)."""
+        lines = self.lines() if not self._stop.is_set() else []
+        if not lines:
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
+            return
+        text = Text("\n".join(lines), style="dim")
+        if self._live is None:
+            self._live = Live(text, console=self.console, transient=True, auto_refresh=False)
+            self._live.start()
+        self._live.update(text, refresh=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                self._refresh()
 
 
 def summary(console: Console, report: Any) -> None:

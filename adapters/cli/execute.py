@@ -74,6 +74,7 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
 
     from ..report import Progress, summary
     from ..run.scheduler import RunOptions, execute
+    from ..run.sparkprogress import SparkProgress
 
     root = _root(kw.pop("project_dir"))
     options = RunOptions(
@@ -87,17 +88,22 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
         kw["fail_fast"],
     )
     console = _console()
-    progress = Progress(console)
+    tracker = SparkProgress()
+    progress = Progress(console, tracker.describe)
     debug = _debug()
-    report = execute(
-        root,
-        options,
-        lambda plan: _spark(plan, debug, shared=True),  # threads have no click context
-        progress.result,
-        progress.start,
-        lambda text: click.echo(redact_text(text), err=True),
-        progress.note,
-    )
+    try:
+        report = execute(
+            root,
+            options,
+            lambda plan: _spark(plan, debug, shared=True),  # threads have no click context
+            progress.result,
+            progress.start,
+            lambda text: click.echo(redact_text(text), err=True),
+            progress.note,
+            tracker,
+        )
+    finally:
+        progress.close()
     summary(console, report)
     spark_log = root / STATE_DIR / SPARK_LOG
     if report.failed and spark_log.exists() and not debug:

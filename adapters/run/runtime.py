@@ -33,6 +33,7 @@ from .delivery import BatchWriter
 from .parquet import arrow_columns, parquet_schema
 from .plan import Plan
 from .sinkwriter import SinkWriter, health_check, transform_source
+from .sparkprogress import SparkProgress
 from .streaming import Batches, stream_base
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class Runtime:
     deferred: dict[str, Callable[[SparkSession], None]] = field(default_factory=dict)
     on_progress: Callable[[str, str], None] = lambda nid, text: None  # a node's progress line
     on_warning: Callable[[str], None] = lambda text: None
+    tracker: SparkProgress = field(default_factory=SparkProgress)  # for live progress lines
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
 
@@ -86,13 +88,19 @@ class Runtime:
     def spark(self) -> SparkSession:
         with self._lock:
             if self._spark is None:
-                spark = self.session()
+                self.tracker.starting = True
+                try:
+                    spark = self.session()
+                finally:
+                    self.tracker.starting = False
                 if type(spark).__module__.startswith("pyspark.sql.connect"):
                     self._fence(spark)
+                self.tracker.attach(spark)
                 self._spark = spark
                 for register in self.deferred.values():  # views made before Spark ran
                     register(spark)
                 self.deferred.clear()
+            self.tracker.here(self._spark)
             return self._spark
 
     def _fence(self, spark: SparkSession) -> None:

@@ -21,6 +21,7 @@ from rivc.compiler.sql import quote
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
 from .plan import Plan
 from .runtime import Runtime
+from .sparkprogress import SparkProgress
 from .streaming import graceful_interrupt
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def execute(
     on_start: Callable[[str], None] = lambda nid: None,
     on_warning: Callable[[str], None] = lambda text: None,
     on_progress: Callable[[str, str], None] = lambda nid, text: None,
+    tracker: SparkProgress | None = None,
 ) -> RunReport:
     """Compile, take the run lock, run the chosen nodes and record every result."""
     started, started_at = time.perf_counter(), now()
@@ -122,6 +124,7 @@ def execute(
                 resume_from=resumed,
                 on_progress=on_progress,
                 on_warning=on_warning,
+                tracker=tracker or SparkProgress(),
             )
             if options.command != "test":  # what the selection reads from a database is extracted
                 chosen = set(todo)
@@ -181,6 +184,7 @@ def _schedule(
         if options.threads > 1 and runtime.started and not runtime.remote:  # Connect: no pools
             pool = f"rivc-{threading.get_ident() % 1000}"
             runtime.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+        runtime.tracker.enter(nid)
         on_start(nid)
         return runtime.execute(nid)
 

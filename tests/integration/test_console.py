@@ -74,3 +74,40 @@ def test_without_java_every_command_says_so_in_one_line_with_exit_2(tmp_path, co
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: Spark did not start"), done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_the_progress_of_a_running_node_is_read_from_its_spark_jobs(spark):
+    import threading
+    import time
+
+    from rivc.adapters.run.sparkprogress import SparkProgress
+
+    tracker = SparkProgress()
+    tracker.attach(spark)
+
+    def node(nid: str, slept_ms: int) -> None:
+        tracker.enter(nid)
+        tracker.here(spark)
+        spark.sql(
+            f"select reflect('java.lang.Thread', 'sleep', cast({slept_ms} as bigint)) "
+            "from range(0, 4, 1, 4)"
+        ).collect()
+
+    slow = threading.Thread(target=node, args=("model:slow", 1500))
+    quick = threading.Thread(target=node, args=("model:other", 10))
+    slow.start()
+    seen = []
+    deadline = time.monotonic() + 60
+    while slow.is_alive() and time.monotonic() < deadline:
+        tasks = tracker.of("model:slow")
+        if tasks is not None:
+            seen.append((tasks.done, tasks.total))
+            if not quick.is_alive() and quick.ident is None:
+                quick.start()  # another node's jobs run beside it: not counted as its own
+        time.sleep(0.1)
+    slow.join()
+    quick.join()
+    assert seen and {total for _, total in seen} == {4}, seen
+    assert all(0 <= done <= 4 for done, _ in seen)
+    assert tracker.of("model:slow") is None  # its jobs ended
+    assert tracker.describe("model:slow") is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,18 @@ def rivc(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
     )
+
+
+def on_terminal(root: Path, *args: str) -> str:
+    """What rivc prints on a terminal (a pseudo-terminal from util-linux's `script`)."""
+    command = shlex.join(
+        [sys.executable, "-m", "rivc.adapters.cli", *args, "--project-dir", str(root)]
+    )
+    done = subprocess.run(
+        ["script", "-qec", command, "/dev/null"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    return done.stdout
 
 
 def client(url: str) -> subprocess.CompletedProcess[str]:
@@ -62,6 +76,16 @@ def test_the_warm_server_runs_the_project_for_its_token_only(tmp_path: Path) -> 
             revenue.num_rows > 0
             and len(DeltaTable(str(root / "warehouse/customer_revenue")).history()) == 2
         )
+
+        # on a terminal, a long node shows how far its operation is, as the server reports it
+        (root / "models/slow.sql").write_text(
+            "{{ config(materialized='table') }}\n"
+            "select id, reflect('java.lang.Thread', 'sleep', cast(2500 as bigint)) as slept\n"
+            "from range(0, 8, 1, 8)\n"
+        )
+        shown = on_terminal(root, "run", "--select", "slow")
+        assert re.search(r"model:slow  \d+s  \d/8 tasks", shown), shown[-2000:]
+        assert "OK" in shown and "model:slow table, 8 rows" in shown
 
         # a door only for the token's holder, on the loopback interface only
         port = info["port"]
