@@ -440,3 +440,90 @@ def test_a_killed_run_leaves_no_operation_running_on_the_server(
     listed = fs.get_file_info(pafs.FileSelector("lake/kill/slow", recursive=True))
     on_s3 = {f"s3://{f.path}" for f in listed if f.path.endswith(".parquet")}
     assert on_s3 == set(table.file_uris())  # nothing of the killed job's
+
+
+def test_edge_values_stage_on_s3_exactly_or_are_refused_by_name(
+    hidden: Path, s3: str, connect: str
+) -> None:
+    """The type matrix of test_types (NaN, infinities, -0, year 1 and 9999, 38-digit decimals,
+    money, intervals...) through each extraction path when the copy is staged on S3 for a remote
+    Spark: every value arrives as PostgreSQL returns it, read back with deltalake and pyarrow. A
+    value with no exact Spark type (an infinite date) is refused by its column, and its sink
+    writes nothing."""
+    import json
+
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+    from rivc_types import PG_EXPECTED, PG_ROWS, PG_TABLE, READERS, compare, expected_rows
+
+    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    fs = pafs.S3FileSystem(
+        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
+    )
+    with database("postgres") as pg:
+        pg.execute(PG_TABLE, "INSERT INTO types VALUES " + ", ".join(PG_ROWS))
+        pg.execute("CREATE TABLE dinf (id int, v date)")
+        pg.execute("INSERT INTO dinf VALUES (1, NULL), (2, '-infinity')")
+        tables = "".join(
+            f"""      - {{name: {reader}, query: "{query}", parallel: {parallel}, chunk_column: id,
+         mode: {"chunked" if parallel > 1 else "full"}, chunk_size: 3}}
+"""
+            for reader, (query, parallel) in READERS.items()
+        )
+        sinks = "".join(
+            f"""  - {{name: {reader}_lake, from: source:pg.{reader}, connector: delta,
+     config: {{table_uri: "s3://lake/types/delta/{reader}"}}}}
+  - {{name: {reader}_files, from: source:pg.{reader}, connector: files,
+     config: {{path: "s3://lake/types/files/{reader}", format: parquet}}}}
+"""
+            for reader in [*READERS, "dinf"]
+        )
+        root = write_files(
+            hidden / "types",
+            {
+                "rivc_project.yml": "name: types\n",
+                "profiles.yml": remote_profile(connect, s3, "s3://lake/types/warehouse")
+                + f"  connections:\n    pg: {{type: postgres, host: 127.0.0.1, user: postgres,"
+                f" database: {pg.name}}}\n",
+                "sources/db.yml": "sources:\n  - name: pg\n    connector: postgres\n"
+                f"    connection: pg\n    tables:\n{tables}"
+                '      - {name: dinf, query: "SELECT * FROM dinf"}\n',
+                "sinks/out.yml": f"sinks:\n{sinks}",
+            },
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "rivc.adapters.cli", "run", "--project-dir", str(root)],
+            env={**os.environ, **S3_KEYS},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+        results = {
+            r["node"]: r
+            for r in json.loads((root / "target/run_results.json").read_text())["results"]
+        }
+        want = expected_rows(pg, PG_EXPECTED)
+
+    vias = {"copy": "via COPY", "copy_spark": "via COPY in Spark", "jdbc": "via JDBC"}
+    for reader, via in vias.items():
+        message = results[f"source:pg.{reader}"]["message"]
+        assert message.endswith(via) or f"{via}," in message, message
+        lake = DeltaTable(f"s3://lake/types/delta/{reader}", storage_options=options)
+        compare(f"{reader} -> delta on S3", lake.to_pyarrow_table().to_pylist(), want)
+        files = pads.dataset(f"lake/types/files/{reader}", filesystem=fs, format="parquet")
+        compare(f"{reader} -> parquet on S3", files.to_table().to_pylist(), want)
+
+    refused = results["source:pg.dinf"]
+    assert refused["status"] == "error" and "\n" not in refused["error"]
+    assert refused["error"].startswith("source pg.dinf: column v (date) value '"), refused
+    assert "is not a date" in refused["error"]
+    for sink in ("sink:dinf_lake", "sink:dinf_files"):
+        assert results[sink]["status"] == "skipped"
+    written = fs.get_file_info(
+        pafs.FileSelector("lake/types/delta/dinf", recursive=True, allow_not_found=True)
+    ) + fs.get_file_info(
+        pafs.FileSelector("lake/types/files/dinf", recursive=True, allow_not_found=True)
+    )
+    assert written == []
+    assert not (root / ".rivc" / "extract").exists()
