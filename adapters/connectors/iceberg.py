@@ -93,8 +93,9 @@ class IcebergSink(Sink):
         `data/rivc-batch-<id>-<uuid>/`, one partition value per file; this commits them with
         `add_files` (which reads each file's footer for its partition and statistics) together
         with the batch id, and for overwrite deletes the table's rows in the same transaction.
-        Upserts, bucket and truncate partitions and small local batches take the streamed
-        path."""
+        An upsert rewrites, in Spark, only the files that can hold a batch key (`_upsert_files`)
+        and replaces them in the same transaction. Bucket and truncate partitions, tables with
+        delete files and small local batches take the streamed path."""
         from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.expressions import AlwaysTrue
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -103,7 +104,7 @@ class IcebergSink(Sink):
 
         c = self.config
         by_spark = all(p.transform in SPARK_PARTITIONS for p in c.partitioning)
-        if c.mode == "upsert" or not by_spark:
+        if not by_spark:
             return None
         if not is_remote(df) and not large(df, parse_size(c.spark_write_threshold)):
             return None
@@ -119,13 +120,20 @@ class IcebergSink(Sink):
             return None  # Spark's own writer would write INT96 timestamps Iceberg cannot take
         if self._evolve(table, schema):
             table = table.refresh()
+        store = Store.of(uri, self.ctx.storage, c.storage_options)
+        replaced: list[Any] = []  # upsert: the data files rewritten with the batch
+        if c.mode == "upsert" and table.current_snapshot() is not None:
+            found = _upsert_files(table, df, c.key_fields[0])
+            if found is None:
+                return None  # delete files: pyiceberg's own delete applies them
+            replaced = found
+            df = _upserted(table, df, replaced, c.key_fields, store)
         rel = f"data/rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
         helpers = {
             f"_rivc_p{i}": SPARK_PARTITIONS[p.transform].format(f"`{p.field}`")
             for i, p in enumerate(c.partitioning)
         }
         frame = df.selectExpr("*", *(f"{e} AS {n}" for n, e in helpers.items()))
-        store = Store.of(uri, self.ctx.storage, c.storage_options)
         written = write_parquet(frame, uri, store, rel, CODECS[c.compression], tuple(helpers))
         paths = [join(location, w.rel) for w in written]
         fault("before-commit", c.table)  # the files are in, no snapshot references them
@@ -141,7 +149,9 @@ class IcebergSink(Sink):
                         with warnings.catch_warnings():  # an empty table has nothing to delete
                             warnings.filterwarnings("ignore", "Delete operation did not match")
                             tx.delete(AlwaysTrue(), snapshot_properties=props)
-                    if paths:
+                    if replaced:
+                        _replace_files(tx, fresh, replaced, paths, props)
+                    elif paths:
                         tx.add_files(
                             paths,
                             snapshot_properties=props,
@@ -333,6 +343,90 @@ def _bare(path: str) -> str:
     paths a manifest holds (file:///x, file:/x, /x; s3://b/k and b/k)."""
     rest = path.split("://", 1)[-1] if "://" in path else path.removeprefix("file:")
     return "/" + rest.lstrip("/")
+
+
+def _store_path(path: str) -> str:
+    """A data file's path as the filesystem layer takes it: a local path, or the URI."""
+    parsed = urlparse(path)
+    return unquote(parsed.path) if parsed.scheme in ("", "file") else path
+
+
+# Key types whose Iceberg bounds compare with the values Arrow gives (others: every file counts)
+_BOUNDED = ("int", "long", "string", "decimal", "date")
+
+
+def _upsert_files(table: Any, df: Any, key: str) -> list[Any] | None:
+    """The live data files that can hold one of the batch's `key` values, by each file's lower
+    and upper bounds of the key column, matched in Spark's tasks (the keys stay on the
+    executors); a file without bounds always can. None when the table has delete files, which
+    only pyiceberg's own delete applies."""
+    from datetime import date, timedelta
+
+    from pyiceberg.conversions import from_bytes
+
+    from .delta import _KeyProbe
+
+    tasks = list(table.scan().plan_files())
+    if any(t.delete_files for t in tasks):
+        return None
+    if not tasks:
+        return []
+    field = table.schema().find_field(key)
+    kind = str(field.field_type).split("(")[0]
+    ranges: list[tuple[int, Any, Any]] = []
+    for n, task in enumerate(tasks):
+        lo = (task.file.lower_bounds or {}).get(field.field_id)
+        hi = (task.file.upper_bounds or {}).get(field.field_id)
+        if kind not in _BOUNDED or lo is None or hi is None:
+            ranges.append((n, None, None))
+            continue
+        low: Any = from_bytes(field.field_type, lo)
+        high: Any = from_bytes(field.field_type, hi)
+        if kind == "date":  # days since the epoch
+            low, high = date(1970, 1, 1) + timedelta(low), date(1970, 1, 1) + timedelta(high)
+        ranges.append((n, low, high))
+    hits = df.select(key).mapInArrow(_KeyProbe(key, False, ranges), "n int").distinct().collect()
+    chosen = {r.n for r in hits}
+    return [t.file for n, t in enumerate(tasks) if n in chosen]
+
+
+def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], store: Store) -> Any:
+    """What replaces `replaced`: their rows without the batch's keys, plus the batch, in the
+    table's column order (columns the batch lacks read as null through the name mapping)."""
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    from .tableread import DataFile, read_files
+
+    if replaced:
+        # pyiceberg's Arrow schema has large strings and binaries; Spark's has not
+        stored = to_arrow_schema(from_arrow_schema(table.schema().as_arrow()), timezone="UTC")
+        files = [DataFile(_store_path(f.file_path), f.file_size_in_bytes, {}) for f in replaced]
+        target = read_files(df.sparkSession, files, stored, store)
+        df = target.join(df, list(keys), "left_anti").unionByName(df, allowMissingColumns=True)
+    return df.select(*[f"`{n}`" for n in table.schema().column_names if n in df.columns])
+
+
+def _replace_files(
+    tx: Any, table: Any, old: list[Any], paths: list[str], props: dict[str, str]
+) -> None:
+    """In `tx`: one overwrite snapshot that removes `old` and adds the Parquet files at
+    `paths` (their statistics read from the footers, as `add_files` does)."""
+    from pyiceberg.io.pyarrow import parquet_files_to_data_files
+    from pyiceberg.table import TableProperties
+
+    if tx.table_metadata.name_mapping() is None:  # files Spark wrote have no field ids
+        tx.set_properties(
+            **{
+                TableProperties.DEFAULT_NAME_MAPPING: (
+                    tx.table_metadata.schema().name_mapping.model_dump_json()
+                )
+            }
+        )
+    with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+        for data_file in old:
+            overwrite.delete_data_file(data_file)
+        for data_file in parquet_files_to_data_files(table.io, tx.table_metadata, iter(paths)):
+            overwrite.append_data_file(data_file)
 
 
 def file_io(store: Store) -> dict[str, str]:

@@ -222,3 +222,52 @@ sinks:
     assert refs <= on_disk
     # killed before its commit, the first run's files stay on disk in no snapshot
     assert bool(on_disk - refs) is point.startswith("before"), sorted(on_disk - refs)
+
+
+def test_an_iceberg_upsert_on_executors_killed_before_its_commit_lands_once(tmp_path):
+    """The second batch's tasks rewrote the files its keys can be in; killed before the
+    snapshot that replaces them, the table is the first batch as it was, and the resumed run
+    upserts the batch exactly once."""
+    root = write_files(
+        tmp_path,
+        {
+            **{k: v for k, v in MODEL_PROJECT.items() if k != "sinks/out.yml"},
+            "models/orders_t.sql": "{{ config(materialized='table') }}\n"
+            "select order_id, total + {{ var('bump', 0) }} as total\n"
+            "from {{ source('gen', 'orders') }} where order_id % {{ var('every', 1) }} = 0\n",
+            "sinks/out.yml": """
+sinks:
+  - {name: ice_up, from: orders_t, connector: iceberg,
+     config: {namespace: m, table: up, mode: upsert, key_fields: [order_id],
+              spark_write_threshold: 0}}
+""",
+        },
+    )
+    assert run_rivc(root).returncode == 0
+    table = iceberg_catalog(root).load_table("m.up")
+    first = {r["order_id"]: r["total"] for r in table.scan().to_arrow().to_pylist()}
+    snapshot = table.current_snapshot().snapshot_id
+
+    env = {k: v for k, v in os.environ.items() if k != "RIVC_FAULT"}
+    second = [RIVC, "run", "--vars", "{bump: 1000, every: 7}"]
+    killed = subprocess.run(
+        second,
+        cwd=root,
+        env={**env, "RIVC_FAULT": "before-commit:up"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    table = iceberg_catalog(root).load_table("m.up")
+    assert table.current_snapshot().snapshot_id == snapshot  # nothing committed
+    rerun = subprocess.run(second, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    table = iceberg_catalog(root).load_table("m.up")
+    rows = table.scan().to_arrow().to_pylist()
+    assert len(rows) == len(first) == 500
+    assert {r["order_id"] for r in rows} == set(first)
+    for r in rows:
+        bumped = 1000 if r["order_id"] % 7 == 0 else 0
+        assert r["total"] == first[r["order_id"]] + bumped, r
+    assert table.properties["rivc.batch.rivc:faults:ice_up"] == "1"

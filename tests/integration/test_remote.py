@@ -71,6 +71,12 @@ sinks:
     connector: iceberg
     config: {catalog: {warehouse: "${LAKE}/ice"}, namespace: shop, table: orders,
              mode: overwrite, partitioning: [{field: order_date, transform: day}]}
+  - name: orders_ice_up
+    from: orders_enriched
+    connector: iceberg
+    config: {catalog: {warehouse: "${LAKE}/ice"}, namespace: shop, table: orders_up,
+             mode: upsert, key_fields: [order_id],
+             partitioning: [{field: order_date, transform: day}]}
 """,
 }
 
@@ -249,26 +255,31 @@ def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
     # Iceberg: the server's tasks wrote the files on S3, rivc committed them (add_files)
     from pyiceberg.catalog.sql import SqlCatalog
 
-    def iceberg(root: Path, **props: str) -> pa.Table:
+    def iceberg(root: Path, name: str = "shop.orders", **props: str) -> pa.Table:
         home = root / ".rivc/iceberg"
         catalog = SqlCatalog("rivc", uri=f"sqlite:///{home / 'catalog.db'}", **props)
-        return catalog.load_table("shop.orders")
+        return catalog.load_table(name)
 
-    far_ice = iceberg(
-        remote,
-        **{
-            "s3.endpoint": s3,
-            "s3.access-key-id": "test",
-            "s3.secret-access-key": "test",
-            "s3.region": "us-east-1",
-        },
-    )
+    on_s3 = {
+        "s3.endpoint": s3,
+        "s3.access-key-id": "test",
+        "s3.secret-access-key": "test",
+        "s3.region": "us-east-1",
+    }
+    far_ice = iceberg(remote, **on_s3)
     data_files = [t.file.file_path for t in far_ice.scan().plan_files()]
     assert data_files and all(
         p.startswith(f"{lake}/ice/") and "/data/rivc-batch-" in p for p in data_files
     ), data_files
     got = sorted_table(far_ice.scan().to_arrow(), ["order_id"])
     want = sorted_table(iceberg(local).scan().to_arrow(), ["order_id"])
+    assert got.num_rows == 3000 and got.equals(want)
+    # the upsert: the second batch rewrote, on the server, the files its keys can be in
+    far_up = iceberg(remote, "shop.orders_up", **on_s3)
+    assert far_up.current_snapshot().summary.operation.value == "overwrite"
+    assert all("/data/rivc-batch-" in t.file.file_path for t in far_up.scan().plan_files())
+    got = sorted_table(far_up.scan().to_arrow(), ["order_id"])
+    want = sorted_table(iceberg(local, "shop.orders_up").scan().to_arrow(), ["order_id"])
     assert got.num_rows == 3000 and got.equals(want)
     # nothing was staged in the project folder: the server could not have read it
     assert not list((remote / ".rivc").glob("staging/*"))

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc, write_files
+from rivc_testing import iceberg_catalog, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -250,3 +250,63 @@ sinks:
         "bigint seconds or to string"
     )
     assert not (root / "out" / "delta").exists()
+
+
+UPSERTED = """{{ config(materialized='table') }}
+select order_id, customer_id, status, total + {{ var('bump', 0) }} as total, created_at,
+       cast(created_at as date) as day
+from {{ source('gen', 'orders') }}
+where {{ var('where', 'true') }}
+"""
+
+
+def test_iceberg_upsert_on_executors_rewrites_only_the_files_its_keys_can_be_in(spark, tmp_path):
+    """An upsert written by Spark's tasks (spark_write_threshold 0): the files whose order_id
+    bounds can hold a key of the batch are read, joined with the batch and rewritten by Spark,
+    and one snapshot replaces them; every other file stays as it was."""
+    root = project(
+        tmp_path / "u",
+        """
+sinks:
+  - {name: ice, from: orders, connector: iceberg,
+     config: {namespace: shop, table: up, mode: upsert, key_fields: [order_id],
+              spark_write_threshold: 0, partitioning: [{field: day, transform: identity}]}}
+""",
+        UPSERTED,
+    )
+    assert rivc(root, "run").exit_code == 0
+    catalog = iceberg_catalog(root)
+    before = catalog.load_table("shop.up")
+    first = {r["order_id"]: r for r in before.scan().to_arrow().to_pylist()}
+    assert len(first) == 300
+    files_before = {t.file.file_path: t.file for t in before.scan().plan_files()}
+    assert len(files_before) > 2
+
+    bump = rivc(root, "run", "--vars", "{bump: 1000, where: 'order_id <= 10'}")
+    assert bump.exit_code == 0, bump.output
+    after = catalog.load_table("shop.up")
+    rows = after.scan().to_arrow().to_pylist()
+    assert len(rows) == 300 and len({r["order_id"] for r in rows}) == 300
+    for r in rows:
+        was = first[r["order_id"]]
+        want = was["total"] + 1000 if r["order_id"] <= 10 else was["total"]
+        assert r["total"] == want and r["status"] == was["status"], r
+    files_after = {t.file.file_path for t in after.scan().plan_files()}
+    gone = set(files_before) - files_after
+    # exactly the files whose bounds could hold order ids 1..10 were replaced, by new files
+    # Spark wrote under data/rivc-batch-000001-*; the others are the same files
+    id_field = after.schema().find_field("order_id").field_id
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import LongType
+
+    def low(f):
+        return from_bytes(LongType(), f.lower_bounds[id_field])
+
+    assert gone == {p for p, f in files_before.items() if low(f) <= 10}
+    assert gone and len(gone) < len(files_before)
+    added = files_after - set(files_before)
+    assert added and all("/data/rivc-batch-000001-" in p for p in added)
+    summary = after.current_snapshot().summary
+    assert summary.operation.value == "overwrite"
+    assert int(summary["deleted-data-files"]) == len(gone)
+    assert after.properties["rivc.batch.rivc:sinks:ice"] == "1"
