@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "none": "uncompressed"}
 # Partition transforms Spark can reproduce, so that each file it writes holds one partition value
+# (truncate: see _spark_partition; bucket cannot be: pyiceberg's add_files infers a file's
+# partition from its column statistics, which only works for order-preserving transforms)
 SPARK_PARTITIONS = {
     "identity": "{}",
     "year": "date_trunc('year', {})",
@@ -103,8 +105,9 @@ class IcebergSink(Sink):
         from .taskwrite import is_remote, write_parquet
 
         c = self.config
-        by_spark = all(p.transform in SPARK_PARTITIONS for p in c.partitioning)
-        if not by_spark:
+        types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+        helpers = {f"_rivc_p{i}": _spark_partition(p, types) for i, p in enumerate(c.partitioning)}
+        if None in helpers.values():
             return None
         if not is_remote(df) and not large(df, parse_size(c.spark_write_threshold)):
             return None
@@ -129,10 +132,6 @@ class IcebergSink(Sink):
             replaced = found
             df = _upserted(table, df, replaced, c.key_fields, store)
         rel = f"data/rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
-        helpers = {
-            f"_rivc_p{i}": SPARK_PARTITIONS[p.transform].format(f"`{p.field}`")
-            for i, p in enumerate(c.partitioning)
-        }
         frame = df.selectExpr("*", *(f"{e} AS {n}" for n, e in helpers.items()))
         written = write_parquet(frame, uri, store, rel, CODECS[c.compression], tuple(helpers))
         paths = [join(location, w.rel) for w in written]
@@ -343,6 +342,23 @@ def _bare(path: str) -> str:
     paths a manifest holds (file:///x, file:/x, /x; s3://b/k and b/k)."""
     rest = path.split("://", 1)[-1] if "://" in path else path.removeprefix("file:")
     return "/" + rest.lstrip("/")
+
+
+def _spark_partition(p: Any, types: dict[str, str]) -> str | None:
+    """The Spark SQL expression computing partition field `p` of a row, or None when Spark
+    cannot compute it as Iceberg does. Truncate: integers to a multiple of the width (Iceberg's
+    `v - ((v % W) + W) % W` is Spark's `v - pmod(v, W)`); strings to their first W code points,
+    up to 16 (pyiceberg infers the partition from the file's bounds, which it keeps to 16
+    characters)."""
+    col = f"`{p.field}`"
+    if p.transform in SPARK_PARTITIONS:
+        return SPARK_PARTITIONS[p.transform].format(col)
+    kind = types.get(p.field, "")
+    if p.transform == "truncate" and kind in ("int", "bigint"):
+        return f"{col} - pmod({col}, {p.width})"
+    if p.transform == "truncate" and kind == "string" and p.width <= 16:
+        return f"substring({col}, 1, {p.width})"
+    return None
 
 
 def _store_path(path: str) -> str:

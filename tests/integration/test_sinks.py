@@ -310,3 +310,65 @@ sinks:
     assert summary.operation.value == "overwrite"
     assert int(summary["deleted-data-files"]) == len(gone)
     assert after.properties["rivc.batch.rivc:sinks:ice"] == "1"
+
+
+def test_iceberg_truncate_partitions_are_written_by_spark_as_iceberg_computes_them(spark, tmp_path):
+    """Spark computes truncate(10) of a bigint (negative values too) and truncate(2) of a string
+    for each row; every file it writes holds one partition value, and the partition of each
+    file is what pyiceberg's own transform gives for its rows. A transform Spark cannot
+    reproduce (bucket) takes the streamed path and gives the same rows."""
+    from pyiceberg.transforms import BucketTransform, TruncateTransform
+    from pyiceberg.types import LongType, StringType
+
+    model = """{{ config(materialized='table') }}
+select order_id, customer_id - 150 as customer_id, status, total
+from {{ source('gen', 'orders') }}
+"""
+    root = project(
+        tmp_path / "t",
+        """
+sinks:
+  - {name: cut, from: orders, connector: iceberg,
+     config: {namespace: shop, table: cut, spark_write_threshold: 0,
+              partitioning: [{field: customer_id, transform: truncate, width: 10},
+                             {field: status, transform: truncate, width: 2}]}}
+  - {name: hashed, from: orders, connector: iceberg,
+     config: {namespace: shop, table: hashed, spark_write_threshold: 0,
+              partitioning: [{field: order_id, transform: bucket, buckets: 4}]}}
+""",
+        model,
+    )
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    catalog = iceberg_catalog(root)
+    cut = catalog.load_table("shop.cut")
+    by_int = TruncateTransform(10).transform(LongType())
+    by_str = TruncateTransform(2).transform(StringType())
+    rows = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table().to_pylist()
+    assert any(r["customer_id"] < 0 for r in rows)
+    files = cut.inspect.files().to_pylist()
+    assert files and all("/data/rivc-batch-" in f["file_path"] for f in files)
+    want = {(by_int(r["customer_id"]), by_str(r["status"])) for r in rows}
+    got = {
+        (f["partition"]["customer_id_truncate"], f["partition"]["status_truncate"]) for f in files
+    }
+    assert got == want
+    for f in files:  # every row of a file is in that file's partition
+        part = f["partition"]
+        table = pq.read_table(f["file_path"].removeprefix("file://"))
+        assert {by_int(v) for v in table.column("customer_id").to_pylist()} == {
+            part["customer_id_truncate"]
+        }
+        assert {by_str(v) for v in table.column("status").to_pylist()} == {part["status_truncate"]}
+    assert cut.scan().to_arrow().num_rows == 300
+
+    hashed = catalog.load_table("shop.hashed")
+    bucket = BucketTransform(4).transform(LongType())
+    files = hashed.inspect.files().to_pylist()
+    assert not any("/data/rivc-batch-" in f["file_path"] for f in files)  # streamed
+    assert {f["partition"]["order_id_bucket"] for f in files} == {
+        bucket(r["order_id"]) for r in rows
+    }
+    assert sorted(hashed.scan().to_arrow().column("order_id").to_pylist()) == sorted(
+        r["order_id"] for r in rows
+    )
