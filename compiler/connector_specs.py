@@ -271,6 +271,7 @@ class StdoutSinkConfig(Spec):
 
 class IcebergCatalog(Spec):
     type: Literal["sql", "rest"] = "sql"
+    name: str = "rivc"  # a SQL catalog keeps its tables under its name (Spark's catalog name)
     uri: str | None = None
     warehouse: Location | None = None
     credential: str | None = None
@@ -292,6 +293,15 @@ class IcebergPartition(Spec):
         if self.transform == "truncate" and not self.width:
             raise ValueError("transform truncate needs width")
         return self
+
+
+class IcebergSourceConfig(Spec):
+    """An Iceberg table that exists: its current snapshot, read by Spark's tasks."""
+
+    catalog: IcebergCatalog = IcebergCatalog()
+    namespace: str
+    table: str
+    storage_options: dict[str, str] = {}
 
 
 class IcebergSinkConfig(Spec):

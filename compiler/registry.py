@@ -29,6 +29,7 @@ from .connector_specs import (
     FilesSinkConfig,
     FilesSourceConfig,
     IcebergSinkConfig,
+    IcebergSourceConfig,
     KafkaSourceConfig,
     MqttSourceConfig,
     RelationalConfig,
@@ -134,6 +135,14 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             DeltaSourceConfig,
             "an existing Delta table (its current version), read by Spark's tasks",
             f"{_RUNTIME}.delta:read_source",
+        ),
+        ConnectorInfo(
+            "iceberg",
+            "source",
+            "lakehouse",
+            IcebergSourceConfig,
+            "an existing Iceberg table (its current snapshot), read by Spark's tasks",
+            f"{_RUNTIME}.iceberg:read_source",
         ),
         ConnectorInfo(
             "mqtt",

@@ -11,16 +11,17 @@ from __future__ import annotations
 import uuid
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
+from rivc.compiler.connector_specs import IcebergCatalog, IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 
 from ..faults import fault
 from ..storage import Store, join
-from .base import Sink, WriteResult, commit_with_retries, large, stream
+from .base import Sink, SourceContext, WriteResult, commit_with_retries, large, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -52,27 +53,7 @@ class IcebergSink(Sink):
     def catalog(self) -> Any:
         c = self.config.catalog
         store = Store.of(c.warehouse or "", self.ctx.storage, self.config.storage_options)
-        io = file_io(store)
-        if c.type == "rest":
-            from pyiceberg.catalog.rest import RestCatalog
-
-            props = {
-                "uri": c.uri,
-                "warehouse": c.warehouse,
-                "credential": c.credential,
-                "token": c.token,
-            }
-            return RestCatalog("rivc", **{k: v for k, v in props.items() if v}, **io)
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        home = self.ctx.root / STATE_DIR / "iceberg"
-        home.mkdir(parents=True, exist_ok=True)
-        warehouse = c.warehouse or str(home / "warehouse")
-        if "://" not in warehouse:
-            warehouse = (self.ctx.root / warehouse).resolve().as_uri()
-        return SqlCatalog(
-            "rivc", uri=c.uri or f"sqlite:///{home / 'catalog.db'}", warehouse=warehouse, **io
-        )
+        return open_catalog(c, self.ctx.root, store)
 
     def _table(self, catalog: Any) -> Any | None:
         from pyiceberg.exceptions import NoSuchTableError
@@ -342,6 +323,77 @@ def _bare(path: str) -> str:
     paths a manifest holds (file:///x, file:/x, /x; s3://b/k and b/k)."""
     rest = path.split("://", 1)[-1] if "://" in path else path.removeprefix("file:")
     return "/" + rest.lstrip("/")
+
+
+def open_catalog(c: IcebergCatalog, root: Path, store: Store) -> Any:
+    """The catalog a config names: REST, or SQL (by default rivc's SQLite catalog in
+    .rivc/iceberg/, with its warehouse beside it); relative warehouses are under the project."""
+    io = file_io(store)
+    if c.type == "rest":
+        from pyiceberg.catalog.rest import RestCatalog
+
+        props = {
+            "uri": c.uri,
+            "warehouse": c.warehouse,
+            "credential": c.credential,
+            "token": c.token,
+        }
+        return RestCatalog(c.name, **{k: v for k, v in props.items() if v}, **io)
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    home = root / STATE_DIR / "iceberg"
+    home.mkdir(parents=True, exist_ok=True)
+    warehouse = c.warehouse or str(home / "warehouse")
+    if "://" not in warehouse:
+        warehouse = (root / warehouse).resolve().as_uri()
+    return SqlCatalog(
+        c.name, uri=c.uri or f"sqlite:///{home / 'catalog.db'}", warehouse=warehouse, **io
+    )
+
+
+def read_source(spark: Any, ctx: SourceContext) -> Any:
+    """The registry's entry point of the iceberg source: the table's current snapshot, read by
+    Spark's tasks from its data files. A table rivc cannot read faithfully by column name is
+    refused by name: one with delete files (equality or position deletes) or with a column
+    renamed since any of its files was written."""
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    from .tableread import DataFile, read_files
+
+    c = ctx.config
+    name = f"{c.namespace}.{c.table}"
+    store = Store.of(c.catalog.warehouse or "", {}, dict(c.storage_options))
+    try:
+        table = open_catalog(c.catalog, ctx.root, store).load_table(name)
+    except NoSuchTableError:
+        raise ConnectorError(f"source {ctx.name}: no iceberg table {name}") from None
+    tasks = list(table.scan().plan_files())
+    if any(t.delete_files for t in tasks):
+        raise ConnectorError(
+            f"source {ctx.name}: iceberg table {name} has delete files (row-level deletes), "
+            "which rivc does not apply; compact it first (e.g. Spark's rewrite_data_files)"
+        )
+    names: dict[int, set[str]] = {}
+    for schema in table.schemas().values():
+        for field in schema.fields:
+            names.setdefault(field.field_id, set()).add(field.name)
+    renamed = sorted("/".join(sorted(n)) for n in names.values() if len(n) > 1)
+    if renamed:
+        raise ConnectorError(
+            f"source {ctx.name}: iceberg table {name} renamed column {renamed[0]}; rivc reads "
+            "columns by name and would read its older files wrongly"
+        )
+    # pyiceberg's Arrow schema has large strings and binaries; Spark's has not
+    schema = to_arrow_schema(from_arrow_schema(table.schema().as_arrow()), timezone="UTC")
+    missing = [col for col in ctx.columns if col not in schema.names]
+    if missing:
+        raise ConnectorError(f"source {ctx.name}: {name} has no column {', '.join(missing)}")
+    if not tasks:
+        return spark.createDataFrame([], from_arrow_schema(schema))
+    files = [DataFile(_store_path(t.file.file_path), t.file.file_size_in_bytes, {}) for t in tasks]
+    location = table.location()
+    return read_files(spark, files, schema, Store.of(location, {}, dict(c.storage_options)))
 
 
 def _spark_partition(p: Any, types: dict[str, str]) -> str | None:

@@ -224,6 +224,113 @@ sources:
     assert "rivc cannot read Delta tables that use deletionVectors" in done.output
 
 
+def test_an_iceberg_table_is_a_source_and_one_rivc_cannot_read_is_refused_by_name(spark, tmp_path):
+    """A table another writer (pyiceberg) made: partitioned, with a column added after its
+    first files, edge values. rivc reads its current snapshot by Spark's tasks; a table whose
+    column was renamed since files were written is refused by name."""
+    from datetime import UTC, date, datetime
+    from decimal import Decimal
+
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import (
+        DecimalType,
+        DoubleType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestamptzType,
+    )
+
+    root = tmp_path / "ice"
+    (root / "ext").mkdir(parents=True)
+    catalog = SqlCatalog(
+        "ext", uri=f"sqlite:///{root / 'ext/cat.db'}", warehouse=(root / "ext/wh").as_uri()
+    )
+    catalog.create_namespace("raw")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "at", TimestamptzType()),
+        NestedField(3, "amount", DecimalType(12, 2)),
+        NestedField(4, "x", DoubleType()),
+    )
+    spec = PartitionSpec(PartitionField(2, 1000, DayTransform(), "at_day"))
+    events = catalog.create_table("raw.events", schema=schema, partition_spec=spec)
+    first = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "at": pa.array(
+                [datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, 23, 59, tzinfo=UTC), None],
+                pa.timestamp("us", "UTC"),
+            ),
+            "amount": pa.array([Decimal("0.01"), Decimal("-1.50"), None], pa.decimal128(12, 2)),
+            "x": pa.array([float("nan"), float("-inf"), -0.0]),
+        },
+        schema=events.schema().as_arrow(),
+    )
+    events.append(first)
+    with events.update_schema() as update:
+        update.add_column("note", StringType())
+    later = pa.table(
+        {
+            "id": pa.array([4], pa.int64()),
+            "at": pa.array([datetime(2026, 1, 3, tzinfo=UTC)], pa.timestamp("us", "UTC")),
+            "amount": pa.array([Decimal("9.99")], pa.decimal128(12, 2)),
+            "x": pa.array([1.5]),
+            "note": pa.array(["ü/="]),
+        },
+        schema=catalog.load_table("raw.events").schema().as_arrow(),
+    )
+    catalog.load_table("raw.events").append(later)
+    renamed = catalog.create_table("raw.renamed", schema=schema)
+    renamed.append(first)
+    with renamed.update_schema() as update:
+        update.rename_column("x", "ratio")
+
+    write_files(
+        root,
+        {
+            "rivc_project.yml": "name: ice\n",
+            "sources/ext.yml": f"""
+sources:
+  - name: ext
+    connector: iceberg
+    tables:
+      - {{name: events, config: {{catalog: {{name: ext, uri: "sqlite:///{root / "ext/cat.db"}",
+         warehouse: ext/wh}}, namespace: raw, table: events}}}}
+      - {{name: renamed, config: {{catalog: {{name: ext, uri: "sqlite:///{root / "ext/cat.db"}",
+         warehouse: ext/wh}}, namespace: raw, table: renamed}}}}
+""",
+            "models/copied.sql": "{{ config(materialized='table') }}\n"
+            "select * from {{ source('ext', 'events') }}\n",
+            "models/renamed_copy.sql": "select * from {{ source('ext', 'renamed') }}\n",
+        },
+    )
+    done = rivc(root, "run", "--select", "copied")
+    assert done.exit_code == 0, done.output
+    got = sorted(table(root, "copied").to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    want = sorted(
+        catalog.load_table("raw.events").scan().to_arrow().to_pylist(), key=lambda r: r["id"]
+    )
+    assert [r["id"] for r in got] == [1, 2, 3, 4]
+    assert [r["note"] for r in got] == [None, None, None, "ü/="]
+    for g, w in zip(got, want, strict=True):
+        for column, value in w.items():
+            have = g[column]
+            if isinstance(value, float):
+                assert str(have) == str(value), (column, have, value)  # nan, -inf, -0.0
+            else:
+                assert have == value, (column, have, value)
+    assert got[0]["at"].date() == date(2026, 1, 1)
+
+    refused = rivc(root, "run", "--select", "renamed_copy")
+    assert refused.exit_code != 0
+    assert "iceberg table raw.renamed renamed column ratio/x" in refused.output, refused.output
+
+
 def test_maintain_compacts_and_removes_what_killed_jobs_left(spark, tmp_path):
     import os
     import time
