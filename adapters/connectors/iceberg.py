@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -28,8 +29,7 @@ if TYPE_CHECKING:
 
 CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "none": "uncompressed"}
 # Partition transforms Spark can reproduce, so that each file it writes holds one partition value
-# (truncate: see _spark_partition; bucket cannot be: pyiceberg's add_files infers a file's
-# partition from its column statistics, which only works for order-preserving transforms)
+# (truncate and bucket: see _spark_partition)
 SPARK_PARTITIONS = {
     "identity": "{}",
     "year": "date_trunc('year', {})",
@@ -90,6 +90,9 @@ class IcebergSink(Sink):
         helpers = {f"_rivc_p{i}": _spark_partition(p, types) for i, p in enumerate(c.partitioning)}
         if None in helpers.values():
             return None
+        buckets = {
+            n: p for n, p in zip(helpers, c.partitioning, strict=True) if p.transform == "bucket"
+        }
         if not is_remote(df) and not large(df, parse_size(c.spark_write_threshold)):
             return None
         catalog = self.catalog()
@@ -113,7 +116,9 @@ class IcebergSink(Sink):
             replaced = found
             df = _upserted(table, df, replaced, c.key_fields, store)
         rel = f"data/rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
-        frame = df.selectExpr("*", *(f"{e} AS {n}" for n, e in helpers.items()))
+        frame = df.selectExpr("*", *(f"{e} AS {n}" for n, e in helpers.items() if n not in buckets))
+        if buckets:
+            frame = _with_buckets(frame, table, buckets)
         written = write_parquet(frame, uri, store, rel, CODECS[c.compression], tuple(helpers))
         paths = [join(location, w.rel) for w in written]
         fault("before-commit", c.table)  # the files are in, no snapshot references them
@@ -129,8 +134,10 @@ class IcebergSink(Sink):
                         with warnings.catch_warnings():  # an empty table has nothing to delete
                             warnings.filterwarnings("ignore", "Delete operation did not match")
                             tx.delete(AlwaysTrue(), snapshot_properties=props)
-                    if replaced:
-                        _replace_files(tx, fresh, replaced, paths, props)
+                    if replaced or buckets:
+                        bucketed = {int(n.removeprefix("_rivc_p")) for n in buckets}
+                        added = _data_files(fresh, tx.table_metadata, paths, written, bucketed)
+                        _replace_files(tx, replaced, added, props)
                     elif paths:
                         tx.add_files(
                             paths,
@@ -401,7 +408,7 @@ def _spark_partition(p: Any, types: dict[str, str]) -> str | None:
     cannot compute it as Iceberg does. Truncate: integers to a multiple of the width (Iceberg's
     `v - ((v % W) + W) % W` is Spark's `v - pmod(v, W)`); strings to their first W code points,
     up to 16 (pyiceberg infers the partition from the file's bounds, which it keeps to 16
-    characters)."""
+    characters). Bucket: "bucket", a column pyiceberg's transform adds in the tasks."""
     col = f"`{p.field}`"
     if p.transform in SPARK_PARTITIONS:
         return SPARK_PARTITIONS[p.transform].format(col)
@@ -410,6 +417,8 @@ def _spark_partition(p: Any, types: dict[str, str]) -> str | None:
         return f"{col} - pmod({col}, {p.width})"
     if p.transform == "truncate" and kind == "string" and p.width <= 16:
         return f"substring({col}, 1, {p.width})"
+    if p.transform == "bucket" and kind in _BUCKETED:
+        return "bucket"  # computed by pyiceberg's own transform in Spark's tasks (_Buckets)
     return None
 
 
@@ -474,12 +483,9 @@ def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], s
     return df.select(*[f"`{n}`" for n in table.schema().column_names if n in df.columns])
 
 
-def _replace_files(
-    tx: Any, table: Any, old: list[Any], paths: list[str], props: dict[str, str]
-) -> None:
-    """In `tx`: one overwrite snapshot that removes `old` and adds the Parquet files at
-    `paths` (their statistics read from the footers, as `add_files` does)."""
-    from pyiceberg.io.pyarrow import parquet_files_to_data_files
+def _replace_files(tx: Any, old: list[Any], new: list[Any], props: dict[str, str]) -> None:
+    """In `tx`: one snapshot that removes the data files `old` (an overwrite; none: an append)
+    and adds `new`."""
     from pyiceberg.table import TableProperties
 
     if tx.table_metadata.name_mapping() is None:  # files Spark wrote have no field ids
@@ -490,11 +496,103 @@ def _replace_files(
                 )
             }
         )
-    with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+    snapshot = tx.update_snapshot(snapshot_properties=props)
+    with snapshot.overwrite() if old else snapshot.fast_append() as producer:
         for data_file in old:
-            overwrite.delete_data_file(data_file)
-        for data_file in parquet_files_to_data_files(table.io, tx.table_metadata, iter(paths)):
-            overwrite.append_data_file(data_file)
+            producer.delete_data_file(data_file)
+        for data_file in new:
+            producer.append_data_file(data_file)
+
+
+def _data_files(
+    table: Any, metadata: Any, paths: list[str], written: list[Any], bucketed: set[int]
+) -> list[Any]:
+    """The data files for Parquet files Spark wrote, with their statistics from the footers
+    (as `add_files` reads them). A partition field computed by an order-preserving transform
+    is inferred from the file's bounds, as `add_files` does; a bucket (`bucketed`: their
+    positions in the spec) cannot be, and is the value the task wrote the file under."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_files_to_data_files,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    if not bucketed:
+        return list(parquet_files_to_data_files(table.io, metadata, iter(paths)))
+    schema, spec = metadata.schema(), metadata.spec()
+    files = []
+    for path, w in zip(paths, written, strict=True):
+        source = table.io.new_input(path)
+        with source.open() as stream:
+            footer = pq.read_metadata(stream)
+        stats = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer,
+            stats_columns=compute_statistics_plan(schema, metadata.properties),
+            parquet_column_mapping=parquet_path_to_id_mapping(schema),
+        )
+        values = []
+        for i, field in enumerate(spec.fields):
+            if i in bucketed:
+                value = w.partition.get(f"_rivc_p{i}")
+                values.append(None if value is None else int(value))
+            else:
+                values.append(stats._partition_value(field, schema))
+        files.append(
+            DataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=path,
+                file_format=FileFormat.PARQUET,
+                partition=Record(*values),
+                file_size_in_bytes=w.size,
+                sort_order_id=None,
+                spec_id=metadata.default_spec_id,
+                equality_ids=None,
+                key_metadata=None,
+                **stats.to_serialized_dict(),
+            )
+        )
+    return files
+
+
+# Spark types whose Arrow arrays pyiceberg's bucket transform takes as Spark sends them
+_BUCKETED = ("int", "bigint", "string", "date", "decimal")
+
+
+def _with_buckets(frame: Any, table: Any, buckets: dict[str, Any]) -> Any:
+    """`frame` with each bucket helper column, computed in Spark's tasks by pyiceberg's own
+    transform (Iceberg's murmur3 hash of the value's canonical bytes)."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    columns = tuple(
+        (name, p.field, p.buckets, table.schema().find_field(p.field).field_type)
+        for name, p in buckets.items()
+    )
+    schema = StructType(
+        [*frame.schema.fields, *(StructField(n, IntegerType(), True) for n, *_ in columns)]
+    )
+    return frame.mapInArrow(_Buckets(columns), schema)
+
+
+@dataclass(frozen=True)
+class _Buckets:
+    columns: tuple[tuple[str, str, int, Any], ...]  # helper, source field, buckets, Iceberg type
+
+    def __call__(self, batches: Any) -> Any:
+        import pyarrow as pa
+        from pyiceberg.transforms import BucketTransform
+
+        hashes = [(n, f, BucketTransform(k).pyarrow_transform(t)) for n, f, k, t in self.columns]
+        for batch in batches:
+            for name, field, bucket in hashes:
+                values = bucket(batch.column(field)).cast(pa.int32())
+                batch = pa.RecordBatch.from_arrays(
+                    [*batch.columns, values], names=[*batch.schema.names, name]
+                )
+            yield batch
 
 
 def file_io(store: Store) -> dict[str, str]:

@@ -239,7 +239,8 @@ def test_an_iceberg_upsert_on_executors_killed_before_its_commit_lands_once(tmp_
 sinks:
   - {name: ice_up, from: orders_t, connector: iceberg,
      config: {namespace: m, table: up, mode: upsert, key_fields: [order_id],
-              spark_write_threshold: 0}}
+              spark_write_threshold: 0,
+              partitioning: [{field: order_id, transform: bucket, buckets: 4}]}}
 """,
         },
     )
@@ -271,3 +272,4 @@ sinks:
         bumped = 1000 if r["order_id"] % 7 == 0 else 0
         assert r["total"] == first[r["order_id"]] + bumped, r
     assert table.properties["rivc.batch.rivc:faults:ice_up"] == "1"
+    assert {t.file.partition[0] for t in table.scan().plan_files()} == {0, 1, 2, 3}

@@ -312,11 +312,14 @@ sinks:
     assert after.properties["rivc.batch.rivc:sinks:ice"] == "1"
 
 
-def test_iceberg_truncate_partitions_are_written_by_spark_as_iceberg_computes_them(spark, tmp_path):
+def test_iceberg_truncate_and_bucket_partitions_are_written_by_spark_as_iceberg_computes_them(
+    spark, tmp_path
+):
     """Spark computes truncate(10) of a bigint (negative values too) and truncate(2) of a string
     for each row; every file it writes holds one partition value, and the partition of each
-    file is what pyiceberg's own transform gives for its rows. A transform Spark cannot
-    reproduce (bucket) takes the streamed path and gives the same rows."""
+    file is what pyiceberg's own transform gives for its rows. Buckets of a bigint and of a
+    string are computed in Spark's tasks by pyiceberg's transform, and committed with the
+    partition each file was written under."""
     from pyiceberg.transforms import BucketTransform, TruncateTransform
     from pyiceberg.types import LongType, StringType
 
@@ -334,7 +337,8 @@ sinks:
                              {field: status, transform: truncate, width: 2}]}}
   - {name: hashed, from: orders, connector: iceberg,
      config: {namespace: shop, table: hashed, spark_write_threshold: 0,
-              partitioning: [{field: order_id, transform: bucket, buckets: 4}]}}
+              partitioning: [{field: order_id, transform: bucket, buckets: 4},
+                             {field: status, transform: bucket, buckets: 3}]}}
 """,
         model,
     )
@@ -363,12 +367,23 @@ sinks:
     assert cut.scan().to_arrow().num_rows == 300
 
     hashed = catalog.load_table("shop.hashed")
-    bucket = BucketTransform(4).transform(LongType())
+    by_id = BucketTransform(4).transform(LongType())
+    by_status = BucketTransform(3).transform(StringType())
     files = hashed.inspect.files().to_pylist()
-    assert not any("/data/rivc-batch-" in f["file_path"] for f in files)  # streamed
-    assert {f["partition"]["order_id_bucket"] for f in files} == {
-        bucket(r["order_id"]) for r in rows
-    }
+    assert files and all("/data/rivc-batch-" in f["file_path"] for f in files)
+    assert {
+        (f["partition"]["order_id_bucket"], f["partition"]["status_bucket"]) for f in files
+    } == {(by_id(r["order_id"]), by_status(r["status"])) for r in rows}
+    for f in files:
+        part = f["partition"]
+        table = pq.read_table(f["file_path"].removeprefix("file://"))
+        assert {by_id(v) for v in table.column("order_id").to_pylist()} == {part["order_id_bucket"]}
+        assert {by_status(v) for v in table.column("status").to_pylist()} == {part["status_bucket"]}
+    # pyiceberg prunes by those partitions: a key finds its row
+    from pyiceberg.expressions import EqualTo
+
+    one = hashed.scan(row_filter=EqualTo("order_id", rows[7]["order_id"])).to_arrow()
+    assert one.column("order_id").to_pylist() == [rows[7]["order_id"]]
     assert sorted(hashed.scan().to_arrow().column("order_id").to_pylist()) == sorted(
         r["order_id"] for r in rows
     )
