@@ -242,6 +242,10 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
         stored = _stored_rows(plan, meta.name, limit)
         if stored is not None:  # read with delta-rs: no JVM for what is already on disk
             return stored
+    if meta.kind == "sink":
+        delivered = _sink_rows(plan, meta.name, limit)
+        if delivered is not None:  # what the sink delivered, read without a JVM
+            return delivered
     spark = spark_factory(plan)
     state = StateStore.for_project(root)
     try:
@@ -267,14 +271,18 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
 def _stored_rows(plan: Plan, name: str, limit: int) -> Any:
     """The first rows of a model's Delta table, or None when it has not been built: read from
     its files with Arrow, wherever the warehouse is (no JVM)."""
+    from ..storage import join
+
+    uri = join(plan.warehouse, name)
+    return _delta_rows(uri, plan.store(uri), limit)
+
+
+def _delta_rows(uri: str, store: Any, limit: int) -> Any:
     import pyarrow as pa
 
     from ..connectors import delta
     from ..connectors.tableread import read_group
-    from ..storage import join
 
-    uri = join(plan.warehouse, name)
-    store = plan.store(uri)
     table = delta.open_table(uri, store.delta)
     if table is None:
         return None
@@ -288,6 +296,45 @@ def _stored_rows(plan: Plan, name: str, limit: int) -> Any:
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts).slice(0, limit)
+
+
+def _sink_rows(plan: Plan, name: str, limit: int) -> Any:
+    """The first rows a delta, iceberg or parquet files sink delivered, read with delta-rs,
+    pyiceberg or Arrow (no JVM); None before its first delivery, and for other sinks (whose
+    preview is their input, computed by Spark)."""
+    from rivc.compiler.connector_specs import (
+        DeltaSinkConfig,
+        FilesSinkConfig,
+        IcebergSinkConfig,
+    )
+
+    from ..storage import resolve
+
+    c = plan.project.sinks[name].config
+    if isinstance(c, DeltaSinkConfig):
+        uri = resolve(c.table_uri, plan.root)
+        return _delta_rows(uri, plan.store(uri, dict(c.storage_options)), limit)
+    if isinstance(c, IcebergSinkConfig):
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from ..connectors.iceberg import open_catalog
+
+        store = plan.store(c.catalog.warehouse or "", dict(c.storage_options))
+        try:
+            table = open_catalog(c.catalog, plan.root, store).load_table(f"{c.namespace}.{c.table}")
+        except NoSuchTableError:
+            return None
+        return table.scan(limit=limit).to_arrow() if table.current_snapshot() else None
+    if isinstance(c, FilesSinkConfig) and c.format == "parquet":
+        import pyarrow.dataset as pads
+
+        uri = resolve(c.path, plan.root)
+        store = plan.store(uri, dict(c.storage_options))
+        if not store.files(uri, ".parquet"):
+            return None
+        fs, path = store.filesystem(uri)
+        return pads.dataset(path, filesystem=fs, format="parquet", partitioning="hive").head(limit)
+    return None
 
 
 def fingerprint(options: RunOptions, plan: Plan) -> str:

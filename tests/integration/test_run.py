@@ -143,19 +143,29 @@ def test_show_of_a_built_table_needs_no_jvm(spark, sample, tmp_path):
     import subprocess
     import sys
 
-    assert rivc(sample, "run", "--select", "+customer_orders").exit_code == 0
+    built = rivc(sample, "run", "--select", "+customer_orders_files", "+orders_lake")
+    assert built.exit_code == 0, built.output
     nojava = tmp_path / "bin"  # a PATH without java: starting Spark would fail with exit 2
     nojava.mkdir()
     (nojava / "rivc").symlink_to(Path(sys.executable).parent / "rivc")
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = str(nojava)
-    shown = subprocess.run(
-        [str(nojava / "rivc"), "show", "customer_orders", "--limit", "3"],
-        cwd=sample,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert "customer_id" in shown.stdout and "segment" in shown.stdout
-    assert len([line for line in shown.stdout.splitlines() if "│" in line]) == 3
+
+    def show(node: str) -> str:
+        shown = subprocess.run(
+            [str(nojava / "rivc"), "show", node, "--limit", "3"],
+            cwd=sample,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        assert len([line for line in shown.stdout.splitlines() if "│" in line]) == 3
+        return shown.stdout
+
+    assert "customer_id" in (text := show("customer_orders")) and "segment" in text
+    # a sink shows what it delivered: its Delta table, its Parquet files
+    lake = DeltaTable(str(sample / "output/delta/orders")).to_pyarrow_table()
+    header = show("orders_lake").splitlines()[0]
+    assert all(name in header for name in lake.column_names), header
+    assert "segment" in show("customer_orders_files")

@@ -365,6 +365,10 @@ sinks:
         }
         assert {by_str(v) for v in table.column("status").to_pylist()} == {part["status_truncate"]}
     assert cut.scan().to_arrow().num_rows == 300
+    shown = rivc(root, "show", "cut", "--limit", "4")  # the sink's table, read with pyiceberg
+    assert shown.exit_code == 0, shown.output
+    assert len([line for line in shown.output.splitlines() if "│" in line]) == 4
+    assert "customer_id" in shown.output.splitlines()[0]
 
     hashed = catalog.load_table("shop.hashed")
     by_id = BucketTransform(4).transform(LongType())
