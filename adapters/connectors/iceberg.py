@@ -187,10 +187,12 @@ class IcebergSink(Sink):
 
     def maintain(self, retain_hours: int, dry_run: bool) -> tuple[int, list[str]] | None:
         """Iceberg's own housekeeping through pyiceberg: expire the snapshots older than
-        `retain_hours` (never the current one), then delete the data files under the table's
-        `data/` that no remaining snapshot references and that are older than the retention:
-        what the expired snapshots held, and the files of killed jobs. Returns (snapshots
-        expired, files deleted), or what would be on a dry run; None when there is no table."""
+        `retain_hours` (never the current one), then delete the files no remaining snapshot
+        references that are older than the retention: data files under the table's `data/`
+        (what the expired snapshots held, and the files of killed jobs), and under
+        `metadata/` the manifest lists and manifests of expired snapshots and metadata files
+        that are neither current nor in the table's metadata log. Returns (snapshots expired,
+        files deleted), or what would be on a dry run; None when there is no table."""
         from datetime import UTC, datetime, timedelta
 
         import pyarrow.fs as pafs
@@ -211,27 +213,38 @@ class IcebergSink(Sink):
             table.maintenance.expire_snapshots().by_ids(expired).commit()
             table = table.refresh()
         kept = {s.snapshot_id for s in table.snapshots()} - set(expired)
-        referenced: set[str] = set()
+        referenced = {_bare(table.metadata_location)}
+        referenced |= {_bare(e.metadata_file) for e in table.metadata.metadata_log}
         for s in table.snapshots():
             if s.snapshot_id in kept:
+                referenced.add(_bare(s.manifest_list))
                 for manifest in s.manifests(table.io):
+                    referenced.add(_bare(manifest.manifest_path))
                     for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                         referenced.add(_bare(entry.data_file.file_path))
         location = table.location()
         local = urlparse(location).scheme in ("", "file")
         uri = unquote(urlparse(location).path) if local else location
         store = Store.of(uri, self.ctx.storage, self.config.storage_options)
-        fs, base = store.filesystem(join(uri, "data"))
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        orphans = [
-            i.path
-            for i in infos
-            if i.type == pafs.FileType.File
-            and i.path.endswith(".parquet")
-            and _bare(i.path) not in referenced
-            and i.mtime is not None
-            and i.mtime.timestamp() < cutoff.timestamp()
-        ]
+        fs, base = store.filesystem(uri)
+        orphans = []
+        for folder, suffixes in (
+            ("data", (".parquet",)),
+            ("metadata", (".avro", ".metadata.json")),
+        ):
+            where = pafs.FileSelector(
+                f"{base.rstrip('/')}/{folder}", allow_not_found=True, recursive=True
+            )
+            infos = fs.get_file_info(where)
+            orphans += [
+                i.path
+                for i in infos
+                if i.type == pafs.FileType.File
+                and i.path.endswith(suffixes)
+                and _bare(i.path) not in referenced
+                and i.mtime is not None
+                and i.mtime.timestamp() < cutoff.timestamp()
+            ]
         if not dry_run:
             for path in orphans:
                 fs.delete_file(path)
@@ -246,6 +259,8 @@ class IcebergSink(Sink):
             schema=schema,
             properties={
                 "commit.retry.num-retries": "0",
+                # each commit deletes the metadata files beyond the last 100 versions
+                "write.metadata.delete-after-commit.enabled": "true",
                 "write.parquet.compression-codec": CODECS[c.compression],
             },
         )

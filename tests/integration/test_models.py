@@ -399,6 +399,7 @@ def test_maintain_expires_iceberg_snapshots_and_deletes_unreferenced_files(spark
     week_ago = time.time() - 8 * 24 * 3600
     os.utime(orphan, (week_ago, week_ago))
     on_disk = len(list(data.rglob("*.parquet")))
+    avro_before = len(list((data.parent / "metadata").glob("*.avro")))
 
     dry = rivc(root, "maintain", "--dry-run")
     assert "sink:users_ice: would expire 0 snapshots and delete 1 unreferenced files" in dry.output
@@ -414,3 +415,18 @@ def test_maintain_expires_iceberg_snapshots_and_deletes_unreferenced_files(spark
     live = {t.file.file_path.removeprefix("file:").lstrip("/") for t in ice.scan().plan_files()}
     left = {str(p).lstrip("/") for p in data.rglob("*.parquet")}
     assert left == live  # the older runs' files and the killed job's are gone
+    # metadata: the expired snapshots' manifest lists and manifests went; what is left is
+    # what the current snapshot and the metadata log name, and the table reads the same
+    meta = data.parent / "metadata"
+    snapshot = ice.current_snapshot()
+    named = {snapshot.manifest_list} | {m.manifest_path for m in snapshot.manifests(ice.io)}
+    avro = {str(p) for p in meta.glob("*.avro")}
+    assert avro == {n.removeprefix("file://") for n in named}, (avro, named)
+    assert len(avro) < avro_before
+    kept = {ice.metadata_location} | {e.metadata_file for e in ice.metadata.metadata_log}
+    assert {str(p) for p in meta.glob("*.metadata.json")} <= {
+        k.removeprefix("file://") for k in kept
+    }
+    assert ice.properties["write.metadata.delete-after-commit.enabled"] == "true"
+    again = iceberg_catalog(root).load_table("m.users")
+    assert sorted(again.scan().to_arrow().column("user_id").to_pylist()) == before
