@@ -228,7 +228,10 @@ def _maintain_iceberg(plan: Any, nid: str, retain_hours: int, dry_run: bool) -> 
         click.echo(f"{nid}: not built yet")
     elif dry_run:
         click.echo(
-            f"{nid}: would expire {done[0]} snapshots and delete {len(done[1])} unreferenced files"
+            f"{nid}: would expire {done[1]} snapshots and delete {len(done[2])} unreferenced files"
         )
     else:
-        click.echo(f"{nid}: {done[0]} snapshots expired, {len(done[1])} unreferenced files deleted")
+        click.echo(
+            f"{nid}: {done[0]} files compacted, {done[1]} snapshots expired, "
+            f"{len(done[2])} unreferenced files deleted"
+        )

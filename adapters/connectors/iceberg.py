@@ -185,14 +185,16 @@ class IcebergSink(Sink):
             commit_s=took,  # pyiceberg writes the files and commits in one transaction
         )
 
-    def maintain(self, retain_hours: int, dry_run: bool) -> tuple[int, list[str]] | None:
-        """Iceberg's own housekeeping through pyiceberg: expire the snapshots older than
+    def maintain(self, retain_hours: int, dry_run: bool) -> tuple[int, int, list[str]] | None:
+        """Iceberg's own housekeeping through pyiceberg: compact each partition's small data
+        files into one (`_compact`; not on a dry run), expire the snapshots older than
         `retain_hours` (never the current one), then delete the files no remaining snapshot
         references that are older than the retention: data files under the table's `data/`
         (what the expired snapshots held, and the files of killed jobs), and under
         `metadata/` the manifest lists and manifests of expired snapshots and metadata files
-        that are neither current nor in the table's metadata log. Returns (snapshots expired,
-        files deleted), or what would be on a dry run; None when there is no table."""
+        that are neither current nor in the table's metadata log. Returns (files compacted,
+        snapshots expired, files deleted), or what would be on a dry run; None when there is
+        no table."""
         from datetime import UTC, datetime, timedelta
 
         import pyarrow.fs as pafs
@@ -200,6 +202,10 @@ class IcebergSink(Sink):
         table = self._table(self.catalog())
         if table is None:
             return None
+        compacted = 0
+        if not dry_run:
+            compacted = _compact(table, self.config.compression)
+            table = table.refresh()
         cutoff = datetime.now(UTC) - timedelta(hours=retain_hours)
         current = table.current_snapshot()
         keep_id = current.snapshot_id if current is not None else None
@@ -248,7 +254,7 @@ class IcebergSink(Sink):
         if not dry_run:
             for path in orphans:
                 fs.delete_file(path)
-        return len(expired), orphans
+        return compacted, len(expired), orphans
 
     def _create(self, catalog: Any, schema: Any) -> Any:
         from pyiceberg import transforms as T
@@ -498,6 +504,108 @@ def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], s
     return df.select(*[f"`{n}`" for n in table.schema().column_names if n in df.columns])
 
 
+SMALL_FILE = 32 * 1024 * 1024  # a data file under this size is compacted with its partition's
+
+
+def _compact(table: Any, compression: str) -> int:
+    """Rewrite each partition's small data files (two or more under SMALL_FILE) as one file
+    under `data/rivc-compact-<uuid>/`, read and written with Arrow in this process (as delta-rs
+    compacts Delta tables), and replace them in one snapshot. Columns a file lacks are read as
+    null. Returns the number of files replaced; none for a table with delete files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    tasks = list(table.scan().plan_files())
+    if any(t.delete_files for t in tasks):
+        return 0
+    groups: dict[tuple[int, tuple[Any, ...]], list[Any]] = {}
+    for t in tasks:
+        if t.file.file_size_in_bytes < SMALL_FILE:
+            key = (t.file.spec_id, tuple(t.file.partition))
+            groups.setdefault(key, []).append(t.file)
+    groups = {k: v for k, v in groups.items() if len(v) > 1}
+    if not groups:
+        return 0
+    schema = to_arrow_schema(from_arrow_schema(table.schema().as_arrow()), timezone="UTC")
+    folder = join(table.location(), f"data/rivc-compact-{uuid.uuid4().hex[:8]}")
+    old: list[Any] = []
+    new: list[Any] = []
+    metadata = table.metadata
+    for n, ((spec_id, values), files) in enumerate(sorted(groups.items(), key=str)):
+        parts = []
+        for f in files:
+            with table.io.new_input(f.file_path).open() as stream:
+                data = pq.read_table(stream)
+            parts.append(
+                pa.table(
+                    [
+                        data.column(c).cast(schema.field(c).type)
+                        if c in data.column_names
+                        else pa.nulls(data.num_rows, schema.field(c).type)
+                        for c in schema.names
+                    ],
+                    schema=schema,
+                )
+            )
+        path = f"{folder}/part-{n:05d}.parquet"
+        output = table.io.new_output(path)
+        with output.create() as stream:
+            pq.write_table(pa.concat_tables(parts), stream, compression=CODECS[compression])
+        new.append(_footer_data_file(table, metadata, path, spec_id, _Fixed(values)))
+        old += files
+    with table.transaction() as tx:
+        _replace_files(tx, old, new, {})
+    return len(old)
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """A file's partition values, known already (a compacted group's)."""
+
+    values: tuple[Any, ...]
+
+    def __call__(self, stats: Any) -> list[Any]:
+        return list(self.values)
+
+
+def _footer_data_file(
+    table: Any, metadata: Any, path: str, spec_id: int, partition: Callable[[Any], Any]
+) -> Any:
+    """The data file at `path`, with its statistics from its footer and the partition values
+    `partition` gives from those statistics."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    source = table.io.new_input(path)
+    with source.open() as stream:
+        footer = pq.read_metadata(stream)
+    schema = metadata.schema()
+    stats = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(*partition(stats)),
+        file_size_in_bytes=len(source),
+        sort_order_id=None,
+        spec_id=spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **stats.to_serialized_dict(),
+    )
+
+
 def _replace_files(tx: Any, old: list[Any], new: list[Any], props: dict[str, str]) -> None:
     """In `tx`: one snapshot that removes the data files `old` (an overwrite; none: an append)
     and adds `new`."""
@@ -526,51 +634,29 @@ def _data_files(
     (as `add_files` reads them). A partition field computed by an order-preserving transform
     is inferred from the file's bounds, as `add_files` does; a bucket (`bucketed`: their
     positions in the spec) cannot be, and is the value the task wrote the file under."""
-    import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import (
-        compute_statistics_plan,
-        data_file_statistics_from_parquet_metadata,
-        parquet_files_to_data_files,
-        parquet_path_to_id_mapping,
-    )
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
+    from pyiceberg.io.pyarrow import parquet_files_to_data_files
 
     if not bucketed:
         return list(parquet_files_to_data_files(table.io, metadata, iter(paths)))
     schema, spec = metadata.schema(), metadata.spec()
-    files = []
-    for path, w in zip(paths, written, strict=True):
-        source = table.io.new_input(path)
-        with source.open() as stream:
-            footer = pq.read_metadata(stream)
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=footer,
-            stats_columns=compute_statistics_plan(schema, metadata.properties),
-            parquet_column_mapping=parquet_path_to_id_mapping(schema),
-        )
-        values = []
-        for i, field in enumerate(spec.fields):
-            if i in bucketed:
-                value = w.partition.get(f"_rivc_p{i}")
-                values.append(None if value is None else int(value))
-            else:
-                values.append(stats._partition_value(field, schema))
-        files.append(
-            DataFile.from_args(
-                content=DataFileContent.DATA,
-                file_path=path,
-                file_format=FileFormat.PARQUET,
-                partition=Record(*values),
-                file_size_in_bytes=w.size,
-                sort_order_id=None,
-                spec_id=metadata.default_spec_id,
-                equality_ids=None,
-                key_metadata=None,
-                **stats.to_serialized_dict(),
-            )
-        )
-    return files
+
+    def partition(w: Any) -> Callable[[Any], list[Any]]:
+        def values(stats: Any) -> list[Any]:
+            out = []
+            for i, field in enumerate(spec.fields):
+                if i in bucketed:
+                    value = w.partition.get(f"_rivc_p{i}")
+                    out.append(None if value is None else int(value))
+                else:
+                    out.append(stats._partition_value(field, schema))
+            return out
+
+        return values
+
+    return [
+        _footer_data_file(table, metadata, path, metadata.default_spec_id, partition(w))
+        for path, w in zip(paths, written, strict=True)
+    ]
 
 
 # Spark types whose Arrow arrays pyiceberg's bucket transform takes as Spark sends them

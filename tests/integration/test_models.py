@@ -369,6 +369,50 @@ def test_maintain_compacts_and_removes_what_killed_jobs_left(spark, tmp_path):
     assert rows(root, "m") == before
 
 
+def test_maintain_compacts_an_iceberg_tables_small_files_per_partition(spark, tmp_path):
+    """Three appends leave several small files in each partition; maintain rewrites each
+    partition's files as one, in one snapshot, and every row reads back the same."""
+    from collections import Counter
+
+    from rivc_testing import iceberg_catalog
+
+    root = write_files(
+        tmp_path / "compact_ice",
+        {
+            "rivc_project.yml": "name: compact_ice\n",
+            "sources/gen.yml": "sources:\n  - name: gen\n    connector: datagen\n    tables:\n"
+            "      - {name: users, config: {pattern: users, max_events: 60, seed: 3}}\n",
+            "models/users_t.sql": "{{ config(materialized='table') }}\n"
+            "select user_id, name, user_id % 3 as grp from {{ source('gen', 'users') }}\n",
+            "sinks/ice.yml": "sinks:\n  - {name: users_ice, from: users_t, connector: iceberg,\n"
+            "     config: {namespace: m, table: users, spark_write_threshold: 0,\n"
+            "              partitioning: [{field: grp, transform: bucket, buckets: 2}]}}\n",
+        },
+    )
+    for _ in range(3):
+        assert rivc(root, "run").exit_code == 0
+    ice = iceberg_catalog(root).load_table("m.users")
+    rows = Counter(tuple(r.values()) for r in ice.scan().to_arrow().to_pylist())
+    files = [t.file for t in ice.scan().plan_files()]
+    partitions = {tuple(f.partition) for f in files}
+    assert len(files) > len(partitions) and sum(rows.values()) == 180
+
+    done = rivc(root, "maintain", "sink:users_ice")
+    assert done.exit_code == 0, done.output
+    assert f"sink:users_ice: {len(files)} files compacted" in done.output, done.output
+    ice = iceberg_catalog(root).load_table("m.users")
+    after = [t.file for t in ice.scan().plan_files()]
+    assert sorted(tuple(f.partition) for f in after) == sorted(partitions)  # one per partition
+    assert all("/data/rivc-compact-" in f.file_path for f in after)
+    assert Counter(tuple(r.values()) for r in ice.scan().to_arrow().to_pylist()) == rows
+    assert ice.current_snapshot().summary.operation.value == "overwrite"
+    assert ice.properties["rivc.batch.rivc:compact_ice:users_ice"] == "2"  # kept
+    # the next batch appends beside the compacted files
+    assert rivc(root, "run").exit_code == 0
+    ice = iceberg_catalog(root).load_table("m.users")
+    assert ice.scan().to_arrow().num_rows == 240
+
+
 def test_maintain_expires_iceberg_snapshots_and_deletes_unreferenced_files(spark, tmp_path):
     import os
     import time
