@@ -174,8 +174,8 @@ def maintain(
     dry_run: bool,
     project_dir: str | None,
 ) -> None:
-    """Compact and VACUUM the Delta tables of models and sinks; expire Iceberg sinks' old
-    snapshots and delete their unreferenced files (under the run lock)."""
+    """Compact and VACUUM the Delta tables of models and sinks; compact Iceberg sinks, expire
+    their old snapshots and delete their unreferenced files (under the run lock)."""
     from rivc.compiler.connector_specs import DeltaSinkConfig
 
     from ..connectors import delta
