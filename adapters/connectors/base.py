@@ -253,6 +253,27 @@ def _json(value: Any) -> Any:
     return value.isoformat() if isinstance(value, date) else value
 
 
+def repeated_key(keys: Any) -> str | None:
+    """The first key of an Arrow table of key columns that occurs more than once, as
+    `k=v, ...`; None when every key is unique. A merge or upsert takes one row per key: with
+    two, which one wins is undefined (delta-rs inserts both when the key is new)."""
+    import pyarrow.compute as pc
+
+    names = keys.column_names
+    counts = keys.group_by(names).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts["count_all"], 1))
+    if repeated.num_rows == 0:
+        return None
+    row = repeated.slice(0, 1).to_pylist()[0]
+    return ", ".join(f"{k}={row[k]!r}" for k in names)
+
+
+def spark_repeated_key(df: Any, keys: tuple[str, ...]) -> str | None:
+    """repeated_key for a Spark DataFrame, counted by Spark's tasks."""
+    dupe = df.groupBy(*keys).count().where("count > 1").first()
+    return None if dupe is None else ", ".join(f"{k}={dupe[k]!r}" for k in keys)
+
+
 def stream(data: pads.Dataset) -> Any:
     """A RecordBatchReader over `data` that reads ahead little: memory stays near one batch."""
     return data.scanner(

@@ -22,6 +22,7 @@ from .base import (
     commit_with_retries,
     large,
     parquet_stats,
+    repeated_key,
     stream,
 )
 from .tableread import DataFile, read_files
@@ -80,6 +81,13 @@ def write(
     commit = CommitProperties(
         app_transactions=[Transaction(app[0], app[1])] if app else None, max_commit_retries=0
     )
+
+    if mode == "merge":
+        repeated = repeated_key(data.to_table(columns=list(keys)))
+        if repeated:
+            raise ConnectorError(
+                f"merge into {uri}: the batch holds key ({repeated}) more than once"
+            )
 
     def attempt() -> dict[str, int]:
         dt = open_table(uri, storage_options)
@@ -431,10 +439,6 @@ def merge(
     with the batch id. Files no key can be in are not touched."""
     from pyspark.sql import functions as F
 
-    dt = open_table(uri, store.delta)
-    if dt is None:
-        schema = arrow_schema(df)
-        return write_batch(df, uri, store, "append", schema, partition_by, app, codec)
     counted = df.groupBy(*keys).count()
     totals = counted.agg(F.sum("count").alias("rows"), F.max("count").alias("most")).first()
     batch_rows = int(totals["rows"] or 0) if totals else 0
@@ -442,6 +446,10 @@ def merge(
         dupe = counted.where("count > 1").first()
         shown = ", ".join(f"{k}={dupe[k]!r}" for k in keys) if dupe else ""
         raise ConnectorError(f"merge into {uri}: the batch holds key ({shown}) more than once")
+    dt = open_table(uri, store.delta)
+    if dt is None:
+        schema = arrow_schema(df)
+        return write_batch(df, uri, store, "append", schema, partition_by, app, codec)
     if not batch_rows:
         return WriteResult()
     files = table_files(dt, uri)

@@ -22,7 +22,16 @@ from rivc.compiler.locate import STATE_DIR
 
 from ..faults import fault
 from ..storage import Store, join
-from .base import Sink, SourceContext, WriteResult, commit_with_retries, large, stream
+from .base import (
+    Sink,
+    SourceContext,
+    WriteResult,
+    commit_with_retries,
+    large,
+    repeated_key,
+    spark_repeated_key,
+    stream,
+)
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -109,6 +118,12 @@ class IcebergSink(Sink):
             table = table.refresh()
         store = Store.of(uri, self.ctx.storage, c.storage_options)
         replaced: list[Any] = []  # upsert: the data files rewritten with the batch
+        if c.mode == "upsert":
+            repeated = spark_repeated_key(df, c.key_fields)
+            if repeated:
+                raise ConnectorError(
+                    f"upsert into {self.identifier}: the batch holds key ({repeated}) more than once"
+                )
         if c.mode == "upsert" and table.current_snapshot() is not None:
             found = _upsert_files(table, df, c.key_fields[0])
             if found is None:
@@ -308,6 +323,12 @@ class IcebergSink(Sink):
                     tx.overwrite(rows, snapshot_properties=props)
             else:  # upsert: drop the rows with the batch's keys, then append the batch
                 keys = data.to_table(columns=list(c.key_fields))
+                repeated = repeated_key(keys)
+                if repeated:
+                    raise ConnectorError(
+                        f"upsert into {self.identifier}: the batch holds key ({repeated}) "
+                        "more than once"
+                    )
                 with warnings.catch_warnings():  # new keys only: nothing to delete is normal
                     warnings.filterwarnings("ignore", "Delete operation did not match any records")
                     tx.delete(_key_filter(keys), snapshot_properties=props)

@@ -391,3 +391,47 @@ sinks:
     assert sorted(hashed.scan().to_arrow().column("order_id").to_pylist()) == sorted(
         r["order_id"] for r in rows
     )
+
+
+def test_a_merge_or_upsert_batch_holding_a_key_twice_is_refused_on_every_path(spark, tmp_path):
+    """Which of two rows with one key would win is undefined (delta-rs inserted both when the
+    key was new): each merge and upsert path refuses the batch by its key, before writing."""
+    model = """{{ config(materialized='table') }}
+select order_id, status from {{ source('gen', 'orders') }}
+union all
+select order_id, 'again' as status from {{ source('gen', 'orders') }} where order_id = 7
+"""
+    root = project(
+        tmp_path / "dupes",
+        """
+sinks:
+  - {name: lake_streamed, from: orders, connector: delta,
+     config: {table_uri: out/streamed, mode: merge, merge_keys: [order_id]}}
+  - {name: lake_tasks, from: orders, connector: delta,
+     config: {table_uri: out/tasks, mode: merge, merge_keys: [order_id],
+              spark_write_threshold: 0}}
+  - {name: ice_streamed, from: orders, connector: iceberg,
+     config: {namespace: d, table: streamed, mode: upsert, key_fields: [order_id]}}
+  - {name: ice_tasks, from: orders, connector: iceberg,
+     config: {namespace: d, table: tasks, mode: upsert, key_fields: [order_id],
+              spark_write_threshold: 0}}
+""",
+        model,
+    )
+    result = rivc(root, "run")
+    assert result.exit_code == 1
+    nodes = results(root)
+    for sink, target in [
+        ("lake_streamed", "merge into "),
+        ("lake_tasks", "merge into "),
+        ("ice_streamed", "upsert into d.streamed"),
+        ("ice_tasks", "upsert into d.tasks"),
+    ]:
+        error = nodes[f"sink:{sink}"]["error"]
+        assert nodes[f"sink:{sink}"]["status"] == "error", sink
+        assert target in error and "the batch holds key (order_id=7) more than once" in error, error
+    assert not (root / "out/streamed").exists() and not (root / "out/tasks").exists()
+    catalog = iceberg_catalog(root)
+    for name in ("d.streamed", "d.tasks"):
+        table = catalog.load_table(name) if catalog.table_exists(name) else None
+        assert table is None or table.current_snapshot() is None, name
