@@ -144,10 +144,18 @@ def write(
 READABLE = {"timestampNtz"}
 
 
+def add_actions(dt: DeltaTable) -> Any:
+    """The table's add actions as an Arrow table. Read as a stream: `pa.table()` of delta-rs's
+    arro3 table asks pandas first whether it is a DataFrame, which imports pandas (0.25 s of a
+    `rivc show`)."""
+    import pyarrow as pa
+
+    return pa.RecordBatchReader.from_stream(dt.get_add_actions(flatten=True)).read_all()
+
+
 def table_files(dt: DeltaTable, uri: str) -> list[DataFile]:
     """The current snapshot's data files with their partition values; a table whose files
     would be read wrongly without a feature rivc lacks is refused."""
-    import pyarrow as pa
 
     protocol = dt.protocol()
     unknown = sorted(set(protocol.reader_features or ()) - READABLE)
@@ -156,7 +164,7 @@ def table_files(dt: DeltaTable, uri: str) -> list[DataFile]:
         what = ", ".join(unknown) or f"column mapping ({mapping})"
         raise ConnectorError(f"{uri}: rivc cannot read Delta tables that use {what}")
     parts = dt.metadata().partition_columns
-    actions = pa.table(dt.get_add_actions(flatten=True))
+    actions = add_actions(dt)
     rows = actions.select(["size_bytes", *[f"partition.{c}" for c in parts]]).to_pylist()
     uris = dt.file_uris()  # decoded, in the order of the add actions
     if len(uris) != len(rows):
@@ -493,12 +501,11 @@ def _candidates(
     """The files that may hold one of the batch's keys: each Spark task sorts the first key's
     values of its rows and looks up every file's [min, max] range (or partition value) in them;
     a file without a range is always a candidate."""
-    import pyarrow as pa
 
     if not files:
         return []
     key = keys[0]
-    actions = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    actions = add_actions(dt).to_pylist()
     ranges: list[tuple[int, Any, Any]] = []
     for n, a in enumerate(actions):
         if key in parts:
