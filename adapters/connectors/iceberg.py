@@ -114,6 +114,8 @@ class IcebergSink(Sink):
         micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
         if local and not is_remote(df) and not micros:
             return None  # Spark's own writer would write INT96 timestamps Iceberg cannot take
+        if _spec(table) != [_transform_name(p) for p in c.partitioning]:
+            return None  # partitioned otherwise than configured: pyiceberg follows the table
         if self._evolve(table, schema):
             table = table.refresh()
         store = Store.of(uri, self.ctx.storage, c.storage_options)
@@ -443,6 +445,18 @@ def read_source(spark: Any, ctx: SourceContext) -> Any:
     files = [DataFile(_store_path(t.file.file_path), t.file.file_size_in_bytes, {}) for t in tasks]
     location = table.location()
     return read_files(spark, files, schema, Store.of(location, {}, dict(c.storage_options)))
+
+
+def _spec(table: Any) -> list[tuple[str, str]]:
+    """The table's partition fields as (source column, transform) pairs."""
+    schema = table.schema()
+    return [(schema.find_field(f.source_id).name, str(f.transform)) for f in table.spec().fields]
+
+
+def _transform_name(p: Any) -> tuple[str, str]:
+    """A configured partition field as _spec names it."""
+    arg = {"bucket": p.buckets, "truncate": p.width}.get(p.transform)
+    return p.field, p.transform if arg is None else f"{p.transform}[{arg}]"
 
 
 def _spark_partition(p: Any, types: dict[str, str]) -> str | None:
