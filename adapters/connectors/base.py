@@ -38,6 +38,7 @@ class SourceContext:
     query: str | None = None  # relational sources: the compiled query
     connection: ConnectionSpec | None = None  # relational sources: the profile's connection
     tuning: dict[str, int] = field(default_factory=dict)  # relational sources: resolved tuning
+    storage: Mapping[str, str] = field(default_factory=dict)  # the profile's `storage:` block
 
     def path(self, value: str) -> str:
         """A local path relative to the project (file:// dropped), or a URI (s3://...) as it is."""

@@ -276,7 +276,7 @@ def read_source(spark: SparkSession, ctx: SourceContext) -> DataFrame:
     """The registry's entry point of the delta source: the table as it is now. Declared
     columns, when given, must be in the table."""
     uri = ctx.path(ctx.config.table_uri)
-    df = read(spark, uri, Store.of(uri, dict(ctx.config.storage_options)))
+    df = read(spark, uri, Store.of(uri, dict(ctx.storage), dict(ctx.config.storage_options)))
     missing = [c for c in ctx.columns if c not in df.columns]
     if missing:
         raise ConnectorError(f"source {ctx.name}: {uri} has no column {', '.join(missing)}")

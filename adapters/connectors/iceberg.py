@@ -414,7 +414,7 @@ def read_source(spark: Any, ctx: SourceContext) -> Any:
 
     c = ctx.config
     name = f"{c.namespace}.{c.table}"
-    store = Store.of(c.catalog.warehouse or "", {}, dict(c.storage_options))
+    store = Store.of(c.catalog.warehouse or "", dict(ctx.storage), dict(c.storage_options))
     try:
         table = open_catalog(c.catalog, ctx.root, store).load_table(name)
     except NoSuchTableError:
@@ -444,7 +444,8 @@ def read_source(spark: Any, ctx: SourceContext) -> Any:
         return spark.createDataFrame([], from_arrow_schema(schema))
     files = [DataFile(_store_path(t.file.file_path), t.file.file_size_in_bytes, {}) for t in tasks]
     location = table.location()
-    return read_files(spark, files, schema, Store.of(location, {}, dict(c.storage_options)))
+    located = Store.of(location, dict(ctx.storage), dict(c.storage_options))
+    return read_files(spark, files, schema, located)
 
 
 def _spec(table: Any) -> list[tuple[str, str]]:

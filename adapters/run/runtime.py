@@ -180,6 +180,7 @@ class Runtime:
             self.plan.sql(f"source:{node.name}") if relational else None,
             self.plan.profile.connections.get(source.source.connection or ""),
             source.source.tuning.resolved() if relational else {},
+            self.plan.profile.storage,
         )
         return read_source(self.spark, source.connector, ctx)
 

@@ -284,6 +284,36 @@ def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
     # nothing was staged in the project folder: the server could not have read it
     assert not list((remote / ".rivc").glob("staging/*"))
 
+    # the tables on S3 are sources of another project, read by the server's tasks
+    catalog = f"sqlite:///{remote / '.rivc/iceberg/catalog.db'}"
+    reader = write_files(
+        hidden / "reader",
+        {
+            "rivc_project.yml": "name: reader\n",
+            "profiles.yml": remote_profile(connect, s3, "s3://lake/reader"),
+            "sources/lake.yml": f"""
+sources:
+  - name: lake
+    connector: delta
+    tables:
+      - {{name: orders, config: {{table_uri: "{lake}/delta/orders"}}}}
+  - name: ice
+    connector: iceberg
+    tables:
+      - {{name: orders, config: {{catalog: {{uri: "{catalog}", warehouse: "{lake}/ice"}},
+         namespace: shop, table: orders_up}}}}
+""",
+            "models/both.sql": "{{ config(materialized='table') }}\n"
+            "select d.order_id, d.total as delta_total, i.total as iceberg_total\n"
+            "from {{ source('lake', 'orders') }} d\n"
+            "full join {{ source('ice', 'orders') }} i on i.order_id = d.order_id\n",
+        },
+    )
+    run(reader, S3_KEYS, "run")
+    both = DeltaTable("s3://lake/reader/both", storage_options=options).to_pyarrow_table()
+    assert both.num_rows == 3000 and both.column("order_id").null_count == 0
+    assert both.column("delta_total").to_pylist() == both.column("iceberg_total").to_pylist()
+
 
 def test_relational_sources_stage_where_a_remote_spark_reaches(
     hidden: Path, s3: str, connect: str
