@@ -86,8 +86,9 @@ class IcebergSink(Sink):
         `add_files` (which reads each file's footer for its partition and statistics) together
         with the batch id, and for overwrite deletes the table's rows in the same transaction.
         An upsert rewrites, in Spark, only the files that can hold a batch key (`_upsert_files`)
-        and replaces them in the same transaction. Bucket and truncate partitions, tables with
-        delete files and small local batches take the streamed path."""
+        and replaces them in the same transaction. Partition transforms Spark cannot compute
+        as Iceberg does (`_spark_partition`), a table partitioned otherwise than configured,
+        tables with delete files and small local batches take the streamed path."""
         from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.expressions import AlwaysTrue
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -109,8 +110,8 @@ class IcebergSink(Sink):
         schema = to_arrow_schema(df.schema, timezone="UTC")
         table = self._table(catalog) or self._create(catalog, schema)
         location = table.location()
-        local = urlparse(location).scheme in ("", "file")
-        uri = unquote(urlparse(location).path) if local else location
+        uri = _store_path(location)
+        local = "://" not in uri  # _store_path drops file://
         micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
         if local and not is_remote(df) and not micros:
             return None  # Spark's own writer would write INT96 timestamps Iceberg cannot take
@@ -245,9 +246,7 @@ class IcebergSink(Sink):
                     referenced.add(_bare(manifest.manifest_path))
                     for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                         referenced.add(_bare(entry.data_file.file_path))
-        location = table.location()
-        local = urlparse(location).scheme in ("", "file")
-        uri = unquote(urlparse(location).path) if local else location
+        uri = _store_path(table.location())
         store = Store.of(uri, self.ctx.storage, self.config.storage_options)
         fs, base = store.filesystem(uri)
         orphans = []
@@ -408,7 +407,7 @@ def read_source(spark: Any, ctx: SourceContext) -> Any:
     refused by name: one with delete files (equality or position deletes) or with a column
     renamed since any of its files was written."""
     from pyiceberg.exceptions import NoSuchTableError
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     from .tableread import DataFile, read_files
 
@@ -435,8 +434,7 @@ def read_source(spark: Any, ctx: SourceContext) -> Any:
             f"source {ctx.name}: iceberg table {name} renamed column {renamed[0]}; rivc reads "
             "columns by name and would read its older files wrongly"
         )
-    # pyiceberg's Arrow schema has large strings and binaries; Spark's has not
-    schema = to_arrow_schema(from_arrow_schema(table.schema().as_arrow()), timezone="UTC")
+    schema = _spark_arrow_schema(table)
     missing = [col for col in ctx.columns if col not in schema.names]
     if missing:
         raise ConnectorError(f"source {ctx.name}: {name} has no column {', '.join(missing)}")
@@ -477,6 +475,14 @@ def _spark_partition(p: Any, types: dict[str, str]) -> str | None:
     if p.transform == "bucket" and kind in _BUCKETED:
         return "bucket"  # computed by pyiceberg's own transform in Spark's tasks (_Buckets)
     return None
+
+
+def _spark_arrow_schema(table: Any) -> Any:
+    """The table's schema in Arrow as Spark gives and takes it: pyiceberg's has large strings
+    and binaries, which a Python data source may not return to Spark."""
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    return to_arrow_schema(from_arrow_schema(table.schema().as_arrow()), timezone="UTC")
 
 
 def _store_path(path: str) -> str:
@@ -527,13 +533,11 @@ def _upsert_files(table: Any, df: Any, key: str) -> list[Any] | None:
 def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], store: Store) -> Any:
     """What replaces `replaced`: their rows without the batch's keys, plus the batch, in the
     table's column order (columns the batch lacks read as null through the name mapping)."""
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     from .tableread import DataFile, read_files
 
     if replaced:
-        # pyiceberg's Arrow schema has large strings and binaries; Spark's has not
-        stored = to_arrow_schema(from_arrow_schema(table.schema().as_arrow()), timezone="UTC")
+        stored = _spark_arrow_schema(table)
         files = [DataFile(_store_path(f.file_path), f.file_size_in_bytes, {}) for f in replaced]
         target = read_files(df.sparkSession, files, stored, store)
         df = target.join(df, list(keys), "left_anti").unionByName(df, allowMissingColumns=True)
@@ -550,7 +554,6 @@ def _compact(table: Any, compression: str) -> int:
     null. Returns the number of files replaced; none for a table with delete files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     tasks = list(table.scan().plan_files())
     if any(t.delete_files for t in tasks):
@@ -563,7 +566,7 @@ def _compact(table: Any, compression: str) -> int:
     groups = {k: v for k, v in groups.items() if len(v) > 1}
     if not groups:
         return 0
-    schema = to_arrow_schema(from_arrow_schema(table.schema().as_arrow()), timezone="UTC")
+    schema = _spark_arrow_schema(table)
     folder = join(table.location(), f"data/rivc-compact-{uuid.uuid4().hex[:8]}")
     old: list[Any] = []
     new: list[Any] = []
@@ -590,6 +593,7 @@ def _compact(table: Any, compression: str) -> int:
             pq.write_table(pa.concat_tables(parts), stream, compression=CODECS[compression])
         new.append(_footer_data_file(table, metadata, path, spec_id, _Fixed(values)))
         old += files
+    fault("before-commit", table.name()[-1])  # the compacted files are in, unreferenced
     with table.transaction() as tx:
         _replace_files(tx, old, new, {})
     return len(old)
