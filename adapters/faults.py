@@ -4,8 +4,9 @@ kill itself (SIGKILL, as a crash or an OOM kill would) when it reaches that poin
 Points (docs/running.md, "What a rerun after a crash does"):
     mid-extraction   a COPY extraction in rivc's process, after its first block is staged
     after-staging    an extraction's copy is staged and recorded, before anything reads it
-    before-commit    Spark's tasks wrote a Delta or Iceberg batch's files, before the commit
-                     (named by the table: its directory name, or the Iceberg table's name)
+    before-commit    Spark's tasks wrote a Delta or Iceberg batch's files, or `rivc maintain`
+                     an Iceberg table's compacted files, before the commit (named by the
+                     table: its directory name, or the Iceberg table's name)
     after-commit     a sink's or model's table commit landed, before the state store records it
     between-sinks    a sink node finished and was recorded, before the next node starts
 """
