@@ -7,7 +7,7 @@ what a valid configuration looks like, so `rivc compile` can check it without Sp
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -325,3 +325,12 @@ class IcebergSinkConfig(Spec):
         if self.mode == "upsert" and not self.key_fields:
             raise ValueError("mode upsert needs key_fields")
         return self
+
+
+def merge_keys_of(config: Any) -> tuple[str, ...]:
+    """The keys a sink merges or upserts by; () for a sink that only appends or overwrites."""
+    if isinstance(config, DeltaSinkConfig) and config.mode == "merge":
+        return config.merge_keys
+    if isinstance(config, IcebergSinkConfig) and config.mode == "upsert":
+        return config.key_fields
+    return ()

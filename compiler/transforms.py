@@ -22,6 +22,7 @@ from .sql import literal, quote
 
 Columns = dict[str, str]  # name -> Spark SQL type ("UNKNOWN" when not known)
 ERROR_COLUMN = "_rivc_error"  # the reason a row was set aside, while a batch is checked
+DELETE_COLUMN = "_rivc_delete"  # unwrap_cdc deletes: apply: the row deletes its key in the sink
 
 
 # --------------------------------------------------------------------------- specs
@@ -104,7 +105,10 @@ class UnwrapCdc(Spec):
     op_field: str = "op"
     before: str = "before"
     after: str = "after"
-    deletes: Literal["keep", "drop"] = "drop"  # keep: the before-image with _op = 'delete'
+    # drop: deletes are left out; keep: the before-image with _op = 'delete'; apply: a merge or
+    # upsert sink deletes the key from its table
+    deletes: Literal["keep", "drop", "apply"] = "drop"
+    sequence_by: str | None = None  # an envelope field ordering one key's changes: the last wins
 
 
 Transform = Annotated[
@@ -230,8 +234,14 @@ class Step:
 @dataclass(frozen=True)
 class TransformPlan:
     steps: tuple[Step, ...]
-    columns: Columns
+    columns: Columns  # the output's data columns (DELETE_COLUMN is not one of them)
     route: Route | None = None
+    deletes: bool = False  # the output also carries DELETE_COLUMN, for the sink
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        """Every column of the output: the data columns, then the delete flag if any."""
+        return (*self.columns, *((DELETE_COLUMN,) if self.deletes else ()))
 
 
 class UnknownColumns(Exception):
@@ -244,14 +254,26 @@ class TransformError(ValueError):
         self.index, self.key = index, key
 
 
-def plan(transforms: tuple[Any, ...], columns: Columns) -> TransformPlan:
-    """The SQL steps of `transforms` over input `columns`; TransformError names the bad one."""
+def plan(
+    transforms: tuple[Any, ...], columns: Columns, keys: tuple[str, ...] = ()
+) -> TransformPlan:
+    """The SQL steps of `transforms` over input `columns`; TransformError names the bad one.
+    `keys` are the sink's merge or upsert keys, which unwrap_cdc's sequence_by orders by."""
     steps: list[Step] = []
     cols = dict(columns)
     route: Route | None = None
+    deletes = False
     for i, t in enumerate(transforms):
         if route is not None:
             raise TransformError(i, "type", "route must be the last transform")
+        if deletes and isinstance(t, UnwrapCdc | Route):
+            raise TransformError(
+                i,
+                "type",
+                f"{t.type} cannot follow unwrap_cdc with deletes: apply (its deletes "
+                "are for the sink's own table)",
+            )
+        start, flagged = len(steps), deletes
         need = partial(_need, i, t.type, cols)
 
         if isinstance(t, Mask):
@@ -319,23 +341,80 @@ def plan(transforms: tuple[Any, ...], columns: Columns) -> TransformPlan:
             route = t
         elif isinstance(t, UnwrapCdc):
             need([t.op_field, t.before, t.after], "type")
-            if cols[t.after] == "UNKNOWN":
+            if t.sequence_by:
+                need([t.sequence_by], "sequence_by")
+            if cols[t.after] in ("UNKNOWN", ""):  # a model column of a type compile cannot infer
                 raise UnknownColumns
             image = struct_fields(cols[t.after])
             if image is None:
                 raise TransformError(i, "after", f"unwrap_cdc: {t.after!r} is not a struct")
-            op = quote(t.op_field)
-            if t.deletes == "drop":
-                steps.append(Step(where=f"{op} IS NULL OR lower({op}) NOT IN ('delete', 'd')"))
-            img = f"CASE WHEN lower({op}) IN ('delete', 'd') THEN {quote(t.before)} ELSE {quote(t.after)} END"
-            kind = (
-                f"CASE lower({op}) WHEN 'c' THEN 'insert' WHEN 'r' THEN 'insert' WHEN 'u' THEN "
-                f"'update' WHEN 'd' THEN 'delete' ELSE lower({op}) END"
+            steps += _unwrap(i, t, image, keys)
+            cols = dict(image) if t.deletes == "apply" else {**image, "_op": "string"}
+            deletes = t.deletes == "apply"
+        if flagged:  # the delete flag rides along every select after unwrap_cdc
+            steps[start:] = [
+                Step((*s.select, DELETE_COLUMN), s.where, s.casts) if s.select else s
+                for s in steps[start:]
+            ]
+    return TransformPlan(tuple(steps), cols, route, deletes)
+
+
+def _unwrap(i: int, t: UnwrapCdc, image: Columns, keys: tuple[str, ...]) -> list[Step]:
+    """unwrap_cdc's steps: each change's image (the before-image for a delete) and kind, then,
+    with sequence_by, only each key's last change (changes tied for last all stay, and the sink
+    refuses the repeated key), then the deletes left out, kept as `_op`, or flagged."""
+    op = quote(t.op_field)
+    img = (
+        f"CASE WHEN lower({op}) IN ('delete', 'd') THEN {quote(t.before)} ELSE {quote(t.after)} END"
+    )
+    kind = (
+        f"CASE lower({op}) WHEN 'c' THEN 'insert' WHEN 'r' THEN 'insert' WHEN 'u' THEN "
+        f"'update' WHEN 'd' THEN 'delete' ELSE lower({op}) END"
+    )
+    if t.deletes == "apply" and not keys:
+        raise TransformError(
+            i,
+            "deletes",
+            "unwrap_cdc: deletes: apply needs a sink that merges by key "
+            "(delta mode merge with merge_keys, iceberg mode upsert with key_fields)",
+        )
+    seq = (f"{quote(t.sequence_by)} AS _rivc_seq",) if t.sequence_by else ()
+    steps = [Step((f"{img} AS _rivc_image", f"{kind} AS _op", *seq))]
+    if t.sequence_by:
+        if not keys:
+            raise TransformError(
+                i,
+                "sequence_by",
+                "unwrap_cdc: sequence_by orders the changes of one key: the "
+                "sink needs keys (delta mode merge with merge_keys, iceberg mode upsert with "
+                "key_fields)",
             )
-            steps.append(Step((f"{img} AS _rivc_image", f"{kind} AS _op")))
-            steps.append(Step(("_rivc_image.*", "_op")))
-            cols = {**image, "_op": "string"}
-    return TransformPlan(tuple(steps), cols, route)
+        missing = [k for k in keys if k not in image]
+        if missing:
+            raise TransformError(
+                i,
+                "sequence_by",
+                f"unwrap_cdc: key {missing[0]!r} is not a field of "
+                f"{t.after!r} ({', '.join(image)})",
+            )
+        by = ", ".join(f"_rivc_image.{quote(k)}" for k in keys)
+        steps += [
+            Step(
+                (
+                    "_rivc_image",
+                    "_op",
+                    f"rank() OVER (PARTITION BY {by} ORDER BY _rivc_seq DESC) AS _rivc_rank",
+                )
+            ),
+            Step(where="_rivc_rank = 1"),
+        ]
+    if t.deletes == "drop":
+        steps.append(Step(where="_op IS NULL OR _op <> 'delete'"))
+    if t.deletes == "apply":
+        steps.append(Step(("_rivc_image.*", f"coalesce(_op = 'delete', false) AS {DELETE_COLUMN}")))
+    else:
+        steps.append(Step(("_rivc_image.*", "_op")))
+    return steps
 
 
 def _need(i: int, kind: str, cols: Columns, names: Any, key: str = "fields") -> None:

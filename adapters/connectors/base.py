@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import ConnectionSpec
+from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..storage import resolve
 
@@ -275,8 +276,20 @@ def spark_repeated_key(df: Any, keys: tuple[str, ...]) -> str | None:
     return None if dupe is None else ", ".join(f"{k}={dupe[k]!r}" for k in keys)
 
 
-def stream(data: pads.Dataset) -> Any:
-    """A RecordBatchReader over `data` that reads ahead little: memory stays near one batch."""
+def stream(data: pads.Dataset, without_deletes: bool = False) -> Any:
+    """A RecordBatchReader over `data` that reads ahead little: memory stays near one batch.
+    `without_deletes`: only the rows unwrap_cdc did not flag as deletes, without the flag."""
+    import pyarrow.compute as pc
+
+    columns = filter_ = None
+    if without_deletes and DELETE_COLUMN in data.schema.names:
+        columns = [n for n in data.schema.names if n != DELETE_COLUMN]
+        filter_ = ~pc.field(DELETE_COLUMN)
     return data.scanner(
-        batch_size=65_536, batch_readahead=1, fragment_readahead=1, use_threads=False
+        columns=columns,
+        filter=filter_,
+        batch_size=65_536,
+        batch_readahead=1,
+        fragment_readahead=1,
+        use_threads=False,
     ).to_reader()

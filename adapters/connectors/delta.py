@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connector_specs import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..faults import fault
 from ..storage import Store, is_local, join, shares_disk
@@ -199,18 +200,21 @@ def read(spark: SparkSession, uri: str, store: Store | None = None) -> DataFrame
     return read_files(spark, files, schema, store)
 
 
-def reconcile(df: DataFrame, dt: DeltaTable, on_change: str, what: str) -> tuple[DataFrame, Any]:
+def reconcile(
+    df: DataFrame, dt: DeltaTable, on_change: str, what: str, carry: tuple[str, ...] = ()
+) -> tuple[DataFrame, Any]:
     """A batch made to fit an incremental table, as dbt's `on_schema_change` says: `ignore`
     keeps the table's columns (new ones dropped, missing ones null), `fail` refuses any
     difference, `append_new_columns` adds new columns to the table, `sync_all_columns` also
     drops the columns the model no longer has. A column whose type changed is refused, except
-    under `ignore`, which casts to the table's type. Returns (batch, table schema to commit)."""
+    under `ignore`, which casts to the table's type. `carry`: columns of the batch that are not
+    data (unwrap_cdc's delete flag), kept as they are. Returns (batch, table schema to commit)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_type
 
     table = table_schema(dt)
-    batch = arrow_schema(df)
+    batch = arrow_schema(df.drop(*carry))
     old, new = set(table.names), set(batch.names)
     added = [n for n in batch.names if n not in old]
     removed = [n for n in table.names if n not in new]
@@ -246,7 +250,8 @@ def reconcile(df: DataFrame, dt: DeltaTable, on_change: str, what: str) -> tuple
             if f.name in new
             else F.lit(None).cast(from_arrow_type(f.type)).alias(f.name)
             for f in schema
-        ]
+        ],
+        *[F.col(c) for c in carry if c in df.columns],
     )
     return out, schema
 
@@ -444,8 +449,12 @@ def merge(
     """Upsert `df` by `keys` on Spark's executors (a new table is created with `partition_by`). The files that can hold a batch key (by
     partition value and the first key's min/max statistics, matched by a join in Spark) are
     read, joined with the batch and rewritten; one commit removes them and adds the new files,
-    with the batch id. Files no key can be in are not touched."""
+    with the batch id. Files no key can be in are not touched. Rows unwrap_cdc flagged as
+    deletes (DELETE_COLUMN) take their key's row out of the table and add none."""
     from pyspark.sql import functions as F
+
+    deletes = DELETE_COLUMN in df.columns
+    upserts = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN) if deletes else df
 
     counted = df.groupBy(*keys).count()
     totals = counted.agg(F.sum("count").alias("rows"), F.max("count").alias("most")).first()
@@ -456,8 +465,8 @@ def merge(
         raise ConnectorError(f"merge into {uri}: the batch holds key ({shown}) more than once")
     dt = open_table(uri, store.delta)
     if dt is None:
-        schema = arrow_schema(df)
-        return write_batch(df, uri, store, "append", schema, partition_by, app, codec)
+        schema = arrow_schema(upserts)
+        return write_batch(upserts, uri, store, "append", schema, partition_by, app, codec)
     if not batch_rows:
         return WriteResult()
     files = table_files(dt, uri)
@@ -466,11 +475,11 @@ def merge(
     parts = tuple(dt.metadata().partition_columns)
     candidates = _candidates(df, dt, files, keys, parts)
     target = read_files(df.sparkSession, candidates, stored, store) if candidates else None
-    batch = df.select(*[F.col(n) for n in schema.names if n in df.columns])
+    batch = upserts.select(*[F.col(n) for n in schema.names if n in upserts.columns])
     out = (
         batch
         if target is None
-        else target.join(batch, list(keys), "left_anti").unionByName(
+        else target.join(df.select(*keys), list(keys), "left_anti").unionByName(
             batch, allowMissingColumns=True
         )
     )
@@ -577,15 +586,17 @@ class DeltaSink(Sink):
         (rivc.adapters.connectors.taskwrite) and this commits them with the batch id, so no row
         passes through rivc. A merge rewrites only the files that can hold the batch's keys."""
         c = self.config
-        if not large(df, parse_size(c.spark_write_threshold)):
+        deletes = DELETE_COLUMN in df.columns  # unwrap_cdc's deletes: only this path applies them
+        if not deletes and not large(df, parse_size(c.spark_write_threshold)):
             return None
         store = self.store
         app = (self.ctx.app_id, batch_id)
         dt = open_table(self.uri, store.delta)
-        schema = arrow_schema(df)
+        schema = arrow_schema(df.drop(DELETE_COLUMN))
         if dt is not None and c.mode != "overwrite":
             evolve = "append_new_columns" if c.schema_evolution == "add_columns" else "fail"
-            df, schema = reconcile(df, dt, evolve, f"sink {self.ctx.sink!r}")
+            carry = (DELETE_COLUMN,) if deletes else ()
+            df, schema = reconcile(df, dt, evolve, f"sink {self.ctx.sink!r}", carry)
         if c.mode == "merge":
             return merge(
                 df, self.uri, store, c.merge_keys, schema, app, c.compression, c.partition_by
@@ -660,6 +671,8 @@ class DeltaSink(Sink):
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
+        if DELETE_COLUMN in data.schema.names:  # write_spark takes every batch with deletes
+            raise ConnectorError(f"sink {self.ctx.sink}: deletes reached the streamed path")
         if c.mode != "overwrite" and data.count_rows() == 0 and self.last_batch_id() is not None:
             return WriteResult()  # nothing to add: no empty commit (the state store records it)
         schema_mode = "merge" if c.schema_evolution == "add_columns" else None

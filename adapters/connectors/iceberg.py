@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlparse
 from rivc.compiler.connector_specs import IcebergCatalog, IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..faults import fault
 from ..storage import Store, join
@@ -96,7 +97,10 @@ class IcebergSink(Sink):
         from .taskwrite import is_remote, write_parquet
 
         c = self.config
-        types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+        deletes = DELETE_COLUMN in df.columns  # unwrap_cdc's deletes: their keys leave the table
+        types = {
+            f.name: f.dataType.simpleString() for f in df.schema.fields if f.name != DELETE_COLUMN
+        }
         helpers = {f"_rivc_p{i}": _spark_partition(p, types) for i, p in enumerate(c.partitioning)}
         if None in helpers.values():
             return None
@@ -107,7 +111,7 @@ class IcebergSink(Sink):
             return None
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
-        schema = to_arrow_schema(df.schema, timezone="UTC")
+        schema = to_arrow_schema(df.drop(DELETE_COLUMN).schema, timezone="UTC")
         table = self._table(catalog) or self._create(catalog, schema)
         location = table.location()
         uri = _store_path(location)
@@ -133,6 +137,8 @@ class IcebergSink(Sink):
                 return None  # delete files: pyiceberg's own delete applies them
             replaced = found
             df = _upserted(table, df, replaced, c.key_fields, store)
+        elif deletes:  # a new table: the deletes have nothing to take out
+            df = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN)
         rel = f"data/rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
         frame = df.selectExpr("*", *(f"{e} AS {n}" for n, e in helpers.items() if n not in buckets))
         if buckets:
@@ -184,8 +190,12 @@ class IcebergSink(Sink):
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
 
+        schema = data.schema
+        if DELETE_COLUMN in schema.names:
+            schema = schema.remove(schema.get_field_index(DELETE_COLUMN))
+
         def attempt() -> int:
-            table = self._table(catalog) or self._create(catalog, data.schema)
+            table = self._table(catalog) or self._create(catalog, schema)
             if int(table.properties.get(self.marker, "-1")) < batch_id:  # else: a retry's own
                 return self._commit(table, data, batch_id)  # commit landed after all
             return 0
@@ -310,11 +320,12 @@ class IcebergSink(Sink):
         props = {self.marker: str(batch_id)}
         # New columns first, in their own commit: an upsert compares the batch with the table's
         # schema as it is before the transaction, and added columns are harmless on their own.
-        evolved = self._evolve(table, data.schema)
+        rows = stream(data, without_deletes=True)  # unwrap_cdc's deletes only take keys out
+        evolved = self._evolve(table, rows.schema)
         if evolved:
             table = table.refresh()
-        # pyiceberg streams a RecordBatchReader only into unpartitioned tables
-        rows = stream(data) if not table.spec().fields else data.to_table()
+        if table.spec().fields:  # pyiceberg streams a RecordBatchReader only into unpartitioned
+            rows = rows.read_all()  # tables
         with table.transaction() as tx:
             if c.mode == "append":
                 tx.append(rows, snapshot_properties=props)
@@ -531,17 +542,23 @@ def _upsert_files(table: Any, df: Any, key: str) -> list[Any] | None:
 
 
 def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], store: Store) -> Any:
-    """What replaces `replaced`: their rows without the batch's keys, plus the batch, in the
-    table's column order (columns the batch lacks read as null through the name mapping)."""
+    """What replaces `replaced`: their rows without the batch's keys, plus the batch's rows that
+    are not deletes, in the table's column order (columns the batch lacks read as null through
+    the name mapping)."""
 
     from .tableread import DataFile, read_files
 
+    rows = df
+    if DELETE_COLUMN in df.columns:
+        rows = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN)
     if replaced:
         stored = _spark_arrow_schema(table)
         files = [DataFile(_store_path(f.file_path), f.file_size_in_bytes, {}) for f in replaced]
         target = read_files(df.sparkSession, files, stored, store)
-        df = target.join(df, list(keys), "left_anti").unionByName(df, allowMissingColumns=True)
-    return df.select(*[f"`{n}`" for n in table.schema().column_names if n in df.columns])
+        rows = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
+            rows, allowMissingColumns=True
+        )
+    return rows.select(*[f"`{n}`" for n in table.schema().column_names if n in rows.columns])
 
 
 SMALL_FILE = 32 * 1024 * 1024  # a data file under this size is compacted with its partition's

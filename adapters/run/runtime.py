@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rivc.compiler.connector_specs import merge_keys_of
 from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
 from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.manifest import ManifestNode
@@ -434,6 +435,7 @@ class Runtime:
             name,
             writer(name),
             transforms=spec.transforms,
+            keys=merge_keys_of(sinks[name].config),
             quality=spec.quality,
             targets={t: writer(t) for t in spec.targets},
             dead_letter=next((t for t, why in spec.targets.items() if why == "dead_letter"), None),

@@ -95,6 +95,7 @@ class SinkWriter:
     name: str
     main: BatchWriter
     transforms: tuple[Any, ...] = ()
+    keys: tuple[str, ...] = ()  # the sink's merge or upsert keys (unwrap_cdc orders by them)
     quality: tuple[Expectation, ...] = ()
     targets: dict[str, BatchWriter] = field(default_factory=dict)
     dead_letter: str | None = None
@@ -158,9 +159,9 @@ class SinkWriter:
 
     def check(self, df: DataFrame, batch_id: int) -> Checked:
         columns = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-        plan = tf.plan(self.transforms, columns)
+        plan = tf.plan(self.transforms, columns, self.keys)
         out = apply(df, plan, track=True)
-        names = [q(c) for c in plan.columns]
+        names = [q(c) for c in plan.output]
         ok = f"{ERROR_COLUMN} IS NULL"
         flagged = out.selectExpr(
             "*",

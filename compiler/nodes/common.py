@@ -34,15 +34,17 @@ def transformed(
     where: Located,
     findings: list[Finding],
     kind: str,
+    keys: tuple[str, ...] = (),
 ) -> dict[str, str] | None:
-    """The columns after `transforms`, each checked against its input; None when unknown."""
+    """The columns after `transforms`, each checked against its input; None when unknown.
+    `keys`: a sink's merge or upsert keys."""
     for i, t in enumerate(transforms):
         if kind == "source" and t.type == "route":
             findings.append(spec_finding("route is a sink transform", where, "transforms", i))
     if columns is None:
         return None
     try:
-        return tf.plan(transforms, columns).columns
+        return tf.plan(transforms, columns, keys).columns
     except tf.UnknownColumns:
         return None
     except tf.TransformError as exc:

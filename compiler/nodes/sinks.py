@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import rules
 from .. import transforms as tf
-from ..connector_specs import DeltaSinkConfig
+from ..connector_specs import DeltaSinkConfig, merge_keys_of
 from ..dbtypes import unwritable
 from ..errors import (
     GraphError,
@@ -63,7 +63,8 @@ def sink_node(
                     )
                 )
             )
-    columns = transformed(spec.transforms, columns, sink.where, findings, "sink")
+    keys = merge_keys_of(sink.config)
+    columns = transformed(spec.transforms, columns, sink.where, findings, "sink", keys)
     if columns is not None:
         check_expectations(spec.quality, columns, sink.where, findings)
         fmt = getattr(sink.config, "format", None)

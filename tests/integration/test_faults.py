@@ -372,3 +372,153 @@ sinks:
     partitions = [tuple(t.file.partition) for t in table.scan().plan_files()]
     assert len(partitions) == len(set(partitions)) == len(per_bucket)  # one file per bucket
     assert re.search(r"sink:ice_edges: [1-9]\d* files compacted", again.stdout), again.stdout
+
+
+# Change envelopes by wave: (op, id, email, amount, second of ts). Within a wave they are listed
+# out of order on purpose: sequence_by, not the order of rows, decides which change of a key wins.
+CHANGES = {
+    1: [
+        ("u", 1, "a2", "2.00", 3),
+        ("c", 1, "a1", "1.50", 1),
+        ("c", 2, "b1", "0.01", 2),
+        ("d", 2, "b1", "0.01", 5),
+        ("c", 3, "c1", "-3.25", 1),
+        ("u", 4, "d1", "9999999999.99", 4),  # an update of a key the table never had
+        ("r", 5, "e1", "0.00", 1),  # a snapshot read
+        ("u", 6, "f2", "6.60", 7),
+        ("c", 6, "f1", "6.00", 6),
+    ],
+    2: [
+        ("d", 1, "a2", "2.00", 10),
+        ("u", 3, "c3", "-3.00", 12),
+        ("u", 3, "c2", "-3.10", 11),
+        ("c", 4, "d2", "-9999999999.99", 14),  # deleted, then inserted again
+        ("d", 4, "d1", "9999999999.99", 13),
+        ("c", 7, "g1", "7.00", 15),  # inserted and deleted in one batch: never lands
+        ("d", 7, "g1", "7.00", 16),
+        ("d", 9, "z", "0.00", 17),  # a delete of a key no table holds
+        ("c", 8, None, None, 18),
+    ],
+}
+
+
+def _changes_model() -> str:
+    rows = []
+    for wave, changes in CHANGES.items():
+        for op, key, email, amount, sec in changes:
+            email_sql = f"'{email}'" if email is not None else "cast(null as string)"
+            amount_sql = f"cast({amount or 'null'} as decimal(12,2))"
+            image = f"named_struct('id', {key}L, 'email', {email_sql}, 'amount', {amount_sql})"
+            before, after = (image, "null") if op == "d" else ("null", image)
+            rows.append(
+                f"  ('{op}', {before}, {after}, timestamp'2026-01-01 00:00:{sec:02d}', {wave})"
+            )
+    return (
+        "{{ config(materialized='view') }}\nselect op, before, after, ts from values\n"
+        + ",\n".join(rows)
+        + "\nas t(op, before, after, ts, wave) where wave = {{ var('wave') }}\n"
+    )
+
+
+def _expected(waves: int) -> dict[int, tuple[str | None, str | None]]:
+    from decimal import Decimal
+
+    table: dict[int, tuple[str | None, str | None]] = {}
+    for wave in range(1, waves + 1):
+        for op, key, email, amount, _ in sorted(CHANGES[wave], key=lambda c: c[4]):
+            if op == "d":
+                table.pop(key, None)
+            else:
+                table[key] = (email, None if amount is None else str(Decimal(amount)))
+    return table
+
+
+CDC_SINKS = """
+sinks:
+  - name: a_delta
+    from: changes
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: ts}]
+    connector: delta
+    config: {table_uri: out/cdc, mode: merge, merge_keys: [id]}
+  - name: b_ice_streamed
+    from: changes
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: ts}]
+    connector: iceberg
+    config: {namespace: s, table: cdc, mode: upsert, key_fields: [id]}
+  - name: c_ice_tasks
+    from: changes
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: ts}]
+    connector: iceberg
+    config: {namespace: t, table: cdc, mode: upsert, key_fields: [id], spark_write_threshold: 0,
+             partitioning: [{field: id, transform: bucket, buckets: 4}]}
+"""
+
+
+def test_cdc_deletes_applied_by_merge_and_upsert_across_a_kill(tmp_path):
+    """unwrap_cdc with deletes: apply and sequence_by: each key's last change wins whatever the
+    row order, a delete takes the key out of a Delta merge and of both Iceberg upsert paths, a
+    key inserted and deleted in one batch never lands, and a run killed before its first commit
+    leaves every table as it was; the rerun applies the wave once."""
+    root = write_files(
+        tmp_path,
+        {
+            "rivc_project.yml": "name: faults\n",
+            "profiles.yml": 'default:\n  spark: {master: "local[2]"}\n',
+            "models/changes.sql": _changes_model(),
+            "sinks/cdc.yml": CDC_SINKS,
+        },
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RIVC_FAULT"}
+
+    def run(wave: int, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RIVC, "run", "--vars", f"{{wave: {wave}}}"],
+            cwd=root,
+            env={**env, **({"RIVC_FAULT": fault} if fault else {})},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def tables() -> dict[str, dict[int, tuple[str | None, str | None]]]:
+        ice = iceberg_catalog(root)
+        read = {
+            "a_delta": DeltaTable(str(root / "out/cdc")).to_pyarrow_table(),
+            "b_ice_streamed": ice.load_table("s.cdc").scan().to_arrow(),
+            "c_ice_tasks": ice.load_table("t.cdc").scan().to_arrow(),
+        }
+        out = {}
+        for sink, arrow in read.items():
+            assert arrow.column_names == ["id", "email", "amount"], (sink, arrow.schema)
+            ids = arrow.column("id").to_pylist()
+            assert len(ids) == len(set(ids)), (sink, sorted(ids))  # one row per key
+            out[sink] = {
+                r["id"]: (r["email"], None if r["amount"] is None else str(r["amount"]))
+                for r in arrow.to_pylist()
+            }
+        return out
+
+    first = run(1)
+    assert first.returncode == 0, first.stdout + first.stderr
+    for sink, rows in tables().items():
+        assert rows == _expected(1), sink
+    delta_version = DeltaTable(str(root / "out/cdc")).version()
+
+    killed = run(2, "before-commit:cdc")  # the first sink to reach its commit
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert DeltaTable(str(root / "out/cdc")).version() == delta_version
+    for sink, rows in tables().items():
+        assert rows == _expected(1), sink
+
+    rerun = run(2)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "resuming run" in rerun.stdout + rerun.stderr
+    for sink, rows in tables().items():
+        assert rows == _expected(2), sink
+    assert _expected(2) == {
+        3: ("c3", "-3.00"),
+        4: ("d2", "-9999999999.99"),
+        5: ("e1", "0.00"),
+        6: ("f2", "6.60"),
+        8: (None, None),
+    }

@@ -150,3 +150,111 @@ def test_route_targets_must_exist_and_have_no_from(make_project):
     found = [f.error.message for f in findings(make_project({"sinks/s.yml": text}))]
     assert any("target 'stg2' has its own from:" in m for m in found), found
     assert any("'rest' has no from:" in m for m in found), found
+
+
+ENVELOPE = {
+    "op": "string",
+    "before": "struct<id:bigint,email:string>",
+    "after": "struct<id:bigint,email:string>",
+    "ts": "timestamp",
+}
+
+
+def _cdc(*specs: dict, keys: tuple[str, ...] = ("id",)) -> tf.TransformPlan:
+    sink = SinkSpec.model_validate(
+        {"name": "s", "from": "m", "connector": "stdout", "transforms": specs}
+    )
+    return tf.plan(sink.transforms, ENVELOPE, keys)
+
+
+def test_unwrap_cdc_apply_flags_deletes_through_later_transforms():
+    p = _cdc(
+        {"type": "unwrap_cdc", "deletes": "apply", "sequence_by": "ts"},
+        {"type": "mask", "fields": ["email"]},
+        {"type": "filter", "condition": "id > 0"},
+        {"type": "insert", "static": {"src": "cdc"}},
+    )
+    # the flag is not a data column: the sink's table never gets it
+    assert p.columns == {"id": "bigint", "email": "string", "src": "string"}
+    assert p.output == ("id", "email", "src", tf.DELETE_COLUMN)
+    selects = [s.select for s in p.steps if s.select]
+    # every select after the unwrap carries the flag, so no later transform can lose a delete
+    assert all(tf.DELETE_COLUMN in " ".join(s) for s in selects[-3:])
+    sql = tf.to_sql("events", p.steps)
+    tree = sqlglot.parse_one(sql, read="spark")
+    window = tree.find(sqlglot.exp.Window)
+    assert window is not None and "PARTITION BY _rivc_image.`id` ORDER BY _rivc_seq DESC" in sql
+    # each key's last change is picked before deletes are told apart (a delete can win)
+    wheres = [s.where for s in p.steps if s.where]
+    assert wheres[0] == "_rivc_rank = 1"
+
+
+def test_unwrap_cdc_drops_deletes_after_picking_each_keys_last_change():
+    p = _cdc({"type": "unwrap_cdc", "sequence_by": "ts"})
+    wheres = [s.where for s in p.steps if s.where]
+    assert wheres == ["_rivc_rank = 1", "_op IS NULL OR _op <> 'delete'"]
+    assert p.columns == {"id": "bigint", "email": "string", "_op": "string"}
+    assert not p.deletes
+
+
+@pytest.mark.parametrize(
+    "specs, keys, key, message",
+    [
+        ([{"type": "unwrap_cdc", "deletes": "apply"}], (), "deletes", "merges by key"),
+        ([{"type": "unwrap_cdc", "sequence_by": "ts"}], (), "sequence_by", "needs keys"),
+        ([{"type": "unwrap_cdc", "sequence_by": "ts"}], ("name",), "sequence_by", "'name'"),
+        ([{"type": "unwrap_cdc", "sequence_by": "tss"}], ("id",), "sequence_by", "'tss'"),
+        (
+            [
+                {"type": "unwrap_cdc", "deletes": "apply"},
+                {"type": "route", "field": "id", "routes": {"1": "t"}},
+            ],
+            ("id",),
+            "type",
+            "cannot follow unwrap_cdc",
+        ),
+    ],
+)
+def test_unwrap_cdc_refusals_name_the_key(specs, keys, key, message):
+    with pytest.raises(tf.TransformError) as info:
+        _cdc(*specs, keys=keys)
+    assert message in str(info.value) and info.value.key == key
+
+
+CDC_PROJECT = """
+sources:
+  - name: app
+    connector: datagen
+    tables:
+      - name: users
+        config: {pattern: users, max_events: 30, cdc_mode: true}
+"""
+
+
+@pytest.mark.parametrize(
+    "config, ok",
+    [
+        ("{connector: delta, config: {table_uri: t, mode: merge, merge_keys: [user_id]}}", True),
+        ("{connector: delta, config: {table_uri: t, mode: append}}", False),
+        (
+            "{connector: iceberg, config: {namespace: n, table: t, mode: upsert, "
+            "key_fields: [user_id]}}",
+            True,
+        ),
+        ("{connector: files, config: {path: out, format: parquet}}", False),
+    ],
+)
+def test_compile_accepts_applied_deletes_only_on_a_merging_sink(make_project, config, ok):
+    sink = (
+        "sinks:\n  - name: s\n    from: source:app.users\n"
+        "    transforms:\n      - {type: unwrap_cdc, deletes: apply, sequence_by: ts}\n"
+        f"    <<: {config}\n"
+    )
+    found = findings(make_project({"sources/app.yml": CDC_PROJECT, "sinks/s.yml": sink}))
+    errors = [f for f in found if f.severity == "error"]
+    if ok:
+        assert errors == []
+    else:
+        assert len(errors) == 1, [str(f) for f in errors]
+        assert "deletes: apply needs a sink that merges by key" in errors[0].error.message
+        assert errors[0].location.line == 5  # the transform's line in sinks/s.yml
