@@ -232,6 +232,43 @@ def test_unwrap_cdc_on_a_source(spark, tmp_path, deletes):
     assert any(op == "delete" for *_, op in expected) == (deletes == "keep")
 
 
+
+def test_datagen_changes_kept_in_step_by_a_delta_merge(spark, tmp_path):
+    """The documented CDC example: datagen's change events (each key inserted, updated, then
+    deleted or updated again, all in one batch) merged with deletes: apply and sequence_by: ts
+    leave exactly each key's last image, and no deleted key."""
+    root = project(
+        tmp_path / "p",
+        """
+sinks:
+  - name: users_table
+    from: source:gen.changes
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: ts}]
+    connector: delta
+    config: {table_uri: out/users, mode: merge, merge_keys: [user_id]}
+""",
+        "select 1 as x\n",
+    )
+    (root / "sources/gen.yml").write_text(
+        CDC_SOURCE.replace("DELETES", "apply").split("        transforms:")[0]
+    )
+    result = rivc(root, "run", "--select", "sink:users_table")
+    assert result.exit_code == 0, result.output
+
+    gen = Generator("users", 5, cdc=True)
+    last: dict[int, tuple] = {}
+    for i in range(90):
+        op, before, after, _ = gen.row(i)
+        last[(before or after)[0]] = (op, after)
+    expected = {k: a for k, (op, a) in last.items() if op != "delete"}
+    assert 0 < len(expected) < len(last)  # some keys were deleted, not all
+    got = DeltaTable(str(root / "out/users")).to_pyarrow_table()
+    assert got.column_names == ["user_id", "name", "email", "created_at"]
+    rows = {r["user_id"]: tuple(r.values()) for r in got.to_pylist()}
+    assert len(rows) == got.num_rows
+    assert rows == {k: tuple(a) for k, a in expected.items()}
+
+
 def test_consecutive_failures_stop_a_stream(spark, tmp_path):
     root = project(
         tmp_path / "s",
