@@ -232,7 +232,6 @@ def test_unwrap_cdc_on_a_source(spark, tmp_path, deletes):
     assert any(op == "delete" for *_, op in expected) == (deletes == "keep")
 
 
-
 def test_datagen_changes_kept_in_step_by_a_delta_merge(spark, tmp_path):
     """The documented CDC example: datagen's change events (each key inserted, updated, then
     deleted or updated again, all in one batch) merged with deletes: apply and sequence_by: ts
