@@ -263,11 +263,11 @@ class Location:
         """(stream, commit -> size, abort) for the file `rel` under the location."""
         final = f"{self.base}/{rel}"
         if self.remote:
-            out = self.fs.open_output_stream(final)
+            out = self.fs.open_output_stream(final, compression=None)  # no codec by name
             return out, lambda: int(self.fs.get_file_info(final).size), lambda: None
         Path(final).parent.mkdir(parents=True, exist_ok=True)
         tmp = str(Path(final).with_name(f".{Path(final).name}.tmp"))
-        out = self.fs.open_output_stream(tmp)
+        out = self.fs.open_output_stream(tmp, compression=None)
 
         def commit() -> int:
             os.replace(tmp, final)

@@ -377,7 +377,7 @@ class CopyReader(DataSourceReader):
         # snappy, as Spark's JDBC stager and Delta's default: a Delta sink can adopt the files.
         # No dictionaries: for the high-cardinality text of extracted rows they cost twice the
         # write time and gain nothing; snappy still compresses repeated values.
-        sink = fs.open_output_stream(store.filesystem(tmp)[1])
+        sink = fs.open_output_stream(store.filesystem(tmp)[1], compression=None)
         out = pq.ParquetWriter(sink, self._schema(), compression="snappy", use_dictionary=False)
         try:
             # conversion runs in the writer thread, beside the next CSV block's parsing

@@ -204,7 +204,7 @@ class _File:
         path = f"{root.rstrip('/')}/{rel}"
         if directory:
             fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        stream = fs.open_output_stream(path)
+        stream = fs.open_output_stream(path, compression=None)
         return cls(fs, path, rel, stream, pq.ParquetWriter(stream, schema, compression=codec))
 
     def write(self, table: pa.Table) -> None:

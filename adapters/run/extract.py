@@ -308,7 +308,7 @@ def _empty_parquet(df: DataFrame, path: str, store: Store) -> None:
 
     fs, inner = store.filesystem(join(path, "part-00000.parquet"))
     fs.create_dir(inner.rsplit("/", 1)[0])
-    with fs.open_output_stream(inner) as out:
+    with fs.open_output_stream(inner, compression=None) as out:
         pq.write_table(to_arrow_schema(df.schema, timezone="UTC").empty_table(), out)
 
 

@@ -79,6 +79,35 @@ def test_files_sink_writes_whole_objects_to_s3(tmp_path, endpoint):
     assert sorted(table.column("id").to_pylist()) == list(range(10))
 
 
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_compressed_text_on_s3_is_compressed_once(tmp_path, endpoint, codec):
+    """pyarrow's S3 streams pick a codec from an object's name by default: a `.csv.gz` object
+    written through one used to be compressed twice (a reader got gzip inside gzip)."""
+    import gzip
+    import io
+
+    import zstandard
+
+    cfg = FilesSinkConfig(
+        path="s3://lake/raw/text",
+        format="csv",
+        compression=codec,
+        storage_options=options(endpoint),
+    )
+    result = FilesSink(cfg, SinkContext(tmp_path, "p", "text")).write(rows(3), 0)
+    (uri,) = [p for p, _, _ in result.files]
+    fs = pafs.S3FileSystem(
+        access_key="test", secret_key="test", endpoint_override=endpoint, scheme="http"
+    )
+    with fs.open_input_stream(uri.removeprefix("s3://"), compression=None) as raw:
+        stored = raw.read()
+    if codec == "gzip":
+        text = gzip.decompress(stored).decode()
+    else:
+        text = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(stored)).read().decode()
+    assert text.splitlines()[0] == "id,amount,kind" and len(text.splitlines()) == 4
+
+
 def test_delta_sink_on_s3_merges_and_skips_a_replay(tmp_path, endpoint):
     cfg = DeltaSinkConfig(
         table_uri="s3://lake/delta/orders",
