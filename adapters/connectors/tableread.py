@@ -10,6 +10,7 @@ Spark Connect server alike. No row passes through rivc.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,33 @@ def read_files(
         .schema(spark_schema)
         .option("files", json.dumps(payload))
         .option("storage_secret", json.dumps(store.options))  # "secret": Spark redacts it
+        .load()
+    )
+
+
+def read_lines(
+    spark: SparkSession, files: list[DataFile], store: Store, skip_header: bool = False
+) -> DataFrame:
+    """The text lines of `files` as a `value` column, read by Spark's tasks through the
+    filesystem layer (compressed files by their extension: .gz, .bz2, .zst, .lz4), with the
+    files' partition values as string columns; blank lines are left out, as Spark's JSON and
+    CSV readers leave them, and with `skip_header` each file's first line."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    parts = sorted({k for f in files for k in f.partition})
+    schema = pa.schema([("value", pa.string()), *((k, pa.string()) for k in parts)])
+    register(spark)
+    payload = {
+        "files": [[f.uri, f.size, f.partition] for f in files],
+        "schema": _schema_bytes(schema),
+        "lines": {"skip_header": skip_header},
+    }
+    return (
+        spark.read.format(FORMAT)
+        .schema(from_arrow_schema(schema))
+        .option("files", json.dumps(payload))
+        .option("storage_secret", json.dumps(store.options))
         .load()
     )
 
@@ -106,6 +134,7 @@ def _source_class() -> type:
             payload = json.loads(options["files"])
             self.files = payload["files"]
             self.schema_b64 = payload["schema"]
+            self.lines = payload.get("lines")
             self.store = Store(json.loads(options.get("storage_secret", "{}")))
 
         def partitions(self) -> list[InputPartition]:
@@ -126,7 +155,10 @@ def _source_class() -> type:
 
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(self.schema_b64)))
             files = [DataFile(uri, size, part) for uri, size, part in partition.value]
-            yield from read_group(files, schema, self.store)
+            if self.lines is not None:
+                yield from read_lines_group(files, schema, self.store, **self.lines)
+            else:
+                yield from read_group(files, schema, self.store)
 
     class FilesSource(DataSource):
         @classmethod
@@ -164,6 +196,60 @@ def read_group(
                     else:  # a column added to the table after this file was written
                         cols.append(pa.nulls(batch.num_rows, field.type))
                 yield pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def read_lines_group(
+    files: list[DataFile],
+    schema: pa.Schema,
+    store: Store,
+    skip_header: bool = False,
+    batch_rows: int = 65_536,
+) -> Iterator[pa.RecordBatch]:
+    """What one task of read_lines reads: each file's non-blank lines (\\n, \\r\\n or \\r),
+    decoded as UTF-8, in batches, with the file's partition values."""
+    import pyarrow as pa
+
+    names = schema.names[1:]
+    for f in files:
+        fs, path = store.filesystem(f.uri)
+        values = [f.partition.get(n) for n in names]
+
+        def batch(lines: list[str], values: list[str | None] = values) -> pa.RecordBatch:
+            cols = [pa.array(lines, pa.string())]
+            cols += [pa.array([v] * len(lines), pa.string()) for v in values]
+            return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+        pending: list[str] = []
+        first = skip_header
+        with fs.open_input_stream(path, compression="detect") as stream:
+            rest = b""
+            while True:
+                chunk = stream.read(8 << 20)
+                text = rest + chunk
+                if chunk:
+                    cut = max(text.rfind(b"\n"), text.rfind(b"\r"))
+                    if cut < 0:
+                        rest = text
+                        continue
+                    text, rest = text[: cut + 1], text[cut + 1 :]
+                # only \n, \r\n and \r end a line, as for Spark (str.splitlines would also
+                # split at U+2028 and others, which JSON strings may hold as they are)
+                for line in _LINE_END.split(text.decode("utf-8", errors="replace")):
+                    if first:
+                        first = False
+                        continue
+                    if line.strip():
+                        pending.append(line)
+                if len(pending) >= batch_rows:
+                    yield batch(pending)
+                    pending = []
+                if not chunk:
+                    break
+        if pending:
+            yield batch(pending)
 
 
 def _constant(value: str | None, type_: pa.DataType, rows: int) -> pa.Array:

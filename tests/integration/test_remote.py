@@ -315,6 +315,96 @@ sources:
     assert both.column("delta_total").to_pylist() == both.column("iceberg_total").to_pylist()
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_sample_project_on_a_remote_spark_and_s3_gives_the_local_tables(
+    tmp_path: Path,
+    hidden: Path,
+    s3: str,
+    connect: str,
+    spark: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sample_project as it ships, run and built with `--target lake` (its Spark Connect output, the
+    warehouse and sinks under LAKE on S3, the page views landed on S3): every table, the files
+    sink, the data tests and the console sink give what a local run and build give."""
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
+    skip = shutil.ignore_patterns("target", ".rivc", "output", "warehouse")
+    remote = hidden / "sample"
+    local = tmp_path / "sample"
+    shutil.copytree(REPO / "sample_project", remote, ignore=skip)
+    shutil.copytree(REPO / "sample_project", local, ignore=skip)
+    fs = pafs.S3FileSystem(
+        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
+    )
+    for f in sorted((REPO / "sample_project/data/pageviews").iterdir()):
+        with fs.open_output_stream(f"lake/landing/pageviews/{f.name}") as out:
+            out.write(f.read_bytes())
+    shutil.rmtree(remote / "data")  # the server could not read it anyway: only S3 holds it
+
+    lake = "s3://lake/sample"
+    env = {
+        **S3_KEYS,
+        "SPARK_REMOTE": connect,
+        "LAKE": lake,
+        "LANDING": "s3://lake/landing",
+        "AWS_ENDPOINT_URL": s3,
+        "AWS_ALLOW_HTTP": "true",
+    }
+    monkeypatch.delenv("LAKE", raising=False)
+    monkeypatch.delenv("LANDING", raising=False)
+    for command in ("run", "build"):  # the build merges into what the run built, then tests
+        far_run = run(remote, env, command, "--target", "lake")
+        near_run = rivc(local, command)
+        assert near_run.exit_code == 0, near_run.output
+    printed = [line for line in far_run.stdout.splitlines() if line.startswith("{")]
+    assert len(printed) == 5  # the console sink's limit
+    tests = re.findall(r"\] PASS (test:\S+)", far_run.stdout)  # build exits 1 if one fails
+    assert len(tests) >= 5 and sorted(tests) == sorted(
+        re.findall(r"\] PASS (test:\S+)", near_run.output)
+    )
+
+    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    pairs = [
+        ("warehouse/orders_enriched", ["order_id"]),
+        ("warehouse/customer_orders", ["customer_id"]),
+        ("warehouse/daily_revenue", ["order_date"]),
+    ]
+    for rel, keys in pairs:
+        far = DeltaTable(f"{lake}/{rel}", storage_options=options).to_pyarrow_table()
+        near = DeltaTable(str(local / rel)).to_pyarrow_table()
+        got, want = sorted_table(far, keys), sorted_table(near, keys)
+        assert got.num_rows > 0 and got.equals(want), rel
+    far = DeltaTable(f"{lake}/delta/orders", storage_options=options)
+    near = DeltaTable(str(local / "output/delta/orders"))
+    assert far.metadata().partition_columns == near.metadata().partition_columns == ["order_date"]
+    got = sorted_table(far.to_pyarrow_table(), ["order_id"])
+    assert got.num_rows > 0 and got.equals(sorted_table(near.to_pyarrow_table(), ["order_id"]))
+    far_files = pads.dataset("lake/sample/files/customer_orders", filesystem=fs).to_table()
+    near_files = pads.dataset(str(local / "output/files/customer_orders")).to_table()
+    assert sorted_table(far_files, ["customer_id"]).equals(
+        sorted_table(near_files, ["customer_id"])
+    )
+    # the page views, read from S3 by the server's tasks, through the view over them
+
+    def cells(text: str) -> list[tuple[str, ...]]:
+        return sorted(
+            tuple(c.strip() for c in ln.split("│")) for ln in text.splitlines() if "│" in ln
+        )
+
+    monkeypatch.setenv("COLUMNS", "200")  # no row wraps
+    show = ("show", "page_activity", "--limit", "100")
+    far_rows = cells(run(remote, {**env, "COLUMNS": "200"}, *show, "--target", "lake").stdout)
+    near_show = rivc(local, *show)
+    assert near_show.exit_code == 0, near_show.output
+    assert len(far_rows) >= 3 and far_rows == cells(near_show.output)
+    # nothing of the data was in the project folder on either side of the run
+    assert not (remote / "warehouse").exists() and not (remote / "output").exists()
+
+
 def test_relational_sources_stage_where_a_remote_spark_reaches(
     hidden: Path, s3: str, connect: str
 ) -> None:
