@@ -95,7 +95,7 @@ def _quiet_python_loggers(log: Path) -> None:
         logger = PySparkLogger.getLogger(name)
         for handler in list(logger.handlers):
             logger.removeHandler(handler)
-        logger.addHandler(logging.FileHandler(log))
+        logger.addHandler(logging.FileHandler(log, delay=True))  # created by a first record
         logger.propagate = False
 
 
@@ -154,4 +154,7 @@ def get_session(spec: SparkSpec, app_name: str = "rivc", log: Path | None = None
     session = builder.getOrCreate()
     if log is not None and not remote and "PYSPARK_GATEWAY_PORT" in os.environ:
         _quiet_submitted(session, log)
+    if log is not None and remote:  # the client logs a failed query's context as JSON
+        log.parent.mkdir(parents=True, exist_ok=True)
+        _quiet_python_loggers(log)
     return session

@@ -87,6 +87,18 @@ def test_the_warm_server_runs_the_project_for_its_token_only(tmp_path: Path) -> 
         assert re.search(r"model:slow  \d+s  \d/8 tasks", shown), shown[-2000:]
         assert "OK" in shown and "model:slow table, 8 rows" in shown
 
+        # a failing query is one line naming the model's file and line; the client's JSON log
+        # of it goes to the log file, not to the console
+        (root / "models/slow.sql").write_text(
+            "{{ config(materialized='table') }}\nselect cast('x' as int) as y\n"
+        )
+        failed = rivc(root, "run", "--select", "slow")
+        assert failed.returncode == 1
+        assert "models/slow.sql:2:8: error: [CAST_INVALID_INPUT]" in failed.stdout
+        assert '{"ts"' not in failed.stderr + failed.stdout, failed.stderr
+        assert "CAST_INVALID_INPUT" in (root / ".rivc/spark.log").read_text()
+        (root / "models/slow.sql").unlink()
+
         # a door only for the token's holder, on the loopback interface only
         port = info["port"]
         listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
