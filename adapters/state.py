@@ -86,6 +86,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN spark_session TEXT;
     """,
+    """
+    CREATE TABLE replays (
+        sink TEXT NOT NULL, batch_id INTEGER NOT NULL, run_id TEXT NOT NULL,
+        replayed_at TEXT NOT NULL, PRIMARY KEY (sink, batch_id, run_id)
+    );
+    """,
 ]
 
 
@@ -356,10 +362,25 @@ class StateStore:
         commits: int = 0,
         commit_ms: float = 0.0,
     ) -> None:
-        """Record a batch the sink committed, with the files it wrote, in one transaction."""
+        """Record a batch the sink committed, with the files it wrote, in one transaction. A
+        replay (the sink already held the batch) is recorded as one of this run's replays and
+        leaves the batch's own record, its rows and files, as the run that wrote it left them;
+        without one (the writer was killed before recording), the batch is recorded as
+        replayed, with the rows unknown."""
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
+                if replayed:
+                    self.db.execute(
+                        "INSERT OR REPLACE INTO replays VALUES (?, ?, ?, ?)",
+                        (sink, batch_id, run_id, now()),
+                    )
+                    known = self.db.execute(
+                        "SELECT 1 FROM batches WHERE sink = ? AND batch_id = ?", (sink, batch_id)
+                    ).fetchone()
+                    if known:
+                        self.db.execute("COMMIT")
+                        return
                 self.db.execute(
                     "INSERT OR REPLACE INTO batches (sink, batch_id, run_id, rows, bytes, retries, "
                     "replayed, committed_at, commits, commit_ms) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -388,12 +409,15 @@ class StateStore:
     def batch_totals(self, sink: str, run_id: str) -> dict[str, int]:
         """What a sink committed during a run: batches, replays skipped, rows, bytes, files, retries."""
         (b,) = self._rows(
-            "SELECT COUNT(*) AS batches, COALESCE(SUM(replayed), 0) AS replayed, "
+            "SELECT COUNT(*) AS batches, "
+            "(SELECT COUNT(*) FROM replays WHERE sink = ?1 AND run_id = ?2) AS replayed, "
             "COALESCE(SUM(rows), 0) AS rows, COALESCE(SUM(bytes), 0) AS bytes, "
             "COALESCE(SUM(retries), 0) AS retries, COALESCE(SUM(commits), 0) AS commits, "
-            "COALESCE(SUM(commit_ms), 0) AS commit_ms FROM batches WHERE sink = ? AND run_id = ?",
+            "COALESCE(SUM(commit_ms), 0) AS commit_ms FROM batches "
+            "WHERE sink = ?1 AND run_id = ?2 AND replayed = 0",
             (sink, run_id),
         )
+        b["batches"] += b["replayed"]
         (f,) = self._rows(
             "SELECT COUNT(*) AS files FROM files WHERE node = ? AND run_id = ?", (sink, run_id)
         )
@@ -472,6 +496,7 @@ class StateStore:
             for table, col in (
                 ("cursors", "node"),
                 ("batches", "sink"),
+                ("replays", "sink"),
                 ("files", "node"),
                 ("schemas", "node"),
                 ("chunks", "node"),

@@ -87,6 +87,13 @@ def shares_disk(spark_or_df: object) -> bool:
     return str(getattr(spark, "session_id", None)) in _SAME_DISK
 
 
+def environment() -> dict[str, str]:
+    """The stores' variables (ENV) set in this process, for a process that runs rivc's code
+    with an environment of its own (a Spark Connect server's Python worker)."""
+    names = {n for kind in ENV.values() for n in kind}
+    return {k: v for k, v in os.environ.items() if k in names}
+
+
 def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *(p.strip("/") for p in parts)])
 

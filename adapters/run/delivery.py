@@ -3,6 +3,7 @@ a stream of record batches), then record the commit in the state store."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ from ..connectors.registry import sink_for
 from ..connectors.taskwrite import is_remote
 from ..faults import fault
 from ..state import StateStore
-from ..storage import Store
+from ..storage import Store, join
 from .parquet import dataset, dataset_head, staged, staged_at
 
 if TYPE_CHECKING:
@@ -38,6 +39,32 @@ class BatchWriter:
     ) -> None:
         self.nid, self.connector, self.config, self.ctx = nid, connector, config, ctx
         self.run_id, self.state_path = run_id, state
+        # Where Spark cannot open the state store (a stream's batches written by a Spark
+        # Connect server that does not see rivc's disk): the receipts' location, which rivc
+        # records from (collect_receipts)
+        self.receipts: tuple[str, Store] | None = None
+
+    def record(self, kind: str, batch_id: int, **fields: Any) -> None:
+        """Record a committed batch (`batch`) or its quality counts (`quality`) in the state
+        store, or leave a receipt of it for rivc to record."""
+        if self.receipts is not None:
+            where, store = self.receipts
+            name = f"{batch_id:012d}-{kind}-{self.nid.replace(':', '-')}.json"
+            fs, path = store.filesystem(join(where, name))
+            body = {"kind": kind, "sink": self.nid, "batch_id": batch_id, **fields}
+            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)  # a local disk needs it
+            with fs.open_output_stream(path + ".tmp", compression=None) as out:
+                out.write(json.dumps(body).encode())
+            fs.move(path + ".tmp", path)  # whole or absent
+            return
+        state = StateStore(self.state_path)
+        try:
+            if kind == "batch":
+                state.commit_batch(self.nid, batch_id, **fields)
+            else:
+                state.record_quality(self.nid, batch_id, **fields)
+        finally:
+            state.close()
 
     def last_batch_id(self) -> int | None:
         """The highest batch id of this sink that the state store or the table itself holds:
@@ -105,21 +132,43 @@ class BatchWriter:
             with data(sink.max_rows) as batch:
                 result = sink.write(batch, batch_id)
         fault("after-commit", self.ctx.sink)
-        state = StateStore(self.state_path)
-        try:
-            # State advances only now, after the sink's own commit.
-            state.commit_batch(
-                self.nid,
-                batch_id,
-                self.run_id,
-                result.rows,
-                result.bytes,
-                result.files,
-                result.retries,
-                replayed=replayed,
-                commits=result.commits,
-                commit_ms=result.commit_s * 1000,
-            )
-        finally:
-            state.close()
+        # State advances only now, after the sink's own commit.
+        self.record(
+            "batch",
+            batch_id,
+            run_id=self.run_id,
+            rows=result.rows,
+            bytes_=result.bytes,
+            files=result.files,
+            retries=result.retries,
+            replayed=replayed,
+            commits=result.commits,
+            commit_ms=result.commit_s * 1000,
+        )
         return result.rows
+
+
+def collect_receipts(state: StateStore, where: str, store: Store) -> int:
+    """Record the receipts a stream's batches left at `where` (BatchWriter.record), oldest
+    batch first, and delete each once recorded; returns how many. Recording twice is harmless
+    (a batch's row is replaced), so a receipt left by a killed rivc is recorded by the next."""
+    import pyarrow.fs as pafs
+
+    fs, base = store.filesystem(where)
+    infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    done = 0
+    for info in sorted(infos, key=lambda i: i.base_name):
+        if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
+            continue
+        with fs.open_input_stream(info.path, compression=None) as handle:
+            body = json.loads(handle.read())
+        kind, sink, batch_id = body.pop("kind"), body.pop("sink"), body.pop("batch_id")
+        if kind == "batch":
+            body["files"] = [tuple(f) for f in body["files"]]
+            state.commit_batch(sink, batch_id, **body)
+        else:
+            body["counts"] = [tuple(c) for c in body["counts"]]
+            state.record_quality(sink, batch_id, **body)
+        fs.delete_file(info.path)
+        done += 1
+    return done

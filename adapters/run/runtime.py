@@ -29,8 +29,8 @@ from ..connectors.registry import read_source
 from ..errortext import model_error, rivc_error_inside
 from ..faults import fault
 from ..state import NodeResult, StateStore
-from ..storage import join
-from .delivery import BatchWriter
+from ..storage import Store, environment, join, shares_disk
+from .delivery import BatchWriter, collect_receipts
 from .parquet import arrow_columns, parquet_schema
 from .plan import Plan
 from .sinkwriter import SinkWriter, health_check, transform_source
@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CHECKPOINTS = "checkpoints"
+CHECKPOINT_AREA = (
+    "_rivc_checkpoints"  # under the warehouse: streams on a Spark that cannot see .rivc/
+)
+RECEIPTS = "rivc-receipts"  # in such a stream's checkpoint: its committed batches, for rivc
 STAGING_AREA = "_rivc_staging"  # under the warehouse: batches a remote Spark hands to rivc
 SAMPLE_ROWS = 5  # failing rows a test prints
 
@@ -441,6 +445,7 @@ class Runtime:
             dead_letter=next((t for t, why in spec.targets.items() if why == "dead_letter"), None),
             retry=spec.retry,
             rate_limit=spec.rate_limit or self._upstream_rate_limit(f"sink:{name}"),
+            environment=environment(),
         )
 
     def _upstream_rate_limit(self, nid: str) -> RateLimit | None:
@@ -454,11 +459,25 @@ class Runtime:
         return min(given, key=lambda r: r.events_per_second) if given else None
 
     def _stream(self, df: DataFrame, writer: SinkWriter, node: ManifestNode) -> None:
-        checkpoint = self.plan.root / STATE_DIR / CHECKPOINTS / node.name
-        writer.base = stream_base(checkpoint, writer)
+        """Run a streaming sink to its trigger's end. On a Spark that does not see rivc's disk,
+        the checkpoint lives under the warehouse, and the batches, which the server's Python
+        worker writes, leave receipts there that rivc records as they come."""
+        receipts: tuple[str, Store] | None = None
+        if shares_disk(df):
+            checkpoint = str(self.plan.root / STATE_DIR / CHECKPOINTS / node.name)
+            store = Store()
+        else:
+            for target in (writer.main, *writer.targets.values()):
+                _refuse_local_catalog(target, self.plan.root)
+            checkpoint = join(self.plan.warehouse, CHECKPOINT_AREA, node.name)
+            store = Store.of(checkpoint, self.plan.profile.storage)
+            receipts = (join(checkpoint, RECEIPTS), store)
+            writer.record_through(receipts)
+            collect_receipts(self.state, *receipts)  # left by a run that was killed
+        writer.base = stream_base(checkpoint, store, writer)
         stream = (
             df.writeStream.foreachBatch(writer)
-            .option("checkpointLocation", str(checkpoint))
+            .option("checkpointLocation", checkpoint)
             .queryName(f"rivc_{node.name}")
         )
         trigger = node.trigger
@@ -473,6 +492,8 @@ class Runtime:
         try:
             while not query.awaitTermination(1):
                 shown.report(query.recentProgress)
+                if receipts is not None:
+                    collect_receipts(self.state, *receipts)
                 if self.interrupt.is_set():  # Ctrl-C: let the running batch finish, then stop
                     while query.isActive and query.status["isTriggerActive"]:
                         time.sleep(0.05)
@@ -481,6 +502,9 @@ class Runtime:
         except KeyboardInterrupt:  # a second Ctrl-C: stop now; the checkpoint decides a replay
             query.stop()
             raise
+        finally:
+            if receipts is not None:
+                collect_receipts(self.state, *receipts)
         shown.report(query.recentProgress)
 
     def _run_test(self, nid: str, node: ManifestNode) -> NodeResult:
@@ -497,6 +521,25 @@ class Runtime:
             "fail" if severity == "error" else "warn",
             rows=failures,
             error=f"{failures} failing row{'s' if failures != 1 else ''}: {shown}",
+        )
+
+
+def _refuse_local_catalog(writer: BatchWriter, root: Path) -> None:
+    """A stream on a Spark that cannot see the project commits from the server's Python worker:
+    an Iceberg SQL catalog in a SQLite file under the project (the default) is not there, and
+    the worker would register the table in a catalog of its own."""
+    catalog = getattr(writer.config, "catalog", None)
+    if writer.connector != "iceberg" or catalog is None or catalog.type != "sql":
+        return
+    uri = catalog.uri or ""
+    local = uri.removeprefix("sqlite:///")
+    if not uri or (
+        uri.startswith("sqlite:") and Path("/" + local.lstrip("/")).is_relative_to(root)
+    ):
+        raise ConnectorError(
+            f"{writer.nid}: a stream on this Spark commits from the server, which cannot open "
+            f"the Iceberg catalog in {STATE_DIR}/iceberg/catalog.db; give the sink a catalog "
+            "both reach (catalog: {uri: postgresql+psycopg://...} or a REST catalog)"
         )
 
 

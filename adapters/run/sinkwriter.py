@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,6 @@ from rivc.compiler.transforms import ERROR_COLUMN, Expectation
 
 from ..connectors.base import SinkContext
 from ..errortext import transient
-from ..state import StateStore
 from .delivery import BatchWriter
 
 if TYPE_CHECKING:
@@ -105,10 +105,19 @@ class SinkWriter:
     failures: int = 0  # consecutive batches that failed to write
     tokens: float = 0.0  # rate limit: the token bucket, refilled at events_per_second
     refilled_at: float | None = None
+    # the rivc process's store credentials and endpoints (storage.ENV): a Spark Connect
+    # server's Python worker, which runs this function for a stream, has its own environment
+    environment: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def checks_rows(self) -> bool:
         return bool(self.transforms or self.quality)
+
+    def record_through(self, receipts: tuple[str, Any]) -> None:
+        """Leave receipts at (location, Store) instead of opening the state store, for every
+        destination (delivery.collect_receipts records them)."""
+        for writer in (self.main, *self.targets.values()):
+            writer.receipts = receipts
 
     def last_batch_id(self) -> int | None:
         """The highest batch id any of this sink's tables (its own, its routes') holds."""
@@ -117,6 +126,7 @@ class SinkWriter:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         batch_id += self.base
+        os.environ.update(self.environment)  # a no-op in the rivc process itself
         if not self.checks_rows:
             self._throttle(self._write_all(df, batch_id, None))
             return
@@ -126,11 +136,7 @@ class SinkWriter:
         finally:
             checked.cached.unpersist()
         if checked.counts:
-            state = StateStore(self.main.state_path)
-            try:
-                state.record_quality(self.main.nid, batch_id, self.main.run_id, checked.counts)
-            finally:
-                state.close()
+            self.main.record("quality", batch_id, run_id=self.main.run_id, counts=checked.counts)
 
     def write_files(self, files: list[str], batch_id: int) -> None:
         """An extracted table delivered as is (no transforms or expectations)."""

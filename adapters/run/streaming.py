@@ -7,9 +7,9 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
+from ..storage import Store
 from .sinkwriter import SinkWriter
 
 
@@ -34,20 +34,26 @@ def graceful_interrupt(event: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def stream_base(checkpoint: Path, writer: SinkWriter) -> int:
+def stream_base(checkpoint: str, store: Store, writer: SinkWriter) -> int:
     """What a stream adds to Spark's batch ids. Spark numbers a new checkpoint's batches from 0;
     the sink's tables may already hold higher ids (a lost or reset checkpoint), and would skip
     the new batches as replays. So a new checkpoint starts above them, and keeps that base in
     the checkpoint itself: the two are lost or reset together."""
-    marker = checkpoint / "rivc-batch-base"
-    if marker.exists():
-        return int(marker.read_text())
-    if (checkpoint / "offsets").exists():
+    import pyarrow.fs as pafs
+
+    fs, where = store.filesystem(checkpoint)
+    where = where.rstrip("/")
+    marker, offsets = fs.get_file_info([f"{where}/rivc-batch-base", f"{where}/offsets"])
+    if marker.type == pafs.FileType.File:
+        with fs.open_input_stream(marker.path, compression=None) as handle:
+            return int(handle.read())
+    if offsets.type != pafs.FileType.NotFound:
         return 0  # a checkpoint from before bases were kept
     last = writer.last_batch_id()
     base = 0 if last is None else last + 1
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    marker.write_text(str(base))
+    fs.create_dir(where, recursive=True)
+    with fs.open_output_stream(marker.path, compression=None) as out:
+        out.write(str(base).encode())
     return base
 
 

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -658,3 +659,189 @@ def test_edge_values_stage_on_s3_exactly_or_are_refused_by_name(
     )
     assert written == []
     assert not (root / ".rivc" / "extract").exists()
+
+
+# rivc's CLI with its own I/O counters and peak RSS written to stderr as it exits
+MEASURED = (
+    "import atexit, resource, sys\n"
+    "def _report():\n"
+    "    io = dict(l.split(': ') for l in open('/proc/self/io').read().splitlines())\n"
+    "    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "    sys.stderr.write(f\"\\nRIVC-IO {io['rchar']} {io['wchar']} {rss}\\n\")\n"
+    "atexit.register(_report)\n"
+    "from rivc.adapters.cli import main\n"
+    "sys.argv = ['rivc', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def test_the_rivc_process_carries_no_rows(hidden: Path, s3: str, connect: str) -> None:
+    """A table model and a Delta, an Iceberg and a files sink of it, on the hidden Connect
+    server and S3, at 200,000 rows and at ten times that: what the rivc process reads (sockets
+    included: /proc/self/io rchar), writes and holds stays flat, because only descriptions of
+    files come back to it."""
+    counters = {}
+    for rows in (200_000, 2_000_000):
+        root = write_files(
+            hidden / f"flat{rows}",
+            {
+                "rivc_project.yml": "name: flat\n",
+                "profiles.yml": remote_profile(connect, s3, f"s3://lake/flat{rows}"),
+                "models/big.sql": "{{ config(materialized='table') }}\n"
+                "select id, id % 97 as grp, cast(id * 0.01 as decimal(18,2)) as amount,\n"
+                f"       concat('note-', id) as note from range(0, {rows}, 1, 4)\n",
+                "sinks/out.yml": f"""
+sinks:
+  - {{name: d, from: big, connector: delta, config: {{table_uri: "s3://lake/flat{rows}/d"}}}}
+  - {{name: i, from: big, connector: iceberg,
+     config: {{catalog: {{warehouse: "s3://lake/flat{rows}/ice"}}, namespace: f, table: i}}}}
+  - {{name: f, from: big, connector: files,
+     config: {{path: "s3://lake/flat{rows}/files", format: parquet}}}}
+""",
+            },
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", MEASURED, "run", "--project-dir", str(root)],
+            env={**os.environ, **S3_KEYS},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert all(re.search(rf"OK sink:{s} ", done.stdout) for s in "dif"), done.stdout
+        rchar, wchar, rss_kb = map(int, re.findall(r"RIVC-IO (\d+) (\d+) (\d+)", done.stderr)[-1])
+        counters[rows] = (rchar, wchar, rss_kb)
+        options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+        table = DeltaTable(f"s3://lake/flat{rows}/d", storage_options=options)
+        assert table.to_pyarrow_dataset().count_rows() == rows
+    (small_r, small_w, small_rss), (big_r, big_w, big_rss) = counters.values()
+    # 1.8M more rows of about 40 bytes each would be over 70 MB through the process
+    assert big_r - small_r < 8_000_000, counters
+    assert big_w - small_w < 8_000_000, counters
+    assert big_rss - small_rss < 40_000, counters  # KB
+    assert big_r < 100_000_000, counters
+    print("rivc process (rchar, wchar, peak RSS KB) by rows:", counters)
+
+
+STREAM_SINKS = """
+sinks:
+  - name: d
+    from: source:gen.orders
+    connector: delta
+    config: {table_uri: "${LAKE}/d", mode: append}
+    quality:
+      - {check: range, column: total, min: 0, max: 100, action: warn}
+  - name: i
+    from: source:gen.orders
+    connector: iceberg
+    config: {catalog: {uri: "${ICE_URI:-}", warehouse: "${LAKE}/ice"}, namespace: s, table: i,
+             mode: upsert, key_fields: [order_id]}
+"""
+STREAM_SOURCE = (
+    "sources:\n  - name: gen\n    connector: datagen\n    tables:\n"
+    "      - {name: orders, config: {pattern: orders, stream: true, events_per_second: 0,"
+    " max_events: 3000, seed: 3}}\n"
+)
+
+
+def test_a_stream_on_a_server_that_cannot_see_the_project(
+    tmp_path: Path,
+    hidden: Path,
+    s3: str,
+    connect: str,
+    spark: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A datagen stream into Delta and Iceberg sinks on S3, run by the hidden Connect server:
+    its Python worker writes and commits each micro-batch and leaves a receipt beside the
+    checkpoint (under the warehouse, on a disk both see), which rivc records; the tables, the
+    state store and the quality counts are the local run's, and a replayed micro-batch is
+    skipped. The default Iceberg catalog, a SQLite file in .rivc/, is refused there: the
+    worker could not open it."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    shared = tmp_path / "shared"  # the server sees it: the checkpoints live there
+    files = {"rivc_project.yml": "name: stream\n", "sources/gen.yml": STREAM_SOURCE}
+    remote = write_files(
+        hidden / "stream",
+        {
+            **files,
+            "profiles.yml": remote_profile(connect, s3, shared.as_uri()),
+            "sinks/out.yml": STREAM_SINKS,
+        },
+    )
+    local = write_files(tmp_path / "local", {**files, "sinks/out.yml": STREAM_SINKS})
+    env = {**S3_KEYS, "LAKE": "s3://lake/stream"}
+    refused = subprocess.run(
+        [sys.executable, "-m", "rivc.adapters.cli", "run", "--select", "sink:i"],
+        cwd=remote,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 1
+    assert "sink:i: a stream on this Spark commits from the server" in refused.stdout
+
+    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    on_s3 = {
+        "s3.endpoint": s3,
+        "s3.access-key-id": "test",
+        "s3.secret-access-key": "test",
+        "s3.region": "us-east-1",
+    }
+
+    def untimed(table: pa.Table) -> pa.Table:  # a stream's events are timed from its start
+        return sorted_table(table.drop_columns(["created_at"]), ["order_id"])
+
+    def ice(uri: str, **props: str) -> pa.Table:
+        catalog = SqlCatalog("rivc", uri=uri, **props)
+        try:
+            return catalog.load_table("s.i").scan().to_arrow()
+        finally:
+            catalog.engine.dispose()  # before the database is dropped
+
+    def batches(root: Path) -> dict[str, tuple[int, int]]:
+        with sqlite3.connect(root / ".rivc/state.db") as db:
+            rows = db.execute("SELECT sink, count(*), sum(rows) FROM batches GROUP BY sink")
+            return {r[0]: (r[1], r[2]) for r in rows}
+
+    def quality(root: Path) -> list[tuple[str, str, str, int]]:
+        with sqlite3.connect(root / ".rivc/state.db") as db:
+            return db.execute(
+                "SELECT sink, check_name, action, sum(rows) FROM quality GROUP BY 1, 2, 3"
+            ).fetchall()
+
+    with database("postgres") as pg:
+        catalog = f"postgresql+psycopg://postgres@127.0.0.1/{pg.name}"
+        env["ICE_URI"] = catalog
+        first = run(remote, env, "run")
+        assert "sink:d" in first.stdout and "sink:i" in first.stdout
+        monkeypatch.setenv("LAKE", str(tmp_path / "local-lake"))
+        near = rivc(local, "run")
+        assert near.exit_code == 0, near.output
+
+        far_d = DeltaTable("s3://lake/stream/d", storage_options=options)
+        got = untimed(far_d.to_pyarrow_table())
+        want = untimed(DeltaTable(str(tmp_path / "local-lake/d")).to_pyarrow_table())
+        assert got.num_rows == 3000 and got.equals(want)
+        near_i = ice(f"sqlite:///{local / '.rivc/iceberg/catalog.db'}")
+        assert untimed(ice(catalog, **on_s3)).equals(untimed(near_i))
+
+        # the state store holds what the server's worker committed, as a local run records it
+        assert batches(remote) == batches(local) and batches(remote)["sink:d"][1] == 3000
+        assert quality(remote) == quality(local) and quality(remote)[0][3] > 0
+        left = list((shared / "_rivc_checkpoints").rglob("rivc-receipts/*"))
+        assert not left, left  # every receipt recorded, then removed
+        assert not (remote / ".rivc/checkpoints").exists()
+
+        # Spark replays a micro-batch whose commit it did not record: the tables skip it
+        commits = shared / "_rivc_checkpoints/d/commits"
+        last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+        (commits / str(last)).unlink()
+        (commits / f".{last}.crc").unlink(missing_ok=True)
+        again = run(remote, env, "run")
+        assert "replayed and skipped" in again.stdout, again.stdout
+        version = DeltaTable("s3://lake/stream/d", storage_options=options).version()
+        assert version == far_d.version()
+        assert batches(remote)["sink:d"][1] == 3000

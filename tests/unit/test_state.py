@@ -45,8 +45,21 @@ def test_batches_files_and_totals(tmp_path):
     }
     assert [f["path"] for f in store.files(["sink:a"])] == ["/x/0.parquet"]
     assert store.files(["sink:b"]) == []
-    assert store.reset(["sink:a"]) == 4  # two batches, one file, one id handed out
+    assert store.reset(["sink:a"]) == 5  # two batches, a replay, one file, one id handed out
     assert store.last_batch_id("sink:a") is None
+
+
+def test_a_replay_leaves_the_batch_as_its_run_recorded_it(tmp_path):
+    """A later run that finds a batch already in the sink counts a replay; the batch keeps the
+    rows, bytes and files of the run that delivered it (they used to be overwritten with 0)."""
+    store = StateStore(tmp_path / "state.db")
+    store.commit_batch("sink:a", 0, "r1", 10, 100, [("/x/0.parquet", 10, 100)], commits=1)
+    store.commit_batch("sink:a", 0, "r2", 0, 0, [], replayed=True)
+    first, second = store.batch_totals("sink:a", "r1"), store.batch_totals("sink:a", "r2")
+    assert (first["batches"], first["rows"], first["bytes"], first["files"]) == (1, 10, 100, 1)
+    assert (second["batches"], second["replayed"], second["rows"]) == (1, 1, 0)
+    store.commit_batch("sink:a", 0, "r2", 0, 0, [], replayed=True)  # recorded twice: once
+    assert store.batch_totals("sink:a", "r2")["replayed"] == 1
 
 
 def test_a_killed_run_is_resumed_by_the_same_run_and_aborted_by_another(tmp_path):
