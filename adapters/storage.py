@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -38,8 +38,15 @@ ENV = {
         "AZURE_CLIENT_ID",
         "AZURE_CLIENT_SECRET",
         "AZURE_TENANT_ID",
+        "AZURE_STORAGE_USE_EMULATOR",  # Azurite, the local emulator
+        "AZURITE_BLOB_STORAGE_URL",  # its address, when not http://127.0.0.1:10000
     ),
 }
+# Azurite's well-known development account (public, the same in every copy of it)
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
 STORES = {
     "": "file",
     "file": "file",
@@ -153,14 +160,28 @@ class Store:
         if "@" in container:  # abfss://container@account.dfs.core.windows.net/path
             container, _, host = container.partition("@")
             account = account or host.split(".", 1)[0]
+        emulator: dict[str, Any] = {}
+        key = o.get("AZURE_STORAGE_ACCOUNT_KEY")
+        if o.get("AZURE_STORAGE_USE_EMULATOR", "").lower() == "true":  # as object_store does
+            url = o.get("AZURITE_BLOB_STORAGE_URL", "http://127.0.0.1:10000").rstrip("/")
+            web, _, authority = url.partition("://")
+            emulator = {
+                "blob_storage_authority": authority,
+                "blob_storage_scheme": web,
+                "dfs_storage_authority": authority,
+                "dfs_storage_scheme": web,
+            }
+            account = o.get("AZURE_STORAGE_ACCOUNT_NAME") or AZURITE_ACCOUNT
+            key = key or AZURITE_KEY
         return (
             pafs.AzureFileSystem(
                 account_name=account or "",
-                account_key=o.get("AZURE_STORAGE_ACCOUNT_KEY"),
+                account_key=key,
                 sas_token=o.get("AZURE_STORAGE_SAS_TOKEN"),
                 client_id=o.get("AZURE_CLIENT_ID"),
                 client_secret=o.get("AZURE_CLIENT_SECRET"),
                 tenant_id=o.get("AZURE_TENANT_ID"),
+                **emulator,
             ),
             f"{container}/{path}",
         )

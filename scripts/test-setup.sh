@@ -26,4 +26,13 @@ if [ ! -f /usr/share/java/postgresql.jar ] || [ ! -f /usr/share/java/mariadb-jav
   as_root apt-get install -y -q libpostgresql-jdbc-java libmariadb-java >/dev/null
 fi
 
+# Azurite, Azure's storage emulator, for the az:// and abfss:// tests (npm's registry)
+tools="${RIVC_TOOLS:-$HOME/.cache/rivc-tools}"
+if ! command -v azurite-blob >/dev/null && [ ! -x "$tools/node_modules/.bin/azurite-blob" ]; then
+  if ! command -v npm >/dev/null; then
+    as_root apt-get install -y -q nodejs npm >/dev/null
+  fi
+  npm install --silent --no-audit --no-fund --prefix "$tools" azurite@3.37.0 >/dev/null
+fi
+
 python -m pip install --quiet -e '.[spark,dev]'

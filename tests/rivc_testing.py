@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 
 from rivc.adapters.cli import main
@@ -102,3 +104,64 @@ def _boto_keys() -> dict[str, str]:
         "aws_access_key_id": S3_KEYS["AWS_ACCESS_KEY_ID"],
         "aws_secret_access_key": S3_KEYS["AWS_SECRET_ACCESS_KEY"],
     }
+
+
+AZURITE_TOOLS = Path(os.environ.get("RIVC_TOOLS", Path.home() / ".cache/rivc-tools"))
+
+
+@contextmanager
+def azurite(container: str = "lake") -> Iterator[str]:
+    """Azurite, Azure's blob storage emulator (scripts/test-setup.sh installs it with npm), in
+    its own process with `container` created; yields its blob URL."""
+    import shutil
+    import tempfile
+
+    import pyarrow.fs as pafs
+
+    from rivc.adapters.storage import AZURITE_ACCOUNT, AZURITE_KEY
+
+    binary = shutil.which("azurite-blob") or str(AZURITE_TOOLS / "node_modules/.bin/azurite-blob")
+    if not Path(binary).exists():
+        pytest.fail("azurite is not installed: run scripts/test-setup.sh")
+    port = free_port()
+    data = tempfile.mkdtemp(prefix="azurite-")
+    server = subprocess.Popen(
+        [
+            binary,
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+            "--location",
+            data,
+            "--silent",
+            "--skipApiVersionCheck",
+            "--loose",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    fs = pafs.AzureFileSystem(
+        account_name=AZURITE_ACCOUNT,
+        account_key=AZURITE_KEY,
+        blob_storage_authority=f"127.0.0.1:{port}",
+        blob_storage_scheme="http",
+        dfs_storage_authority=f"127.0.0.1:{port}",
+        dfs_storage_scheme="http",
+    )
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                fs.create_dir(container)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        yield url
+    finally:
+        server.kill()  # it waits on clients' idle keep-alive connections after a SIGTERM
+        server.wait(10)
+        shutil.rmtree(data, ignore_errors=True)

@@ -18,7 +18,7 @@ from ..connectors.registry import sink_for
 from ..connectors.taskwrite import is_remote
 from ..faults import fault
 from ..state import StateStore
-from ..storage import Store, join
+from ..storage import Store, is_local, join
 from .parquet import dataset, dataset_head, staged, staged_at
 
 if TYPE_CHECKING:
@@ -53,6 +53,10 @@ class BatchWriter:
             fs, path = store.filesystem(join(where, name))
             body = {"kind": kind, "sink": self.nid, "batch_id": batch_id, **fields}
             fs.create_dir(path.rsplit("/", 1)[0], recursive=True)  # a local disk needs it
+            if not is_local(where):  # an object appears whole when its upload completes
+                with fs.open_output_stream(path, compression=None) as out:
+                    out.write(json.dumps(body).encode())
+                return
             with fs.open_output_stream(path + ".tmp", compression=None) as out:
                 out.write(json.dumps(body).encode())
             fs.move(path + ".tmp", path)  # whole or absent
