@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rivc.compiler.errors import RivcError
+from rivc.compiler.errors import RivcError, StateError
 from rivc.compiler.locate import SPARK_LOG, STATE_DIR
 
 from ..state import StateStore
@@ -14,8 +14,58 @@ from .runtime import Runtime
 from .streaming import graceful_interrupt
 
 
-def run_sink_job(root: Path, sink: str) -> int:
-    """Entry point of a generated job: bind the sink's upstream, run it, record the run."""
+def main(root: Path, sink: str, args: list[str]) -> int:
+    """A generated job's command line: `--project URI` runs a published copy of the project
+    (the driver of a cluster-mode job has no project folder); else the folder around the job."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog=f"{sink}.py")
+    parser.add_argument("--project", help="a published copy of the project (a URI or a path)")
+    given = parser.parse_args(args)
+    if given.project is None:
+        return run_sink_job(root, sink)
+    with tempfile.TemporaryDirectory(prefix="rivc-job-") as scratch:
+        try:
+            copied = fetch_project(given.project, Path(scratch))
+        except (OSError, RivcError) as exc:
+            print(f"{given.project}: {exc}", file=sys.stderr)
+            return 2
+        return run_sink_job(copied, sink, detached=True)
+
+
+def fetch_project(uri: str, into: Path) -> Path:
+    """Copy a published project (specs and target/, without .rivc/) into `into`."""
+    import pyarrow.fs as pafs
+
+    from ..storage import Store, resolve
+
+    where = resolve(uri, Path.cwd())
+    fs, base = Store.of(where).filesystem(where)
+    base = base.rstrip("/")
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    copied = 0
+    for info in infos:
+        rel = info.path[len(base) :].strip("/")
+        if info.type != pafs.FileType.File or any(p.startswith(".") for p in rel.split("/")):
+            continue  # .rivc/ (the state, which a copy does not share) and hidden files
+        dest = into / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with fs.open_input_stream(info.path, compression=None) as src:
+            dest.write_bytes(src.read())
+        copied += 1
+    if not (into / "target/manifest.json").exists():
+        raise StateError(
+            f"no target/manifest.json among its {copied} files: publish the project after `rivc compile`"
+        )
+    return into
+
+
+def run_sink_job(root: Path, sink: str, detached: bool = False) -> int:
+    """Entry point of a generated job: bind the sink's upstream, run it, record the run. A
+    `detached` job (a copied project) has a state store of its own that ends with it: its batch
+    ids come from what the sink's tables hold, and what needs state kept between runs (a
+    relational extraction's cursor, a stream's checkpoint) is refused."""
     from ..state import new_run_id, run_lock
     from .spark import get_session
 
@@ -36,9 +86,16 @@ def run_sink_job(root: Path, sink: str) -> int:
                 run_id,
                 state,
             )
+            runtime.detached = detached
             done = []
             with graceful_interrupt(runtime.interrupt):
                 for up in plan.upstream(nid):
+                    if plan.is_extracted(up) and detached:
+                        raise StateError(
+                            f"{up}: a job run from a copied project keeps no state between "
+                            "runs, and this extraction's cursor would be lost; run the job "
+                            "beside the project folder"
+                        )
                     if plan.is_extracted(up):
                         done.append(runtime.execute(up))
                     else:

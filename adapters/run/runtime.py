@@ -86,6 +86,7 @@ class Runtime:
     on_progress: Callable[[str, str], None] = lambda nid, text: None  # a node's progress line
     on_warning: Callable[[str], None] = lambda text: None
     tracker: SparkProgress = field(default_factory=SparkProgress)  # for live progress lines
+    detached: bool = False  # a generated job on a copied project: no state between runs
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
 
@@ -463,6 +464,11 @@ class Runtime:
         the checkpoint lives under the warehouse, and the batches, which the server's Python
         worker writes, leave receipts there that rivc records as they come."""
         receipts: tuple[str, Store] | None = None
+        if self.detached:
+            raise ConnectorError(
+                f"{node.id}: a job run from a copied project keeps no checkpoint between runs, "
+                "and a stream would start over; run the job beside the project folder"
+            )
         if shares_disk(df):
             checkpoint = str(self.plan.root / STATE_DIR / CHECKPOINTS / node.name)
             store = Store()

@@ -88,3 +88,81 @@ def test_run_over_spark_connect(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     table = DeltaTable(str(root / "out/users")).to_pyarrow_table()
     assert sorted(table.column("user_id").to_pylist()) == list(range(1, 41))
+
+
+def test_a_job_runs_a_published_copy_of_its_project(spark, sample, tmp_path, monkeypatch):
+    """Cluster deploy mode: the driver has the job's file only. With --project it copies the
+    published project (specs and target/, here on S3) and runs the sink from there; its tables
+    are on storage both reach. A job that would need state kept between runs is refused."""
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
+    from rivc_testing import S3_KEYS, moto_s3
+
+    with moto_s3() as url:
+        for key, value in {**S3_KEYS, "AWS_ENDPOINT_URL": url, "AWS_ALLOW_HTTP": "true"}.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("LAKE", "s3://lake/out")
+        shared = tmp_path / "shared"  # the warehouse, on a disk every machine mounts
+        (sample / "profiles.yml").write_text(
+            f"default:\n  spark: {{master: 'local[1]'}}\n  warehouse: {shared.as_uri()}\n"
+        )
+        assert rivc(sample, "run").exit_code == 0
+        fs = pafs.S3FileSystem(
+            access_key="test", secret_key="test", endpoint_override=url[7:], scheme="http"
+        )
+        for path in sample.rglob("*"):  # publish: everything but the state and local data
+            rel = path.relative_to(sample).as_posix()
+            if path.is_file() and not rel.startswith((".rivc/", "output/", "data/")):
+                with fs.open_output_stream(f"lake/projects/shop/{rel}", compression=None) as out:
+                    out.write(path.read_bytes())
+        fs.delete_dir("lake/out/files/customer_orders")
+        elsewhere = tmp_path / "driver"
+        elsewhere.mkdir()
+        job = shutil.copy(sample / "target/jobs/customer_orders_files.py", elsewhere)
+        proc = subprocess.run(
+            [
+                str(BIN / "spark-submit"),
+                "--master",
+                "local[1]",
+                job,
+                "--project",
+                "s3://lake/projects/shop",
+            ],
+            cwd=elsewhere,
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert "customer_orders_files: success, 500 rows" in proc.stdout
+        files = pads.dataset("lake/out/files/customer_orders", filesystem=fs).to_table()
+        model = DeltaTable(str(shared / "customer_orders")).to_pyarrow_table()
+        key = [("customer_id", "ascending")]
+        got = files.select(model.column_names).sort_by(key).to_pylist()
+        assert len(got) == 500 and got == model.sort_by(key).to_pylist()
+        assert list(elsewhere.iterdir()) == [elsewhere / "customer_orders_files.py"]
+
+
+def test_a_detached_job_refuses_a_stream(spark, tmp_path, capsys):
+    """A copied project's state ends with its job: a stream would start over from a new
+    checkpoint, so it is refused by name (a relational extraction's cursor likewise)."""
+    from rivc.adapters.run.job import run_sink_job
+    from rivc_testing import write_files
+
+    root = write_files(
+        tmp_path / "p",
+        {
+            "rivc_project.yml": "name: det\n",
+            "sources/gen.yml": "sources:\n  - name: gen\n    connector: datagen\n    tables:\n"
+            "      - {name: o, config: {pattern: orders, stream: true, max_events: 10}}\n",
+            "sinks/out.yml": "sinks:\n  - {name: s, from: source:gen.o, connector: delta,"
+            " config: {table_uri: out/s}}\n",
+        },
+    )
+    assert rivc(root, "compile").exit_code == 0
+    assert run_sink_job(root, "s", detached=True) == 1
+    said = capsys.readouterr().out
+    assert "a job run from a copied project keeps no checkpoint between runs" in said
+    assert not (root / "out/s").exists()

@@ -2,7 +2,9 @@
 
 Runs the sink as `rivc run --select sink:customer_orders_files` does, on whatever Spark runs this file:
     spark-submit target/jobs/customer_orders_files.py
-It reads target/manifest.json, the compiled SQL next to it and the project's specs, and makes
+    spark-submit --deploy-mode cluster customer_orders_files.py --project s3://bucket/path/to/project
+It reads target/manifest.json, the compiled SQL next to it and the project's specs (from the
+project folder around it, or copied from --project, a published copy of it), and makes
 the nodes the sink reads available as relations without running them as nodes (a source is
 read whole, with no extraction state; a view is its SQL; a table is read from the warehouse):
     source:shop.orders
@@ -17,10 +19,10 @@ read whole, with no extraction state; a view is its SQL; a table is read from th
 import sys
 from pathlib import Path
 
-from rivc.adapters.run.job import run_sink_job
+from rivc.adapters.run.job import main
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 SINK = 'customer_orders_files'
 
 if __name__ == "__main__":
-    sys.exit(run_sink_job(PROJECT_DIR, SINK))
+    sys.exit(main(PROJECT_DIR, SINK, sys.argv[1:]))
