@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -186,6 +187,9 @@ SLICE_ROWS = 1_000  # most rows per write when max_file_size is set
 BINARY = ("parquet", "avro")  # formats that compress inside the file
 
 
+_BATCH_NAME = re.compile(r"batch-(\d+)-part-")
+
+
 class FilesSink(Sink):
     """Files named from the batch id (`batch-<id>-part-<n>`): a replayed batch rewrites the same
     files instead of adding new ones. Each file is written under a hidden name, then renamed, so
@@ -197,6 +201,17 @@ class FilesSink(Sink):
     def store(self) -> Store:
         uri = self.ctx.path(self.config.path)
         return Store.of(uri, dict(self.ctx.storage), dict(self.config.storage_options))
+
+    def last_batch_id(self) -> int | None:
+        """The highest batch id in the location's file names: new batches start above it even
+        when the state store was reset, or is a detached job's own, and never rewrite an
+        earlier batch's files."""
+        location = Location(self.config.path, self.ctx.root, self.store)
+        names = (p.rsplit("/", 1)[-1] for p in location.batch_files())
+        return max((int(m[1]) for n in names if (m := _BATCH_NAME.match(n))), default=None)
+
+    def committed(self, batch_id: int) -> bool:
+        return False  # a replay rewrites its files: a killed batch may have left only some
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
