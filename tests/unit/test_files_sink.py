@@ -115,7 +115,6 @@ def test_replay_rewrites_and_overwrite_replaces(tmp_path):
     assert duckdb.sql(f"SELECT count(*) FROM '{tmp_path}/out/*.parquet'").fetchall() == [(0,)]
 
 
-
 def test_new_batch_ids_start_above_the_files_already_written(tmp_path):
     """Without the state store's record (reset, or a detached job's own), a new batch must not
     take the id of files already there: append mode would replace them."""
@@ -125,6 +124,7 @@ def test_new_batch_ids_start_above_the_files_already_written(tmp_path):
     s.write(data(), 7)
     assert s.last_batch_id() == 7
     assert not s.committed(7)  # a replay is rewritten, never skipped: it may be partial
+
 
 def test_day_and_hour_partitions_by_event_time(tmp_path):
     from datetime import datetime
