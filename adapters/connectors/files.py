@@ -206,8 +206,14 @@ class FilesSink(Sink):
         """The highest batch id in the location's file names: new batches start above it even
         when the state store was reset, or is a detached job's own, and never rewrite an
         earlier batch's files."""
-        location = Location(self.config.path, self.ctx.root, self.store)
-        names = (p.rsplit("/", 1)[-1] for p in location.batch_files())
+        import pyarrow.fs as pafs
+
+        fs, base = self.store.filesystem(self.ctx.path(self.config.path))
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # nothing written yet; a path that is a file fails at the write
+        names = (i.base_name for i in infos if i.type == pafs.FileType.File)
         return max((int(m[1]) for n in names if (m := _BATCH_NAME.match(n))), default=None)
 
     def committed(self, batch_id: int) -> bool:
