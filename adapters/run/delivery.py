@@ -4,6 +4,7 @@ a stream of record batches), then record the commit in the state store."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -13,7 +14,7 @@ from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 
-from ..connectors.base import SinkContext, WriteResult
+from ..connectors.base import RETRY_DELAYS, SinkContext, WriteResult
 from ..connectors.registry import sink_for
 from ..connectors.taskwrite import is_remote
 from ..faults import fault
@@ -48,19 +49,17 @@ class BatchWriter:
         """Record a committed batch (`batch`) or its quality counts (`quality`) in the state
         store, or leave a receipt of it for rivc to record."""
         if self.receipts is not None:
-            where, store = self.receipts
-            name = f"{batch_id:012d}-{kind}-{self.nid.replace(':', '-')}.json"
-            fs, path = store.filesystem(join(where, name))
             body = {"kind": kind, "sink": self.nid, "batch_id": batch_id, **fields}
-            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)  # a local disk needs it
-            if not is_local(where):  # an object appears whole when its upload completes
-                with fs.open_output_stream(path, compression=None) as out:
-                    out.write(json.dumps(body).encode())
-                return
-            with fs.open_output_stream(path + ".tmp", compression=None) as out:
-                out.write(json.dumps(body).encode())
-            fs.move(path + ".tmp", path)  # whole or absent
-            return
+            # the batch is committed: retrying the receipt alone, not the batch (a retried
+            # batch would find itself in the table and be recorded as a replay, without rows)
+            for delay in (*RETRY_DELAYS, None):
+                try:
+                    self._receipt(kind, batch_id, body)
+                    return
+                except OSError:
+                    if delay is None:
+                        raise
+                    time.sleep(delay)
         state = StateStore(self.state_path)
         try:
             if kind == "batch":
@@ -69,6 +68,20 @@ class BatchWriter:
                 state.record_quality(self.nid, batch_id, **fields)
         finally:
             state.close()
+
+    def _receipt(self, kind: str, batch_id: int, body: dict[str, Any]) -> None:
+        assert self.receipts is not None
+        where, store = self.receipts
+        name = f"{batch_id:012d}-{kind}-{self.nid.replace(':', '-')}.json"
+        fs, path = store.filesystem(join(where, name))
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)  # a local disk needs it
+        if not is_local(where):  # an object appears whole when its upload completes
+            with fs.open_output_stream(path, compression=None) as out:
+                out.write(json.dumps(body).encode())
+            return
+        with fs.open_output_stream(path + ".tmp", compression=None) as out:
+            out.write(json.dumps(body).encode())
+        fs.move(path + ".tmp", path)  # whole or absent
 
     def last_batch_id(self) -> int | None:
         """The highest batch id of this sink that the state store or the table itself holds:
