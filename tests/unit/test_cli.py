@@ -228,3 +228,31 @@ def test_a_spark_connect_token_is_redacted_in_text():
     shown = redact_text(text)
     assert "abc_DEF-123" not in shown
     assert shown == "cannot reach sc://localhost:5555/;token=****;session_id=9 (UNAVAILABLE)"
+
+
+def test_a_detached_job_refuses_an_extraction_before_any_connection(make_project, capsys):
+    """A job run from a copied project (--project) keeps no state between runs: a relational
+    source's cursor would be lost, so the job stops before it reaches Spark or the database."""
+    from rivc.adapters.run.job import run_sink_job
+
+    root = make_project(
+        {
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: nowhere}\n",
+            "sources/pg.yml": """
+            sources:
+              - name: pg
+                connector: postgres
+                connection: db
+                tables:
+                  - {name: o, query: "SELECT id FROM orders", columns: {id: bigint},
+                     mode: incremental, cursor_column: id}
+        """,
+            "sinks/s.yml": "sinks:\n  - {name: s, from: source:pg.o, connector: delta,"
+            " config: {table_uri: out/s}}\n",
+        }
+    )
+    assert run("compile", "--project-dir", str(root))[0] == 0
+    assert run_sink_job(root, "s", detached=True) == 2
+    said = capsys.readouterr().err
+    assert "source:pg.o: a job run from a copied project keeps no state between runs" in said
+    assert not (root / "out").exists()
