@@ -38,19 +38,31 @@ def read_files(
     """A DataFrame of `files` with the table's `schema` (partition columns filled from the
     file's partition values). A local Spark reading local files uses Spark's own Parquet reader
     (no Python process to start); anything else rivc's data source."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    spark_schema = from_arrow_schema(schema)
     if shares_disk(spark) and all(is_local(f.uri) for f in files):
         return _read_local(spark, files, schema)
+    return _load(spark, files, schema, store)
+
+
+def _load(
+    spark: SparkSession,
+    files: list[DataFile],
+    schema: pa.Schema,
+    store: Store,
+    lines: dict[str, Any] | None = None,
+) -> DataFrame:
+    """`files` through the `rivc_files` data source: Parquet in `schema`, or with `lines`
+    (read_lines_group's options) their text lines."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     register(spark)
     payload = {
         "files": [[f.uri, f.size, f.partition] for f in files],
         "schema": _schema_bytes(schema),
+        "lines": lines,
     }
     return (
         spark.read.format(FORMAT)
-        .schema(spark_schema)
+        .schema(from_arrow_schema(schema))
         .option("files", json.dumps(payload))
         .option("storage_secret", json.dumps(store.options))  # "secret": Spark redacts it
         .load()
@@ -65,23 +77,10 @@ def read_lines(
     files' partition values as string columns; blank lines are left out, as Spark's JSON and
     CSV readers leave them, and with `skip_header` each file's first line."""
     import pyarrow as pa
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     parts = sorted({k for f in files for k in f.partition})
     schema = pa.schema([("value", pa.string()), *((k, pa.string()) for k in parts)])
-    register(spark)
-    payload = {
-        "files": [[f.uri, f.size, f.partition] for f in files],
-        "schema": _schema_bytes(schema),
-        "lines": {"skip_header": skip_header},
-    }
-    return (
-        spark.read.format(FORMAT)
-        .schema(from_arrow_schema(schema))
-        .option("files", json.dumps(payload))
-        .option("storage_secret", json.dumps(store.options))
-        .load()
-    )
+    return _load(spark, files, schema, store, {"skip_header": skip_header})
 
 
 def _read_local(spark: SparkSession, files: list[DataFile], schema: pa.Schema) -> DataFrame:

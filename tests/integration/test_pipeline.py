@@ -304,7 +304,7 @@ sinks:
 
 
 # Files that Spark's own readers and rivc's object-store reader must read to the same values:
-# CRLF and CR line ends, blank lines, a malformed line, U+2028 and other separators inside a
+# CRLF and CR line ends, blank and whitespace-only lines, a malformed line, U+2028 and other separators inside a
 # JSON string, offsets on timestamps, decimals at their precision, 64-bit extremes, NULLs and
 # empty text, quoted separators and newline-free quotes in CSV, gzip, and partition
 # directories with a NULL and an escaped value.
@@ -313,6 +313,7 @@ EDGE_JSON = {
         '{"id": 9223372036854775807, "name": "line\u2028sep\u0085and", '
         '"amount": "12345678.90", "at": "2026-03-29T01:30:00+02:00"}\r\n'
         "\r\n"
+        "   \t \n"
         '{"id": -9223372036854775808, "name": "", "amount": null, "at": null}\r'
         '{"id": 3, "name": "ü/=😀", "amount": "-0.01", "at": "1970-01-01T00:00:00Z"}\n'
         "not json at all\n"
@@ -326,6 +327,7 @@ EDGE_CSV = (
     '1,"a, quoted ""name""",1.50,2026-01-01 00:00:00\r\n'
     "2,,,\r\n"
     "\r\n"
+    "  \r\n"
     '3,"",-99999999.99,1999-12-31 23:59:59.123456\r\n'
 )
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database
@@ -173,6 +174,28 @@ def project(root: Path, profile: str) -> Path:
     return write_files(root, {**PROJECT, "profiles.yml": profile})
 
 
+def s3_fs(s3: str) -> pafs.S3FileSystem:
+    """pyarrow's filesystem of the moto server, to look at what landed on it."""
+    return pafs.S3FileSystem(
+        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
+    )
+
+
+def s3_fileio(s3: str) -> dict[str, str]:
+    """pyiceberg's FileIO properties for the moto server."""
+    return {
+        "s3.endpoint": s3,
+        "s3.access-key-id": "test",
+        "s3.secret-access-key": "test",
+        "s3.region": "us-east-1",
+    }
+
+
+def s3_options(s3: str) -> dict[str, str]:
+    """delta-rs's storage options for the moto server."""
+    return {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+
+
 def sorted_table(table: pa.Table, keys: list[str]) -> pa.Table:
     """Rows in key order, columns by name; nullability (which Spark's two planners infer
     differently) left out: the values are what must match."""
@@ -189,7 +212,6 @@ def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import pyarrow.dataset as pads
-    import pyarrow.fs as pafs
 
     remote = project(hidden / "remote", remote_profile(connect, s3, "s3://lake/warehouse"))
     local = project(
@@ -214,7 +236,7 @@ def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
         done = rivc(local, "run")  # on the test session's local Spark
         assert done.exit_code == 0, done.output
 
-    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    options = s3_options(s3)
     pairs = [
         ("s3://lake/warehouse/orders_enriched", local / "warehouse/orders_enriched", ["order_id"]),
         (
@@ -238,9 +260,7 @@ def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
     history = [h["operation"] for h in orders.history()]
     assert len(history) >= 2
 
-    fs = pafs.S3FileSystem(
-        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
-    )
+    fs = s3_fs(s3)
     listed = fs.get_file_info(pafs.FileSelector("lake/sinks/files/customer_orders"))
     # written by the server's tasks (one name per task), not staged through rivc
     assert listed and all(
@@ -261,12 +281,7 @@ def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
         catalog = SqlCatalog("rivc", uri=f"sqlite:///{home / 'catalog.db'}", **props)
         return catalog.load_table(name)
 
-    on_s3 = {
-        "s3.endpoint": s3,
-        "s3.access-key-id": "test",
-        "s3.secret-access-key": "test",
-        "s3.region": "us-east-1",
-    }
+    on_s3 = s3_fileio(s3)
     far_ice = iceberg(remote, **on_s3)
     data_files = [t.file.file_path for t in far_ice.scan().plan_files()]
     assert data_files and all(
@@ -331,16 +346,13 @@ def test_the_sample_project_on_a_remote_spark_and_s3_gives_the_local_tables(
     warehouse and sinks under LAKE on S3, the page views landed on S3): every table, the files
     sink, the data tests and the console sink give what a local run and build give."""
     import pyarrow.dataset as pads
-    import pyarrow.fs as pafs
 
     skip = shutil.ignore_patterns("target", ".rivc", "output", "warehouse")
     remote = hidden / "sample"
     local = tmp_path / "sample"
     shutil.copytree(REPO / "sample_project", remote, ignore=skip)
     shutil.copytree(REPO / "sample_project", local, ignore=skip)
-    fs = pafs.S3FileSystem(
-        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
-    )
+    fs = s3_fs(s3)
     for f in sorted((REPO / "sample_project/data/pageviews").iterdir()):
         with fs.open_output_stream(f"lake/landing/pageviews/{f.name}") as out:
             out.write(f.read_bytes())
@@ -368,7 +380,7 @@ def test_the_sample_project_on_a_remote_spark_and_s3_gives_the_local_tables(
         re.findall(r"\] PASS (test:\S+)", near_run.output)
     )
 
-    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    options = s3_options(s3)
     pairs = [
         ("warehouse/orders_enriched", ["order_id"]),
         ("warehouse/customer_orders", ["customer_id"]),
@@ -414,9 +426,7 @@ def test_relational_sources_stage_where_a_remote_spark_reaches(
     import decimal
     from datetime import UTC, datetime
 
-    import pyarrow.fs as pafs
-
-    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    options = s3_options(s3)
 
     def lake(name: str) -> list[dict[str, object]]:
         table = DeltaTable(f"s3://lake/rel/{name}", storage_options=options).to_pyarrow_table()
@@ -498,9 +508,7 @@ sources:
         assert len(lake("orders")) == 201 and len(lake("chunks")) == 201
         assert lake("items")[-1] == {"id": 51, "name": "new", "n": -(2**63)}
 
-    fs = pafs.S3FileSystem(
-        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
-    )
+    fs = s3_fs(s3)
     # every staged copy went once its cursor advanced; none was ever in the project folder
     left = fs.get_file_info(
         pafs.FileSelector("lake/rel/_rivc_staging", recursive=True, allow_not_found=True)
@@ -515,8 +523,6 @@ def test_a_killed_run_leaves_no_operation_running_on_the_server(
     """kill -9 of rivc does not stop the server's job; the next run stops it before it writes,
     so the killed job never lands a file (its tasks would write theirs 40 s in)."""
     import sqlite3
-
-    import pyarrow.fs as pafs
 
     slow = (
         "{{ config(materialized='table') }}\n"
@@ -563,12 +569,10 @@ def test_a_killed_run_leaves_no_operation_running_on_the_server(
     ), said
 
     time.sleep(max(0.0, 50 - (time.monotonic() - killed_at)))  # past the killed tasks' sleep
-    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+    options = s3_options(s3)
     table = DeltaTable("s3://lake/kill/slow", storage_options=options)
     assert table.to_pyarrow_table().to_pylist() == [{"id": 1}]
-    fs = pafs.S3FileSystem(
-        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
-    )
+    fs = s3_fs(s3)
     listed = fs.get_file_info(pafs.FileSelector("lake/kill/slow", recursive=True))
     on_s3 = {f"s3://{f.path}" for f in listed if f.path.endswith(".parquet")}
     assert on_s3 == set(table.file_uris())  # nothing of the killed job's
@@ -585,13 +589,10 @@ def test_edge_values_stage_on_s3_exactly_or_are_refused_by_name(
     import json
 
     import pyarrow.dataset as pads
-    import pyarrow.fs as pafs
     from rivc_types import PG_EXPECTED, PG_ROWS, PG_TABLE, READERS, compare, expected_rows
 
-    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
-    fs = pafs.S3FileSystem(
-        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
-    )
+    options = s3_options(s3)
+    fs = s3_fs(s3)
     with database("postgres") as pg:
         pg.execute(PG_TABLE, "INSERT INTO types VALUES " + ", ".join(PG_ROWS))
         pg.execute("CREATE TABLE dinf (id int, v date)")
@@ -711,7 +712,7 @@ sinks:
         assert all(re.search(rf"OK sink:{s} ", done.stdout) for s in "dif"), done.stdout
         rchar, wchar, rss_kb = map(int, re.findall(r"RIVC-IO (\d+) (\d+) (\d+)", done.stderr)[-1])
         counters[rows] = (rchar, wchar, rss_kb)
-        options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
+        options = s3_options(s3)
         table = DeltaTable(f"s3://lake/flat{rows}/d", storage_options=options)
         assert table.to_pyarrow_dataset().count_rows() == rows
     (small_r, small_w, small_rss), (big_r, big_w, big_rss) = counters.values()
@@ -783,13 +784,8 @@ def test_a_stream_on_a_server_that_cannot_see_the_project(
     assert refused.returncode == 1
     assert "sink:i: a stream on this Spark commits from the server" in refused.stdout
 
-    options = {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
-    on_s3 = {
-        "s3.endpoint": s3,
-        "s3.access-key-id": "test",
-        "s3.secret-access-key": "test",
-        "s3.region": "us-east-1",
-    }
+    options = s3_options(s3)
+    on_s3 = s3_fileio(s3)
 
     def untimed(table: pa.Table) -> pa.Table:  # a stream's events are timed from its start
         return sorted_table(table.drop_columns(["created_at"]), ["order_id"])
