@@ -19,6 +19,13 @@ import signal
 POINTS = frozenset({"mid-extraction", "after-staging", "after-commit", "between-sinks"})
 
 
+def carried() -> dict[str, str]:
+    """The fault to inject, for a process that runs rivc's code with an environment of its own
+    (a Spark Connect server's Python worker, which commits a remote stream's batches)."""
+    wanted = os.environ.get("RIVC_FAULT")
+    return {"RIVC_FAULT": wanted} if wanted else {}
+
+
 def fault(point: str, node: str = "") -> None:
     """Die here if RIVC_FAULT names this point (and, when it names one, this node)."""
     wanted = os.environ.get("RIVC_FAULT")

@@ -27,7 +27,7 @@ from ..connectors import delta
 from ..connectors.base import SinkContext, SourceContext, WriteResult
 from ..connectors.registry import read_source
 from ..errortext import model_error, rivc_error_inside
-from ..faults import fault
+from ..faults import carried, fault
 from ..state import NodeResult, StateStore
 from ..storage import Store, environment, join, shares_disk
 from .delivery import BatchWriter, collect_receipts
@@ -446,7 +446,7 @@ class Runtime:
             dead_letter=next((t for t, why in spec.targets.items() if why == "dead_letter"), None),
             retry=spec.retry,
             rate_limit=spec.rate_limit or self._upstream_rate_limit(f"sink:{name}"),
-            environment=environment(),
+            environment={**environment(), **carried()},
         )
 
     def _upstream_rate_limit(self, nid: str) -> RateLimit | None:

@@ -105,8 +105,9 @@ class SinkWriter:
     failures: int = 0  # consecutive batches that failed to write
     tokens: float = 0.0  # rate limit: the token bucket, refilled at events_per_second
     refilled_at: float | None = None
-    # the rivc process's store credentials and endpoints (storage.ENV): a Spark Connect
-    # server's Python worker, which runs this function for a stream, has its own environment
+    # the rivc process's store credentials and endpoints (storage.ENV), and the fault suite's
+    # RIVC_FAULT: a Spark Connect server's Python worker, which runs this function for a
+    # stream, has an environment of its own
     environment: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -127,6 +128,8 @@ class SinkWriter:
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         batch_id += self.base
         os.environ.update(self.environment)  # a no-op in the rivc process itself
+        if "RIVC_FAULT" not in self.environment:
+            os.environ.pop("RIVC_FAULT", None)
         if not self.checks_rows:
             self._throttle(self._write_all(df, batch_id, None))
             return

@@ -841,3 +841,33 @@ def test_a_stream_on_a_server_that_cannot_see_the_project(
         version = DeltaTable("s3://lake/stream/d", storage_options=options).version()
         assert version == far_d.version()
         assert batches(remote)["sink:d"][1] == 3000
+
+        # More events, and the server's worker killed (SIGKILL) right after its Delta commit,
+        # before the receipt and Spark's own commit: the rerun replays the batch, the table
+        # skips it, and both tables hold every event once, as a local run without a kill does
+        more = STREAM_SOURCE.replace("max_events: 3000", "max_events: 4500")
+        (remote / "sources/gen.yml").write_text(more)
+        (local / "sources/gen.yml").write_text(more)
+        killed = subprocess.run(
+            [sys.executable, "-m", "rivc.adapters.cli", "run"],
+            cwd=remote,
+            env={**os.environ, **env, "RIVC_FAULT": "after-commit:d"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert killed.returncode == 1, killed.stdout[-2000:]
+        grown = DeltaTable("s3://lake/stream/d", storage_options=options)
+        assert grown.to_pyarrow_dataset().count_rows() == 4500  # committed, then killed
+        rerun = run(remote, env, "run")
+        assert "replayed and skipped" in rerun.stdout, rerun.stdout
+        near = rivc(local, "run")
+        assert near.exit_code == 0, near.output
+        final = DeltaTable("s3://lake/stream/d", storage_options=options)
+        assert final.version() == grown.version()  # the replay committed nothing
+        got = untimed(final.to_pyarrow_table())
+        want = untimed(DeltaTable(str(tmp_path / "local-lake/d")).to_pyarrow_table())
+        assert got.num_rows == 4500 and got.equals(want)
+        near_i = ice(f"sqlite:///{local / '.rivc/iceberg/catalog.db'}")
+        assert untimed(ice(catalog, **on_s3)).equals(untimed(near_i))
+        assert not list((shared / "_rivc_checkpoints").rglob("rivc-receipts/*"))
