@@ -5,55 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from .driver import CompiledProject
 from .graph import Node
+from .inline import final_sql
 from .manifest import Manifest, ManifestNode
 from .redact import redact
-from .specs import NodeId
 from .version import VERSION
 
 
 def compiled_path(node: Node, incremental: bool = False) -> str:
     suffix = ".incremental.sql" if incremental else ".sql"
     return f"compiled/{node.kind}/{node.name}{suffix}"
-
-
-def ephemeral_parents(compiled: CompiledProject, nid: NodeId) -> list[Node]:
-    """Ephemeral models `nid` reads, directly or through other ephemerals, in dependency order."""
-    graph = compiled.graph
-    found: set[NodeId] = set()
-    stack = list(graph.parents(nid))
-    while stack:
-        parent = graph.nodes[stack.pop()]
-        if (
-            parent.kind == "model"
-            and parent.config.get("materialized") == "ephemeral"
-            and parent.id not in found
-        ):
-            found.add(parent.id)
-            stack += graph.parents(parent.id)
-    return [graph.nodes[n] for n in graph.order(found)]
-
-
-def final_sql(compiled: CompiledProject, node: Node, sql: str) -> str:
-    """The node's SQL with ephemeral models inlined as leading CTEs."""
-    ephemerals = ephemeral_parents(compiled, node.id)
-    if not ephemerals:
-        return sql
-    tree = sqlglot.parse_one(sql, read="spark")
-    ctes = [
-        exp.CTE(
-            this=sqlglot.parse_one(e.sql or "", read="spark"),
-            alias=exp.TableAlias(this=exp.to_identifier(e.name, quoted=True)),
-        )
-        for e in ephemerals
-    ]
-    existing = tree.args.get("with_")
-    tree.set("with_", exp.With(expressions=ctes + (existing.expressions if existing else [])))
-    return tree.sql(dialect="spark", pretty=True) + "\n"
 
 
 def artifacts(compiled: CompiledProject) -> dict[str, str]:
@@ -67,15 +29,20 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
         ephemeral = node.kind == "model" and node.config.get("materialized") == "ephemeral"
         if node.sql is not None:  # target/ describes the whole project, whatever the selection
             path = compiled_path(node)
-            files[path] = final_sql(compiled, node, node.sql) if not ephemeral else node.sql
+            files[path] = final_sql(graph, node, node.sql) if not ephemeral else node.sql
             paths["compiled_path"] = path
             if node.sql_incremental is not None:
                 inc = compiled_path(node, incremental=True)
-                files[inc] = final_sql(compiled, node, node.sql_incremental)
+                files[inc] = final_sql(graph, node, node.sql_incremental)
                 paths["compiled_incremental_path"] = inc
         extra = {
-            ("from_" if k == "from" else k): v for k, v in node.extra.items() if k != "spec_path"
+            ("from_" if k == "from" else k): v
+            for k, v in node.extra.items()
+            if k not in ("spec_path", "batch_sql")
         }
+        if "batch_sql" in node.extra:
+            extra["compiled_batches_path"] = f"compiled/sink/{node.name}.batches.sql"
+            files[extra["compiled_batches_path"]] = node.extra["batch_sql"]
         nodes[nid] = ManifestNode(
             nid,
             node.kind,

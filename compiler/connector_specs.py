@@ -334,3 +334,12 @@ def merge_keys_of(config: Any) -> tuple[str, ...]:
     if isinstance(config, IcebergSinkConfig) and config.mode == "upsert":
         return config.key_fields
     return ()
+
+
+def sink_mode(config: Any) -> str | None:
+    """How a sink applies a batch: `append`, `overwrite` or `merge` (by key); None for sinks that
+    only show or send rows (stdout, a connector without a mode)."""
+    if merge_keys_of(config):
+        return "merge"
+    mode = getattr(config, "mode", None)
+    return mode if mode in ("append", "overwrite") else None

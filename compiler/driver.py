@@ -12,6 +12,7 @@ from typing import Any
 
 from .errors import CompileFailed
 from .graph import Node, ProjectGraph, node_id
+from .nodes.consumers import sink_inputs
 from .nodes.data_tests import test_nodes
 from .nodes.models import CompileCache, analyze_models, check_model_keys, model_node
 from .nodes.sinks import check_targets, sink_node, star_feeding_sinks
@@ -140,6 +141,7 @@ def _analyze(
     for node in test_nodes(project, renderer, params, nodes, findings):
         nodes[node.id] = node
     graph = ProjectGraph(nodes)
+    sink_inputs(project, graph, findings)
     chosen = select(graph, options.select, options.exclude)
     needed = graph.with_upstream(chosen)
     scope = {nodes[n].path.as_posix() for n in needed} | {

@@ -13,7 +13,7 @@ from typing import Any, Literal, cast
 
 from .specs import ModelConfig
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Kind = Literal["source", "model", "sink", "test"]
 
@@ -28,6 +28,8 @@ _OPTIONAL = (
     "sink_config",
     "trigger",
     "targets",
+    "input",
+    "compiled_batches_path",
 )
 
 
@@ -54,6 +56,8 @@ class ManifestNode:
     sink_config: dict[str, Any] | None = None  # sinks: the config (redacted)
     trigger: str | dict[str, Any] | None = None  # sinks
     targets: dict[str, Any] | None = None  # sinks: route targets
+    input: dict[str, Any] | None = None  # sinks: what they consume (compiler/nodes/consumers.py)
+    compiled_batches_path: str | None = None  # sinks of new batches: their batch SQL
 
     @property
     def model_config(self) -> ModelConfig:

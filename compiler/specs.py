@@ -305,6 +305,7 @@ class SinkSpec(Spec):
     retry: SinkRetry = SinkRetry()
     rate_limit: RateLimit | None = None
     health_check: bool = True
+    shared: bool = False  # the sink's table may be written by other projects or checkouts too
 
     _tuple = field_validator("tags", mode="before")(_as_tuple)
     _name = field_validator("name")(_identifier)

@@ -1,0 +1,116 @@
+"""What each sink consumes (docs/running.md, "What each node reads").
+
+A sink's input is one of:
+- `batches`: the new batches of landed incremental sources, passed through row-wise views; its
+  batch SQL reads them under per-sink names (increments.new_batches_relation);
+- `whole`: the whole relation, delivered when one of its `tracked` inputs (landed sources,
+  stored models) has a newer version than the sink holds, or on every run when it reads an
+  `untracked` one (datagen, files, delta and iceberg sources);
+- `stream`: a Spark stream, whose checkpoint keeps the sink's place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..connector_specs import sink_mode
+from ..graph import Node, ProjectGraph
+from ..increments import batch_sql, changes, new_batches_relation
+from ..inline import final_sql
+from ..project import Project
+from ..render import source_relation
+from ..rules import Finding
+from ..specs import NodeId
+from .common import spec_finding
+
+STORED = ("table", "incremental")
+
+
+def source_role(project: Project, node: Node) -> str:
+    """`log` (a landed incremental table: it grows by batches), `snapshot` (a landed table of
+    another mode: each batch is the whole table), `stream`, or `untracked` (read whole)."""
+    table = project.sources[node.name]
+    if table.connector.relational:
+        return "log" if table.table.mode == "incremental" else "snapshot"
+    return "stream" if getattr(table.config, "stream", False) else "untracked"
+
+
+def sink_inputs(project: Project, graph: ProjectGraph, findings: list[Finding]) -> None:
+    """Set every sink's `input` (and, for new batches, its `batch_sql`) in its node's extra."""
+    for node in graph.nodes.values():
+        if node.kind == "sink" and node.depends_on:
+            node.extra.update(_sink_input(project, graph, node, findings))
+
+
+def _sink_input(
+    project: Project, graph: ProjectGraph, sink: Node, findings: list[Finding]
+) -> dict[str, Any]:
+    start = sink.depends_on[0]
+    views: list[NodeId] = []
+    leaves: dict[NodeId, str] = {}
+    stack, seen = [start], {start}
+    while stack:
+        nid = stack.pop()
+        node = graph.nodes[nid]
+        if node.kind == "source":
+            leaves[nid] = source_role(project, node)
+            continue
+        mat = node.config.get("materialized", "view")
+        if mat in STORED:
+            leaves[nid] = "model"
+            continue
+        if mat == "view":
+            views.append(nid)
+        for parent in graph.parents(nid):
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    info: dict[str, Any] = {
+        "changing": sorted(n for n, r in leaves.items() if r == "log"),
+        "tracked": sorted(n for n, r in leaves.items() if r in ("log", "snapshot", "model")),
+        "untracked": any(r == "untracked" for r in leaves.values()),
+    }
+    if any(r == "stream" for r in leaves.values()):
+        return {"input": {"kind": "stream", **info}}
+    passing = {source_relation(*graph.nodes[n].name.split(".", 1)) for n in info["changing"]}
+    sources = set(passing)
+    broken: dict[str, tuple[str, str]] = {}  # view -> (the view that stopped batches, why)
+    for nid in graph.order(views):
+        view = graph.nodes[nid]
+        sql = final_sql(graph, view, view.sql or "")
+        reads_broken = [b for b in broken if changes(sql, {b})[0]]
+        moving, why = changes(sql, passing)
+        if reads_broken:
+            broken[view.name] = broken[reads_broken[0]]
+        elif moving and why is not None:
+            broken[view.name] = (view.name, why)
+        elif moving:
+            passing.add(view.name)
+    relation = sink.extra.get("relation") or ""
+    if relation in passing:
+        chain = [
+            (graph.nodes[n].name, final_sql(graph, graph.nodes[n], graph.nodes[n].sql or ""))
+            for n in graph.order(views)
+            if graph.nodes[n].name in passing
+        ]
+        renamed = {s: new_batches_relation(sink.name, s) for s in sources}
+        return {
+            "input": {"kind": "batches", **info},
+            "batch_sql": batch_sql(relation, chain, renamed),
+        }
+    if relation in broken:
+        stopper, why = broken[relation]
+        info.update(through=stopper, why=why)
+        spec = project.sinks[sink.name]
+        if sink_mode(spec.config) == "append":
+            findings.append(
+                spec_finding(
+                    f"sink {sink.name!r} appends what view {stopper!r} reads from incremental "
+                    f"sources, but new batches cannot pass through it ({why}): every run "
+                    "would append its whole result again; use mode overwrite, or merge by "
+                    "a key",
+                    spec.where,
+                    "from",
+                )
+            )
+    return {"input": {"kind": "whole", **info}}
