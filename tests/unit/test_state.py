@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -66,11 +67,9 @@ def test_a_killed_run_is_resumed_by_the_same_run_and_aborted_by_another(tmp_path
     store = StateStore(tmp_path / "state.db")
     assert store.start_run("r1", "run", "*", "same") is None
     store.hand_out("r1", "sink:a", 7)
-    store.record_extract("r1", "source:s.t", ["/x/0.parquet"], '{"value": 1}', "full")
     # r1 was killed: a run with the same fingerprint resumes it
     assert store.start_run("r2", "run", "*", "same") == "r1"
     assert store.handed_out("r1", "sink:a") == 7
-    assert store.extract_of("r1", "source:s.t") == (["/x/0.parquet"], '{"value": 1}', "full")
     # r2 was killed too: another invocation closes it as aborted and resumes nothing
     assert store.start_run("r3", "run", "other", "different") is None
     status = {r["run_id"]: r["status"] for r in store._rows("SELECT run_id, status FROM runs")}
@@ -152,3 +151,33 @@ def test_quality_counts_show_in_history(tmp_path):
         "rows": 5,
     }
     store.close()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_store_is_moved_aside_and_a_new_one_started(tmp_path, damage):
+    path = tmp_path / ".rivc/state.db"
+    store = StateStore(path)
+    store.start_run("r1", "run", "*")
+    for i in range(200):  # a store of a few pages
+        store.commit_batch("sink:a", i, "r1", i, i, [(f"/x/{i}.parquet", i, i)])
+    store.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3] if damage == "truncated" else os.urandom(8192))
+    fresh = StateStore(path)
+    assert fresh.damaged is not None and "moved aside" in fresh.damaged
+    assert fresh.last_batch_id("sink:a") is None  # a new store: the record only is lost
+    fresh.start_run("r2", "run", "*")  # and it works
+    fresh.close()
+    (aside,) = path.parent.glob("state.db.damaged-*")
+    assert aside.read_bytes()[:16] == (
+        data[:16] if damage == "truncated" else aside.read_bytes()[:16]
+    )
+    assert StateStore(path).damaged is None  # the new one opens cleanly next time
+
+
+def test_an_emptied_store_is_a_new_store(tmp_path):
+    path = tmp_path / "state.db"
+    StateStore(path).close()
+    path.write_bytes(b"")
+    store = StateStore(path)
+    assert store.damaged is None and store.last_batch_id("sink:a") is None
