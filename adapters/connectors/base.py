@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -53,6 +53,11 @@ class SinkContext:
     sink: str
     storage: Mapping[str, str] = field(default_factory=dict)  # the profile's `storage:` block
     staging: str = ""  # where a remote Spark stages batches for rivc: under the warehouse
+    writer: str = ""  # this project's writer id (its warehouse's): a sink's table takes one
+    shared: bool = False  # the sink's table may have other writers (`shared: true`)
+    # what the batch being written consumed: input node id -> the batch of it (a landed
+    # source's batch, a model's batch id), committed with the data (docs/running.md)
+    places: Mapping[str, int] = field(default_factory=dict)
 
     def path(self, value: str) -> str:
         """A local path relative to the project (file:// dropped), or a URI (s3://...) as it is."""
@@ -60,7 +65,26 @@ class SinkContext:
 
     @property
     def app_id(self) -> str:
-        return f"rivc:{self.project}:{self.sink}"
+        """The id a sink's commits carry their batch ids under; a shared table's writers each
+        have their own."""
+        who = f"{self.project}@{self.writer}" if self.shared else self.project
+        return f"rivc:{who}:{self.sink}"
+
+    def place_id(self, source: str) -> str:
+        """The id under which a commit carries what it consumed of input `source`."""
+        return f"{self.app_id}@{source}"
+
+    def claim(self, found: str | None, where: str) -> bool:
+        """Whether a table whose recorded writer is `found` may be written by this project;
+        True when it records none yet (the caller records ours). Another writer's table is
+        refused by name, unless the sink says it is shared."""
+        if found is None or found == self.writer or self.shared or not self.writer:
+            return found is None and bool(self.writer) and not self.shared
+        raise ConnectorError(
+            f"sink {self.sink}: {where} is written by another checkout or project (writer "
+            f"{found}; this one is {self.writer}): two writers would commit the same batch ids; "
+            "point the sink at a location of its own, or set shared: true on both sinks"
+        )
 
 
 @dataclass
@@ -102,6 +126,16 @@ class Sink(ABC):
         self.config, self.ctx = config, ctx
 
     max_rows: int | None = None  # a sink that shows only the first rows asks for no more
+
+    def writer(self) -> str | None:
+        """The writer id the target records (only targets that keep one)."""
+        return None
+
+    def places(self, inputs: Sequence[str]) -> dict[str, int | None] | None:
+        """What the target holds of each input (the `ctx.places` its last commit recorded;
+        None for an input it never consumed); None when the target cannot record places, and
+        so takes its whole input on every run."""
+        return None
 
     def last_batch_id(self) -> int | None:
         """The highest batch id the target records (only sinks that can tell)."""

@@ -6,9 +6,10 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rivc.compiler.connector_specs import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SPARK_CODECS = {"snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "zstd": "zstd", "none": "none"}
+R = TypeVar("R")
+WRITER = "rivc.writer"  # the table property naming the project that writes a sink's table
 CODECS = {
     "snappy": "SNAPPY",
     "gzip": "GZIP",
@@ -42,6 +45,33 @@ CODECS = {
     "zstd": "ZSTD",
     "none": "UNCOMPRESSED",
 }
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a commit records beside its data, in the same transaction: app transactions (an
+    app id and its version: a batch id, or a consumer's place in an input) and the commit's
+    `rivc` metadata (a landing table's source position, the writer)."""
+
+    txns: tuple[tuple[str, int], ...] = ()
+    metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def batch(cls, app_id: str, batch_id: int) -> Stamp:
+        return cls(((app_id, batch_id),))
+
+    @property
+    def batch_id(self) -> int | None:
+        return self.txns[0][1] if self.txns else None
+
+    def properties(self) -> Any:
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(
+            app_transactions=[Transaction(a, v) for a, v in self.txns] or None,
+            custom_metadata={"rivc": json.dumps(self.metadata)} if self.metadata else None,
+            max_commit_retries=0,
+        )
 
 
 def open_table(uri: str, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
@@ -72,16 +102,14 @@ def write(
     configuration: dict[str, str] | None = None,
     schema_mode: str | None = None,
     storage_options: dict[str, str] | None = None,
-    app: tuple[str, int] | None = None,
+    stamp: Stamp = Stamp(),
 ) -> WriteResult:
-    """Append, overwrite or merge `data`; with `app`, record (app_id, batch id) in the same commit."""
-    from deltalake import CommitProperties, Transaction, WriterProperties, write_deltalake
+    """Append, overwrite or merge `data`, with `stamp` in the same commit."""
+    from deltalake import WriterProperties, write_deltalake
     from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
 
     props = WriterProperties(compression=CODECS[compression])  # type: ignore[arg-type]
-    commit = CommitProperties(
-        app_transactions=[Transaction(app[0], app[1])] if app else None, max_commit_retries=0
-    )
+    commit = stamp.properties()
 
     if mode == "merge":
         repeated = repeated_key(data.to_table(columns=list(keys)))
@@ -334,7 +362,7 @@ def commit(
     written: list[Written],
     partition_by: tuple[str, ...] = (),
     removes: tuple[str, ...] = (),
-    app: tuple[str, int] | None = None,
+    stamp: Stamp = Stamp(),
     configuration: dict[str, str] | None = None,
 ) -> tuple[int, float]:
     """One Delta transaction of the files Spark's tasks wrote, with the batch id. mode `replace`
@@ -345,7 +373,7 @@ def commit(
     from time import time
 
     import pyarrow as pa
-    from deltalake import CommitProperties, Schema, Transaction
+    from deltalake import Schema
     from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -360,9 +388,7 @@ def commit(
         )
         for w in written
     ]
-    props = CommitProperties(
-        app_transactions=[Transaction(app[0], app[1])] if app else None, max_commit_retries=0
-    )
+    props = stamp.properties()
 
     def attempt() -> None:
         dt = open_table(uri, store.delta)
@@ -409,19 +435,20 @@ def write_batch(
     mode: str,
     schema: Any,
     partition_by: tuple[str, ...] = (),
-    app: tuple[str, int] | None = None,
+    stamp: Stamp = Stamp(),
     codec: str = "snappy",
     max_bytes: int | None = None,
     removes: tuple[str, ...] = (),
     configuration: dict[str, str] | None = None,
 ) -> WriteResult:
     """Spark's tasks write `df` into the table; rivc commits what they wrote, or deletes it."""
-    where = prefix("batch" if app is None else f"batch-{app[1]:06d}")
+    batch = stamp.batch_id
+    where = prefix("batch" if batch is None else f"batch-{batch:06d}")
     written = write_parquet(df, uri, store, where, SPARK_CODECS[codec], partition_by, max_bytes)
     fault("before-commit", uri.rstrip("/").rsplit("/", 1)[-1])  # the files are in, the log not
     try:
         retries, took = commit(
-            uri, store, mode, schema, written, partition_by, removes, app, configuration
+            uri, store, mode, schema, written, partition_by, removes, stamp, configuration
         )
     except BaseException:
         store.remove_tree(join(uri, where))
@@ -442,9 +469,10 @@ def merge(
     store: Store,
     keys: tuple[str, ...],
     schema: Any = None,
-    app: tuple[str, int] | None = None,
+    stamp: Stamp = Stamp(),
     codec: str = "snappy",
     partition_by: tuple[str, ...] = (),
+    configuration: dict[str, str] | None = None,
 ) -> WriteResult:
     """Upsert `df` by `keys` on Spark's executors (a new table is created with `partition_by`). The files that can hold a batch key (by
     partition value and the first key's min/max statistics, matched by a join in Spark) are
@@ -466,9 +494,22 @@ def merge(
     dt = open_table(uri, store.delta)
     if dt is None:
         schema = arrow_schema(upserts)
-        return write_batch(upserts, uri, store, "append", schema, partition_by, app, codec)
-    if not batch_rows:
-        return WriteResult()
+        return write_batch(
+            upserts,
+            uri,
+            store,
+            "append",
+            schema,
+            partition_by,
+            stamp,
+            codec,
+            configuration=configuration,
+        )
+    if not batch_rows:  # nothing to merge: a consumer's commit still records its places
+        if len(stamp.txns) < 2:
+            return WriteResult()
+        retries, took = commit(uri, store, "append", table_schema(dt), [], stamp=stamp)
+        return WriteResult(retries=retries, commits=1, commit_s=took)
     files = table_files(dt, uri)
     stored = table_schema(dt)
     schema = stored if schema is None else schema
@@ -491,7 +532,7 @@ def merge(
         "append",
         schema,
         parts,
-        app,
+        stamp,
         codec,
         removes=tuple(rel[f.uri] for f in candidates),
     )
@@ -572,6 +613,34 @@ class DeltaSink(Sink):
         version = dt.transaction_version(self.ctx.app_id)
         return None if version is None else int(version)
 
+    def places(self, inputs: Sequence[str]) -> dict[str, int | None]:
+        dt = open_table(self.uri, self.store.delta)
+        if dt is None:
+            return dict.fromkeys(inputs)
+        return {i: dt.transaction_version(self.ctx.place_id(i)) for i in inputs}
+
+    def _stamp(self, batch_id: int) -> Stamp:
+        places = ((self.ctx.place_id(k), v) for k, v in sorted(self.ctx.places.items()))
+        return Stamp(((self.ctx.app_id, batch_id), *places), {"writer": self.ctx.writer})
+
+    def writer(self) -> str | None:
+        dt = open_table(self.uri, self.store.delta)
+        return None if dt is None else dt.metadata().configuration.get(WRITER)
+
+    def _claim(self, dt: DeltaTable | None) -> None:
+        """Refuse a table another project writes; give one that names no writer ours (a
+        table property; a new table gets it after its first commit, which may not set one)."""
+        found = None if dt is None else dt.metadata().configuration.get(WRITER)
+        if dt is None or not self.ctx.claim(found, self.uri):
+            return
+        dt.alter.set_table_properties({WRITER: self.ctx.writer}, raise_if_not_exists=False)
+
+    def _claimed(self, result: R) -> R:
+        """After a write that may have created the table: claim it."""
+        if result is not None and self.ctx.writer and not self.ctx.shared:
+            self._claim(open_table(self.uri, self.store.delta))
+        return result
+
     @property
     def uri(self) -> str:
         return self.ctx.path(self.config.table_uri)
@@ -590,30 +659,43 @@ class DeltaSink(Sink):
         if not deletes and not large(df, parse_size(c.spark_write_threshold)):
             return None
         store = self.store
-        app = (self.ctx.app_id, batch_id)
+        stamp = self._stamp(batch_id)
         dt = open_table(self.uri, store.delta)
+        self._claim(dt)
         schema = arrow_schema(df.drop(DELETE_COLUMN))
         if dt is not None and c.mode != "overwrite":
             evolve = "append_new_columns" if c.schema_evolution == "add_columns" else "fail"
             carry = (DELETE_COLUMN,) if deletes else ()
             df, schema = reconcile(df, dt, evolve, f"sink {self.ctx.sink!r}", carry)
         if c.mode == "merge":
-            return merge(
-                df, self.uri, store, c.merge_keys, schema, app, c.compression, c.partition_by
+            return self._claimed(
+                merge(
+                    df,
+                    self.uri,
+                    store,
+                    c.merge_keys,
+                    schema,
+                    stamp,
+                    c.compression,
+                    c.partition_by,
+                    dict(c.table_properties),
+                )
             )
         if dt is not None and c.mode == "overwrite" and list(df.columns) != table_schema(dt).names:
             return None  # a new layout: delta-rs's overwrite replaces the schema
-        return write_batch(
-            df,
-            self.uri,
-            store,
-            c.mode,
-            schema,
-            c.partition_by if dt is None else tuple(dt.metadata().partition_columns),
-            app,
-            c.compression,
-            c.target_file_size,
-            configuration=dict(c.table_properties),
+        return self._claimed(
+            write_batch(
+                df,
+                self.uri,
+                store,
+                c.mode,
+                schema,
+                c.partition_by if dt is None else tuple(dt.metadata().partition_columns),
+                stamp,
+                c.compression,
+                c.target_file_size,
+                configuration=dict(c.table_properties),
+            )
         )
 
     def adopt(self, paths: list[str], batch_id: int) -> WriteResult | None:
@@ -626,7 +708,7 @@ class DeltaSink(Sink):
         import pyarrow.parquet as pq
 
         sources = [Path(p.removeprefix("file://")) for p in paths]
-        if c.mode == "append" and self.last_batch_id() is not None:
+        if c.mode == "append" and self.last_batch_id() is not None and not self.ctx.places:
             if sum(pq.ParquetFile(s).metadata.num_rows for s in sources) == 0:
                 return WriteResult()  # nothing to add: no empty commit
         meta = pq.ParquetFile(sources[0]).metadata
@@ -635,6 +717,7 @@ class DeltaSink(Sink):
             return None  # the table asks for another codec: rewrite through the driver
         schema = pq.read_schema(sources[0]).remove_metadata()
         existing = open_table(self.uri)
+        self._claim(existing)
         if existing is not None and c.mode == "append":
             if table_schema(existing).names != schema.names:
                 return None  # delta-rs evolves the schema (or refuses)
@@ -654,12 +737,13 @@ class DeltaSink(Sink):
                 written.append(
                     Written(f"{where}/{dest.name}", {}, rows, dest.stat().st_size, stats, mtime)
                 )
-            app = (self.ctx.app_id, batch_id)
             props = dict(c.table_properties)
-            retries, took = commit(self.uri, Store(), c.mode, schema, written, (), (), app, props)
+            stamp = self._stamp(batch_id)
+            retries, took = commit(self.uri, Store(), c.mode, schema, written, (), (), stamp, props)
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)  # files no commit references
             raise
+        self._claimed(WriteResult())
         return WriteResult(
             rows=sum(w.rows for w in written),
             bytes=sum(w.size for w in written),
@@ -673,19 +757,28 @@ class DeltaSink(Sink):
         c = self.config
         if DELETE_COLUMN in data.schema.names:  # write_spark takes every batch with deletes
             raise ConnectorError(f"sink {self.ctx.sink}: deletes reached the streamed path")
-        if c.mode != "overwrite" and data.count_rows() == 0 and self.last_batch_id() is not None:
-            return WriteResult()  # nothing to add: no empty commit (the state store records it)
+        dt = open_table(self.uri, self.store.delta)
+        self._claim(dt)
+        if c.mode != "overwrite" and data.count_rows() == 0 and dt is not None:
+            if not self.ctx.places:
+                return WriteResult()  # nothing to add: no empty commit (the state store records it)
+            commit(
+                self.uri, self.store, "append", table_schema(dt), [], stamp=self._stamp(batch_id)
+            )
+            return WriteResult(commits=1)  # no rows, but the places move
         schema_mode = "merge" if c.schema_evolution == "add_columns" else None
-        return write(
-            self.uri,
-            data,
-            c.mode,
-            c.merge_keys,
-            c.partition_by,
-            c.compression,
-            c.target_file_size,
-            dict(c.table_properties),
-            schema_mode,
-            self.store.delta,
-            app=(self.ctx.app_id, batch_id),
+        return self._claimed(
+            write(
+                self.uri,
+                data,
+                c.mode,
+                c.merge_keys,
+                c.partition_by,
+                c.compression,
+                c.target_file_size,
+                dict(c.table_properties),
+                schema_mode,
+                self.store.delta,
+                stamp=self._stamp(batch_id),
+            )
         )

@@ -9,7 +9,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -188,12 +188,16 @@ BINARY = ("parquet", "avro")  # formats that compress inside the file
 
 
 _BATCH_NAME = re.compile(r"batch-(\d+)-part-")
+_COMMIT = re.compile(r"commit-(\d+)$")
+MARKERS = "_rivc"  # under a files sink's location: its writer and its batches' commit markers
 
 
 class FilesSink(Sink):
-    """Files named from the batch id (`batch-<id>-part-<n>`): a replayed batch rewrites the same
-    files instead of adding new ones. Each file is written under a hidden name, then renamed, so
-    a reader never sees half a file."""
+    """Files named from the batch id (`batch-<id>-part-<n>`), each written under a hidden name,
+    then renamed, so a reader never sees half a file. A batch is committed by its marker,
+    `_rivc/commit-<id>` (JSON), written after its files: it holds the places of what the batch
+    consumed. A replayed batch whose marker exists is skipped; one without (a killed write may
+    have left part of its files) is written again under the same names."""
 
     config: FilesSinkConfig
 
@@ -202,26 +206,80 @@ class FilesSink(Sink):
         uri = self.ctx.path(self.config.path)
         return Store.of(uri, dict(self.ctx.storage), dict(self.config.storage_options))
 
-    def last_batch_id(self) -> int | None:
-        """The highest batch id in the location's file names: new batches start above it even
-        when the state store was reset, or is a detached job's own, and never rewrite an
-        earlier batch's files."""
+    def _listing(self) -> list[Any] | None:
         import pyarrow.fs as pafs
 
         fs, base = self.store.filesystem(self.ctx.path(self.config.path))
         try:
-            infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+            return list(fs.get_file_info(pafs.FileSelector(base, recursive=True)))
         except (FileNotFoundError, NotADirectoryError):
             return None  # nothing written yet; a path that is a file fails at the write
-        names = (i.base_name for i in infos if i.type == pafs.FileType.File)
-        return max((int(m[1]) for n in names if (m := _BATCH_NAME.match(n))), default=None)
+
+    def last_batch_id(self) -> int | None:
+        """The highest batch id in the location's file names and commit markers: new batches
+        start above it even when the state store was reset, or is a detached job's own, and
+        never rewrite an earlier batch's files."""
+        import pyarrow.fs as pafs
+
+        infos = self._listing() or []
+        names = [i.base_name for i in infos if i.type == pafs.FileType.File]
+        found = [int(m[1]) for n in names if (m := _BATCH_NAME.match(n) or _COMMIT.match(n))]
+        return max(found, default=None)
+
+    def _markers(self) -> dict[int, str]:
+        import pyarrow.fs as pafs
+
+        infos = self._listing() or []
+        return {
+            int(m[1]): i.path
+            for i in infos
+            if i.type == pafs.FileType.File and (m := _COMMIT.match(i.base_name))
+        }
 
     def committed(self, batch_id: int) -> bool:
-        return False  # a replay rewrites its files: a killed batch may have left only some
+        return batch_id in self._markers()
+
+    def places(self, inputs: Sequence[str]) -> dict[str, int | None]:
+        markers = self._markers()
+        found: dict[str, Any] = {}
+        if markers:
+            fs, _ = self.store.filesystem(self.ctx.path(self.config.path))
+            with fs.open_input_stream(markers[max(markers)], compression=None) as handle:
+                found = json.loads(handle.read()).get("places", {})
+        return {i: found.get(self.ctx.place_id(i)) for i in inputs}
+
+    def writer(self) -> str | None:
+        fs, base = self.store.filesystem(self.ctx.path(self.config.path))
+        path = f"{base.rstrip('/')}/{MARKERS}/writer"
+        try:
+            with fs.open_input_stream(path, compression=None) as handle:
+                return handle.read().decode().strip() or None
+        except (FileNotFoundError, NotADirectoryError, OSError):
+            return None
+
+    def _claim(self, location: Location) -> None:
+        """Refuse a location another project writes; record ours in one that names none."""
+        if self.ctx.claim(self.writer(), self.ctx.path(self.config.path)):
+            _write_whole(location, f"{MARKERS}/writer", self.ctx.writer.encode())
+
+    def _commit(self, location: Location, batch_id: int, written: list[Any]) -> None:
+        """The batch's marker, after its files: the batch is committed once it exists."""
+        body = {
+            "batch": batch_id,
+            "writer": self.ctx.writer,
+            "places": {self.ctx.place_id(k): v for k, v in self.ctx.places.items()},
+            "files": [p for p, _, _ in written],
+        }
+        _write_whole(location, f"{MARKERS}/commit-{batch_id:06d}", json.dumps(body).encode())
+        if self.config.mode == "overwrite":  # only the newest batch's marker describes the data
+            for older, path in self._markers().items():
+                if older != batch_id:
+                    location.fs.delete_file(path)
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
         location = Location(c.path, self.ctx.root, self.store)
+        self._claim(location)
         rows = data.count_rows()
         written: list[tuple[str, int | None, int]] = []
         if rows or c.mode == "overwrite":
@@ -236,6 +294,7 @@ class FilesSink(Sink):
         if c.mode == "overwrite":  # the new batch is in place; now drop the earlier ones
             keep = {p for p, _, _ in written}
             location.delete([p for p in location.batch_files() if p not in keep])
+        self._commit(location, batch_id, written)
         return WriteResult(rows=rows, bytes=sum(b for _, _, b in written), files=written)
 
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
@@ -251,6 +310,8 @@ class FilesSink(Sink):
         if not is_remote(df) and is_local(uri):
             return None
         limit = parse_size(c.max_file_size) if c.max_file_size is not None else None
+        location = Location(uri, self.ctx.root, self.store)
+        self._claim(location)
         task = _FilesTask(c, uri, self.store, batch_id, c.avro_record_name or self.ctx.sink, limit)
         written = [
             (r.uri, r.rows, r.size)
@@ -258,7 +319,6 @@ class FilesSink(Sink):
         ]
         if not written:
             return None  # an empty batch: the driver path writes what an empty result needs
-        location = Location(uri, self.ctx.root, self.store)
         keep = {p for p, _, _ in written}
         mine = f"batch-{batch_id:06d}-"
         location.delete(
@@ -269,6 +329,7 @@ class FilesSink(Sink):
                 and (c.mode == "overwrite" or p.rsplit("/", 1)[-1].startswith(mine))
             ]
         )
+        self._commit(location, batch_id, written)
         return WriteResult(
             rows=sum(r for _, r, _ in written),
             bytes=sum(b for _, _, b in written),
@@ -291,6 +352,7 @@ class FilesSink(Sink):
         if codec != (c.compression or "snappy").replace("none", "uncompressed"):
             return None
         location = Location(c.path, self.ctx.root, self.store)
+        self._claim(location)
         written: list[tuple[str, int | None, int]] = []
         for n, src in enumerate(sources):
             final = Path(location.base) / f"batch-{batch_id:06d}-part-{n:04d}.parquet"
@@ -307,6 +369,7 @@ class FilesSink(Sink):
         if c.mode == "overwrite":
             keep = {p for p, _, _ in written}
             location.delete([p for p in location.batch_files() if p not in keep])
+        self._commit(location, batch_id, written)
         return WriteResult(
             rows=sum(r or 0 for _, r, _ in written),
             bytes=sum(b for _, _, b in written),
@@ -417,15 +480,30 @@ class Location:
             infos = self.fs.get_file_info(pafs.FileSelector(self.base, recursive=True))
         except FileNotFoundError:
             return []
+        markers = f"{self.base}/{MARKERS}/"
         return [
             f"{self.prefix}{i.path}"
             for i in infos
-            if i.type == pafs.FileType.File and i.base_name.startswith("batch-")
+            if i.type == pafs.FileType.File
+            and i.base_name.startswith("batch-")
+            and not i.path.startswith(markers)
         ]
 
     def delete(self, uris: list[str]) -> None:
         for uri in uris:
             self.fs.delete_file(uri.removeprefix(self.prefix))
+
+
+def _write_whole(location: Location, rel: str, body: bytes) -> None:
+    """A small file that appears whole or not at all (a rename here, one upload on a store)."""
+    out, commit, abort = location.open(rel)
+    try:
+        out.write(body)
+        out.close()
+    except BaseException:
+        abort()
+        raise
+    commit()
 
 
 class _Parts:
@@ -456,8 +534,15 @@ class _Parts:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        failed = exc[0] is not None
+        error: BaseException | None = None
         for key in list(self.open):
-            self._close(key, failed=exc[0] is not None)
+            try:
+                self._close(key, failed=failed or error is not None)
+            except BaseException as caught:  # the others are abandoned, then this is raised
+                error = error or caught
+        if error is not None and not failed:
+            raise error
 
     def write(self, batch: Any) -> None:
         if batch is None:
@@ -532,11 +617,18 @@ class _Parts:
 
     def _close(self, key: str, failed: bool = False) -> None:
         writer, (commit, rel), abort, rows = self.open.pop(key)
-        writer.close()
-        if failed:
-            abort()
-            return
-        self.files.append((self.location.uri(rel), rows, commit()))
+        try:
+            writer.close()  # a full disk often fails here, flushing the last pages
+            if failed:
+                return
+            size = commit()
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            if failed:
+                abort()  # no hidden half-written file is left behind
+        self.files.append((self.location.uri(rel), rows, size))
 
 
 def pa_schema(fields: list[Any]) -> Any:

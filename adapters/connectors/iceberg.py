@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +37,7 @@ from .base import (
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
+WRITER = "rivc.writer"  # the table property naming the project that writes the table
 CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "none": "uncompressed"}
 # Partition transforms Spark can reproduce, so that each file it writes holds one partition value
 # (truncate and bucket: see _spark_partition)
@@ -79,6 +80,29 @@ class IcebergSink(Sink):
             return None
         return int(table.properties[self.marker])
 
+    def places(self, inputs: Sequence[str]) -> dict[str, int | None]:
+        table = self._table(self.catalog())
+        props = {} if table is None else table.properties
+        found = {i: props.get(f"rivc.place.{self.ctx.place_id(i)}") for i in inputs}
+        return {i: None if v is None else int(v) for i, v in found.items()}
+
+    def writer(self) -> str | None:
+        table = self._table(self.catalog())
+        return None if table is None else table.properties.get(WRITER)
+
+    def _props(self, table: Any, batch_id: int) -> dict[str, str]:
+        """The properties a batch's commit sets: its batch id, the places of what it consumed,
+        and (on a table that records no writer yet) this project's writer id."""
+        props = {self.marker: str(batch_id)}
+        props.update(
+            {f"rivc.place.{self.ctx.place_id(k)}": str(v) for k, v in self.ctx.places.items()}
+        )
+        found = None if table is None else table.properties.get(WRITER)
+        if self.ctx.claim(found, self.identifier) or table is None:
+            if self.ctx.writer and not self.ctx.shared:
+                props[WRITER] = self.ctx.writer
+        return props
+
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
         """An append or overwrite written by Spark's tasks, on any store: every batch on a
         Spark that does not share rivc's disk, else a batch Spark estimates at
@@ -112,7 +136,9 @@ class IcebergSink(Sink):
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
         schema = to_arrow_schema(df.drop(DELETE_COLUMN).schema, timezone="UTC")
-        table = self._table(catalog) or self._create(catalog, schema)
+        existing = self._table(catalog)
+        props = self._props(existing, batch_id)
+        table = existing or self._create(catalog, schema)
         location = table.location()
         uri = _store_path(location)
         local = "://" not in uri  # _store_path drops file://
@@ -147,7 +173,6 @@ class IcebergSink(Sink):
         paths = [join(location, w.rel) for w in written]
         fault("before-commit", c.table)  # the files are in, no snapshot references them
         try:
-            props = {self.marker: str(batch_id)}
 
             def attempt() -> None:
                 fresh = catalog.load_table(self.identifier)
@@ -195,9 +220,11 @@ class IcebergSink(Sink):
             schema = schema.remove(schema.get_field_index(DELETE_COLUMN))
 
         def attempt() -> int:
-            table = self._table(catalog) or self._create(catalog, schema)
+            existing = self._table(catalog)
+            props = self._props(existing, batch_id)
+            table = existing or self._create(catalog, schema)
             if int(table.properties.get(self.marker, "-1")) < batch_id:  # else: a retry's own
-                return self._commit(table, data, batch_id)  # commit landed after all
+                return self._commit(table, data, props)  # commit landed after all
             return 0
 
         commits, retries, took = commit_with_retries(
@@ -314,10 +341,10 @@ class IcebergSink(Sink):
             table = catalog.load_table(self.identifier)
         return table
 
-    def _commit(self, table: Any, data: pads.Dataset, batch_id: int) -> int:
-        """Write and commit the batch; returns the commits made (2 when the schema evolved)."""
+    def _commit(self, table: Any, data: pads.Dataset, props: dict[str, str]) -> int:
+        """Write and commit the batch with `props` (its batch id and places); returns the
+        commits made (2 when the schema evolved)."""
         c = self.config
-        props = {self.marker: str(batch_id)}
         # New columns first, in their own commit: an upsert compares the batch with the table's
         # schema as it is before the transaction, and added columns are harmless on their own.
         rows = stream(data, without_deletes=True)  # unwrap_cdc's deletes only take keys out

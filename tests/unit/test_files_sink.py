@@ -41,7 +41,7 @@ def files(tmp_path: Path) -> list[str]:
     return sorted(
         p.relative_to(tmp_path / "out").as_posix()
         for p in (tmp_path / "out").rglob("*")
-        if p.is_file()
+        if p.is_file() and not p.relative_to(tmp_path / "out").as_posix().startswith("_rivc/")
     )
 
 
@@ -123,7 +123,22 @@ def test_new_batch_ids_start_above_the_files_already_written(tmp_path):
     s.write(data(), 0)
     s.write(data(), 7)
     assert s.last_batch_id() == 7
+    assert s.committed(7)  # its commit marker, written after its files
+    (tmp_path / "out/_rivc/commit-000007").unlink()  # killed between files and marker
     assert not s.committed(7)  # a replay is rewritten, never skipped: it may be partial
+    assert s.last_batch_id() == 7
+
+
+def test_a_commit_marker_holds_the_places_of_what_the_batch_consumed(tmp_path):
+    from dataclasses import replace
+
+    s = sink(tmp_path, format="parquet")
+    assert s.places(["source:a.b"]) == {"source:a.b": None}
+    s.ctx = replace(s.ctx, places={"source:a.b": 1700000000123})
+    s.write(data(), 0)
+    s.ctx = replace(s.ctx, places={"source:a.b": 1700000000456})
+    s.write(data(), 1)
+    assert s.places(["source:a.b", "model:x"]) == {"source:a.b": 1700000000456, "model:x": None}
 
 
 def test_day_and_hour_partitions_by_event_time(tmp_path):
@@ -177,11 +192,11 @@ def test_adopt_links_parquet_files_of_the_same_codec(tmp_path):
     out = sink(tmp_path, path="out", format="parquet", mode="overwrite")
     first = out.adopt(staged, 0)
     assert first is not None and first.rows == 20 and len(first.files) == 2
-    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    names = sorted(p.name for p in (tmp_path / "out").iterdir() if p.name != "_rivc")
     assert names == ["batch-000000-part-0000.parquet", "batch-000000-part-0001.parquet"]
     assert all((tmp_path / "out" / n).stat().st_nlink == 2 for n in names)  # links, not copies
     assert out.adopt(staged[:1], 1) is not None  # overwrite: batch 0's files go
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name != "_rivc") == [
         "batch-000001-part-0000.parquet"
     ]
     # another codec, partitions or a size limit: the sink rewrites instead
