@@ -3,12 +3,17 @@ kill itself (SIGKILL, as a crash or an OOM kill would) when it reaches that poin
 
 Points (docs/running.md, "What a rerun after a crash does"):
     mid-extraction   a COPY extraction in rivc's process, after its first block is staged
-    after-staging    an extraction's copy is staged and recorded, before anything reads it
+    after-staging    an extraction's files are staged in its landing table, before the commit
+    between-chunks   a chunked extraction committed a group of chunks, before the next group
+    after-landing    an extraction's batch is committed to its landing table, before any
+                     consumer reads it
     before-commit    Spark's tasks wrote a Delta or Iceberg batch's files, or `rivc maintain`
                      an Iceberg table's compacted files, before the commit (named by the
                      table: its directory name, or the Iceberg table's name)
     after-commit     a sink's or model's table commit landed, before the state store records it
     between-sinks    a sink node finished and was recorded, before the next node starts
+    mid-retention    `rivc maintain` folded a landing table's old batches, before removing
+                     the snapshots it no longer needs
 """
 
 from __future__ import annotations
@@ -16,7 +21,18 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = frozenset({"mid-extraction", "after-staging", "after-commit", "between-sinks"})
+POINTS = frozenset(
+    {
+        "mid-extraction",
+        "after-staging",
+        "between-chunks",
+        "after-landing",
+        "before-commit",
+        "after-commit",
+        "between-sinks",
+        "mid-retention",
+    }
+)
 
 
 def carried() -> dict[str, str]:

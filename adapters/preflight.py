@@ -28,7 +28,6 @@ from .connectors.relational import (
     plan_window,
 )
 from .errortext import classify, doctor_category, root_cause
-from .state import StateStore
 
 MANY_ROWS = 10_000_000  # index scan beyond this: ACCEPTABLE
 HUGE_ROWS = 50_000_000  # full scan beyond this: UNSAFE
@@ -97,7 +96,9 @@ def explain(db: Any, kind: str, sql: str) -> tuple[int, str]:
     return estimate, scan
 
 
-def check_table(project: Project, fqn: str, sql: str, state: StateStore | None) -> Check:
+def check_table(project: Project, fqn: str, sql: str, stored: dict[str, Any] | None) -> Check:
+    """EXPLAIN the next extraction of `fqn` from the cursor its landing table holds
+    (`stored`, None before the first)."""
     source = project.sources[fqn]
     table = source.table
     result = Check(fqn, strategy(table), table.mode)
@@ -107,10 +108,7 @@ def check_table(project: Project, fqn: str, sql: str, state: StateStore | None) 
         return result
     try:
         conn = Conn.resolve(spec, os.environ)
-        stored = None
-        if state is not None and table.mode == "incremental":
-            text = state.cursor(f"source:{fqn}")
-            stored = json.loads(text) if text else None
+        stored = stored if table.mode == "incremental" else None
         with connection(conn) as db:
             window = plan_window(db, conn.kind, sql, table, stored)
             predicate = window.predicate

@@ -206,19 +206,24 @@ def check(
     """Preflight: EXPLAIN every selected database extraction; verdict and advice. Exit 1 if
     a check failed or a verdict is UNSAFE."""
     from ..preflight import check_table, to_json
-    from ..state import StateStore
+    from ..run.landing import Landing
+    from ..run.warehouse import landing_uri
+    from ..storage import Store, resolve
 
     root = _root(project_dir)
     compiled = _compile(root, select + selection, exclude, _params(params), _vars(vars_), None)
     if compiled.errors:
         raise CompileFailed(f.error for f in compiled.errors)
     project = compiled.project
-    state = StateStore.for_project(root) if (root / STATE_DIR / "state.db").exists() else None
+    warehouse = resolve(project.profile.warehouse, root)
     checks = []
     for nid in compiled.selected:
         node = compiled.graph.nodes[nid]
         if node.kind == "source" and project.sources[node.name].connector.relational:
-            checks.append(check_table(project, node.name, node.sql or "", state))
+            uri = landing_uri(warehouse, node.name)
+            landed = Landing(uri, Store.of(uri, dict(project.profile.storage)), "log")
+            cursor = landed.position().cursor
+            checks.append(check_table(project, node.name, node.sql or "", cursor))
     if fmt == "json":
         click.echo(to_json(checks))
     else:

@@ -30,7 +30,10 @@ def state() -> None:
 def _store(project_dir: str | None) -> Any:
     from ..state import StateStore
 
-    return StateStore.for_project(_root(project_dir))
+    store = StateStore.for_project(_root(project_dir))
+    if store.damaged:
+        click.echo(store.damaged, err=True)
+    return store
 
 
 def _print_rows(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
@@ -47,13 +50,37 @@ def _print_rows(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
     _console().print(table)
 
 
+def _runtime(root: Path) -> Any:
+    """A runtime over the project as compiled now, for reading its tables (no Spark)."""
+    from ..run.runtime import Runtime
+    from ..run.scheduler import RunOptions, compile_for_run
+    from ..state import StateStore
+
+    _, plan = compile_for_run(root, RunOptions())
+
+    def no_spark() -> Any:
+        raise AssertionError("reading the tables needs no Spark")
+
+    store = StateStore.for_project(root)
+    if store.damaged:
+        click.echo(store.damaged, err=True)
+    return Runtime(no_spark, plan, "state", store)
+
+
 @state.command("show")
 @click.option("--json", "as_json", is_flag=True)
 @project_dir_option
 @handle_errors
 def state_show(as_json: bool, project_dir: str | None) -> None:
-    """Cursors, the last committed batch of every sink, recent runs."""
-    shown = _store(project_dir).show()
+    """Where each extracted source stands and what each sink holds of its inputs (read from
+    the tables), then the state store's record: committed batches, recent runs."""
+    from ..run.tables import consumers, positions
+
+    root = _root(project_dir)
+    runtime = _runtime(root)
+    shown = {"sources": positions(runtime), "sinks": consumers(runtime)}
+    shown.update(runtime.state.show())
+    runtime.state.close()
     if as_json:
         click.echo(json.dumps(shown, indent=2, default=str))
         return

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,18 @@ class BatchWriter:
         # Connect server that does not see rivc's disk): the receipts' location, which rivc
         # records from (collect_receipts)
         self.receipts: tuple[str, Store] | None = None
+        # What the batch being written consumed (input -> batch), committed with it. When
+        # they describe the whole input, a target that holds them already skips the batch;
+        # else a replayed batch id is what it skips.
+        self.places: dict[str, int] = {}
+        self.complete = False
+
+    def sink(self) -> Any:
+        return sink_for(self.connector, self.config, replace(self.ctx, places=self.places))
+
+    def held(self, inputs: list[str]) -> dict[str, int | None] | None:
+        """What the target holds of each input; None when it cannot record it."""
+        return self.sink().places(inputs)  # type: ignore[no-any-return]
 
     def record(self, kind: str, batch_id: int, **fields: Any) -> None:
         """Record a committed batch (`batch`) or its quality counts (`quality`) in the state
@@ -91,7 +104,7 @@ class BatchWriter:
             known = [state.last_batch_id(self.nid)]
         finally:
             state.close()
-        known.append(sink_for(self.connector, self.config, self.ctx).last_batch_id())
+        known.append(self.sink().last_batch_id())
         return max((k for k in known if k is not None), default=None)
 
     def refuse_unwritable(self, schema: Any) -> None:
@@ -138,8 +151,14 @@ class BatchWriter:
         """Skip a replayed batch; else let Spark's executors write it if the sink can take
         that, or stream it to the sink; record it only after the sink committed. Returns the
         rows written."""
-        sink = sink_for(self.connector, self.config, self.ctx)
-        replayed = sink.committed(batch_id)
+        sink = self.sink()
+        if self.complete and self.places:
+            held = sink.places(list(self.places))
+            replayed = held is not None and all(
+                held.get(k) is not None and held[k] >= v for k, v in self.places.items()
+            )
+        else:
+            replayed = sink.committed(batch_id)
         result = WriteResult() if replayed else None
         if result is None and df is not None and sink.max_rows is None:
             result = sink.write_spark(df, batch_id)

@@ -1,10 +1,14 @@
-"""Running a PostgreSQL/MySQL source table: plan the window, extract once, check, commit later.
+"""Running a PostgreSQL/MySQL source table: plan the window, extract it once into the source's
+landing table, check it, and commit it there with the position it reached.
 
-The rows land as Parquet under the warehouse's staging area,
-`<warehouse>/_rivc_staging/extract/<source.table>/` (any store: Spark's executors write and read
-it, as the rivc process does); the source's view reads that copy.
-The cursor (and chunk checkpoints) advance in `commit_pending`, at the end of the run, only
-when every node downstream of the source succeeded: state moves after the data is committed.
+The rows are written as Parquet straight into the landing table's new batch directory
+(`<warehouse>/_rivc/landing/<source.table>/_rivc_batch=<id>/`, on any store: Spark's executors
+write and read it, as the rivc process does), checked with Arrow, and added by one Delta commit
+that also records the cursor and its boundary keys (landing.py). A run killed before that commit
+leaves files no commit references, and the next run extracts the window again; after it, the
+window is landed, whatever happens downstream: each consumer takes it from the landing table.
+A chunked extraction commits every group of `parallel` chunks as it finishes, and a killed pass
+resumes from the finished chunks.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
 
 from ..connectors.relational import (
@@ -25,20 +30,18 @@ from ..connectors.relational import (
     connection,
     decode,
     deliveries,
-    dump_cursor,
     encode,
-    load_cursor,
     plan_window,
     probe,
     read_query,
     session_init,
     with_retries,
 )
-from ..connectors.tableread import DataFile, read_files
 from ..connectors.taskwrite import write_parquet
 from ..faults import fault
 from ..state import NodeResult, StateStore
-from ..storage import Store, is_local, join, shares_disk
+from ..storage import Store, join
+from .landing import BATCH, Landing, Position, new_batch_id
 from .parquet import arrow_columns, dataset, parquet_rows, parquet_schema
 from .sinkwriter import transform_source
 
@@ -46,21 +49,11 @@ if TYPE_CHECKING:
     import pyarrow.dataset as pads
     from pyspark.sql import DataFrame, SparkSession
 
-EXTRACT = "extract"
-
-
-@dataclass
-class Pending:
-    cursor: dict[str, Any] | None
-    staging: str
-    store: Store
-    chunked: bool
-
 
 @dataclass(frozen=True)
 class ExtractContext:
-    """What an extraction reads from its run. It writes to the state store (the staged copy,
-    chunk checkpoints, schemas) and returns the rest as an Extraction."""
+    """What an extraction reads from its run. It writes the landing table, and schema
+    records to the state store, and returns the rest as an Extraction."""
 
     nid: str
     name: str  # "source.table"
@@ -68,8 +61,7 @@ class ExtractContext:
     conn: Conn
     tuning: dict[str, int]
     query: str  # the compiled query
-    staging: str  # <warehouse>/_rivc_staging/extract/<source.table>
-    store: Store  # how to reach it
+    landing: Landing
     state: StateStore
     run_id: str
     full_refresh: bool
@@ -82,9 +74,7 @@ class Extraction:
     """An extraction's outcome, for the runtime to apply."""
 
     result: NodeResult
-    files: list[str] | None = None  # the staged Parquet, when a sink may take it as it is
-    view: Callable[[SparkSession], DataFrame] | None = None  # the relation downstream reads
-    pending: Pending | None = None  # committed once everything downstream succeeded
+    batch: int | None = None  # the source's newest complete batch after it
 
 
 def _errors() -> tuple[type[BaseException], ...]:
@@ -96,64 +86,60 @@ def _errors() -> tuple[type[BaseException], ...]:
 
 
 def extract(ctx: ExtractContext) -> Extraction:
-    """Copy the table's window once into staged Parquet, check it, and say what to commit."""
-    nid, table, conn, tuning, base, staging = (
-        ctx.nid,
-        ctx.table,
-        ctx.conn,
-        ctx.tuning,
-        ctx.query,
-        ctx.staging,
-    )
+    """Copy the table's window once into the landing table, check it, and commit it with the
+    position it reached."""
+    nid, table, conn, tuning, base = ctx.nid, ctx.table, ctx.conn, ctx.tuning, ctx.query
+    landing = ctx.landing
     label = f"source {ctx.name}"
-    stored = load_cursor(ctx.state.cursor(nid)) if table.mode == "incremental" else None
-    if ctx.full_refresh:
-        stored = None
-    exported_at = datetime.now(UTC).replace(tzinfo=None)
-
+    at = landing.position()
+    if ctx.resume_from is not None and at.run == ctx.resume_from and at.chunking is None:
+        # the killed run landed this table: the resumed run delivers that batch, no superset
+        message = f"batch {at.batch}, landed by the run this one resumes"
+        return Extraction(NodeResult(nid, "source", "success", message=message), at.batch)
+    stored = at.cursor if table.mode == "incremental" and not ctx.full_refresh else None
     via = ""
 
-    def attempt() -> tuple[Window, list[str]]:
+    def attempt() -> tuple[Window, int, list[str]]:
         nonlocal via
         with connection(conn) as db:
             window = plan_window(db, conn.kind, base, table, stored)
             plan = deliveries(conn.kind, probe(db, conn.kind, base), dict(table.columns), label)
             stage, via = _stager(
-                ctx.spark, conn, tuning, base, plan, label, table.parallel, ctx.store
+                ctx.spark, conn, tuning, base, plan, label, table.parallel, landing.store
             )
         if window.chunks is not None:
-            return window, _extract_chunks(ctx, stage, window)
-        data = join(staging, "data")
+            return window, *_extract_chunks(ctx, stage, window, at)
+        batch = new_batch_id(_last_id(at))
+        data = landing.batch_dir(batch, "window")
         stage([window.predicate or ""], data)
-        return window, parquet_files([data], ctx.store)
+        return window, batch, parquet_files([data], landing.store)
 
-    replay = _replay(ctx)
-    if replay is not None:  # a resumed run delivers what the killed one staged, not a superset
-        window, files, retries, via = replay[0], replay[1], 0, "the killed run's staged copy"
-    else:
-        (window, files), retries = with_retries(attempt, tuning, _errors())
-        cursor_text = dump_cursor(window.cursor) if window.cursor is not None else None
-        ctx.state.record_extract(ctx.run_id, nid, files, cursor_text, window.description)
+    (window, batch, files), retries = with_retries(attempt, tuning, _errors())
+    chunked = window.chunks is not None
     fault("after-staging", ctx.name)
+    store = landing.store
     # The checks read the staged Parquet with Arrow: no Spark job, and no JVM at all when
     # nothing downstream needs one.
-    as_is = not (table.meta_columns.exported_at or table.meta_columns.row_hash or table.transforms)
-    store = ctx.store
     rows = parquet_rows(files, store)
     notes = [f"{window.description} via {via}"]
     if retries:
         notes.append(f"{retries} retr{'y' if retries == 1 else 'ies'}")
-    columns = arrow_columns(parquet_schema(files, store))
+    found = parquet_schema(files, store)
+    extracted = arrow_columns(found)
+    columns = dict(extracted)
     if table.meta_columns.exported_at:
         columns["_rivc_exported_at"] = "timestamp"
     if table.meta_columns.row_hash:
         columns["_rivc_row_hash"] = "bigint"
     fail_on_change = table.on_schema_change == "fail"
-    before = ctx.state.last_schema(nid)
-    schema = ctx.state.schema_change(ctx.run_id, nid, columns, record=not fail_on_change)
+    ctx.state.schema_change(ctx.run_id, nid, columns, record=not fail_on_change)  # a record
+    before = at.columns or None  # the landing table says what the source was
+    schema = "NEW" if before is None else "CHANGED" if before != extracted else "SAME"
 
-    def ended(status: str, error: str | None = None, message: str = "") -> NodeResult:
-        return NodeResult(
+    def ended(status: str, error: str | None = None, message: str = "") -> Extraction:
+        if status != "success":
+            _abandon(ctx, batch)
+        result = NodeResult(
             nid,
             "source",
             status,
@@ -163,72 +149,104 @@ def extract(ctx: ExtractContext) -> Extraction:
             error=error,
             message=message,
         )
+        return Extraction(result, landing.position().batch)
 
-    if schema == "CHANGED":
-        diff = _schema_diff(before or {}, columns)
+    if schema == "CHANGED" and before is not None:
+        diff = _schema_diff(before, extracted)
         if fail_on_change:
-            return Extraction(
-                ended("error", error=f"schema changed and on_schema_change is fail: {diff}")
-            )
+            return ended("error", error=f"schema changed and on_schema_change is fail: {diff}")
         notes.append(f"schema changed: {diff}")
     problems, warnings = _quality(files, store, table, rows)
     notes += warnings
     if problems:
-        return Extraction(ended("error", error="quality: " + "; ".join(problems)))
+        return ended("error", error="quality: " + "; ".join(problems))
     if rows == 0 and table.skip_empty:
-        message = "no rows and skip_empty: downstream skipped, cursor not advanced"
-        return Extraction(ended("skipped", message=message))
+        return ended(
+            "skipped", message="no rows and skip_empty: downstream skipped, nothing landed"
+        )
     cursor = window.cursor
     if cursor is not None and table.unique_key and rows:
         cursor = {**cursor, "keys": _boundary_keys(dataset(files, store), table, cursor)}
+    if (
+        table.mode == "incremental"
+        and not ctx.full_refresh
+        and not rows
+        and cursor in (None, at.cursor)
+    ):
+        _abandon(ctx, batch)  # nothing new: no empty batch
+        return ended("success", message="; ".join([*notes, "no new rows"]))
+    position = Position(
+        batch=batch,
+        cursor=cursor if table.mode == "incremental" else None,
+        columns=extracted,
+        floor=None if ctx.full_refresh else at.floor,
+        run=ctx.run_id,
+    )
+    if chunked:  # the groups are in; this commit completes the pass
+        landing.commit(batch, [], position, found)
+    else:
+        swap = ctx.full_refresh or _retyped(landing, found, ctx.name, table.mode)
+        landing.commit(batch, files, position, found, swap)
+    fault("after-landing", ctx.name)
+    return ended("success", message="; ".join([f"batch {batch}", *notes]))
 
-    def view(spark: SparkSession) -> DataFrame:
-        return transform_source(
-            _with_meta(staged_copy(spark, files, store), table, exported_at), table.transforms
+
+def _last_id(at: Position) -> int | None:
+    ids = [b for b in (at.batch, (at.chunking or {}).get("batch")) if b is not None]
+    return max(ids, default=None)
+
+
+def _abandon(ctx: ExtractContext, batch: int) -> None:
+    """Take out a batch that will not land: its staged files, and the groups a chunked pass
+    committed (one commit removes them and ends the pass)."""
+    landing = ctx.landing
+    dt = landing.table()
+    held = landing.files(batch - 1, batch, dt) if dt is not None else []
+    if dt is not None and held:
+        at = landing.position(dt)
+        landing.commit(
+            batch,
+            [],
+            replace(at, chunking=None, run=ctx.run_id),
+            landing.schema(dt),
+            removes=[landing.rel(f.uri) for f in held],
         )
+    landing.store.remove_tree(join(landing.uri, f"{BATCH}={batch}"))
 
-    return Extraction(
-        ended("success", message="; ".join(n for n in notes if n)),
-        files if as_is and is_local(staging) else None,
-        view,
-        Pending(cursor, staging, store, window.chunks is not None),
+
+def _retyped(landing: Landing, found: Any, name: str, mode: str) -> bool:
+    """Whether a column's type differs from the landing table's. A snapshot's batch then
+    replaces the table (its older batches are never read again); a log's older batches hold
+    the old types, so it has to be extracted again from the start."""
+    dt = landing.table()
+    if dt is None:
+        return False
+    have = arrow_columns(landing.schema(dt))
+    now = arrow_columns(found)
+    changed = [f"{c} {have[c]} -> {t}" for c, t in now.items() if c in have and have[c] != t]
+    if not changed:
+        return False
+    if mode != "incremental":
+        return True
+    raise ConnectorError(
+        f"source {name}: column types changed ({', '.join(changed)}) and its landing table "
+        "holds batches of the old types; run `rivc run --full-refresh --select "
+        f"source:{name}+` to extract the table again"
     )
 
 
-def staged_copy(spark: SparkSession, files: list[str], store: Store) -> DataFrame:
-    """The staged copy as a DataFrame: Spark's own reader on this machine, else rivc's data
-    source, whose tasks open the files through the filesystem layer wherever Spark runs."""
-    if is_local(files[0]) and shares_disk(spark):
-        return spark.read.parquet(*files)
-    fs, _ = store.filesystem(files[0])
-    sizes = fs.get_file_info([store.filesystem(f)[1] for f in files])
-    listed = [DataFile(f, i.size or 0, {}) for f, i in zip(files, sizes, strict=True)]
-    return read_files(spark, listed, parquet_schema(files, store), store)
-
-
-def _replay(ctx: ExtractContext) -> tuple[Window, list[str]] | None:
-    """The staged copy of the run this one resumes, if it is still there (chunked tables
-    resume from their own chunk checkpoints)."""
-    if ctx.resume_from is None or ctx.table.mode == "chunked" or ctx.full_refresh:
-        return None
-    staged = ctx.state.extract_of(ctx.resume_from, ctx.nid)
-    if staged is None or not ctx.store.exist(staged[0]):
-        return None
-    files, cursor, description = staged
-    ctx.state.record_extract(ctx.run_id, ctx.nid, files, cursor, description)
-    return Window(None, load_cursor(cursor), description=description), files
-
-
-def _with_meta(df: DataFrame, table: Any, exported_at: datetime) -> DataFrame:
-    """Meta columns over the staged copy: the hash is of the stored values, so it is stable."""
+def source_frame(df: DataFrame, table: SourceTable) -> DataFrame:
+    """A landed source's rows as models and sinks read them: its meta columns (a batch's
+    `_rivc_exported_at` is when it was extracted, its batch id's time; the hash is of the
+    stored values, so it is stable) and its transforms, without the batch column."""
     from pyspark.sql import functions as F
 
-    cols = df.columns
+    cols = [c for c in df.columns if c != BATCH]
     if table.meta_columns.exported_at:
-        df = df.withColumn("_rivc_exported_at", F.lit(exported_at).cast("timestamp"))
+        df = df.withColumn("_rivc_exported_at", F.timestamp_millis(F.col(BATCH)))
     if table.meta_columns.row_hash:
         df = df.withColumn("_rivc_row_hash", F.xxhash64(*[F.col(f"`{c}`") for c in cols]))
-    return df
+    return transform_source(df.drop(BATCH), table.transforms)
 
 
 Stage = Callable[[list[str], str], None]  # predicates, the directory URI to fill
@@ -312,33 +330,49 @@ def _empty_parquet(df: DataFrame, path: str, store: Store) -> None:
         pq.write_table(to_arrow_schema(df.schema, timezone="UTC").empty_table(), out)
 
 
-def _extract_chunks(ctx: ExtractContext, stage: Stage, window: Window) -> list[str]:
-    """Chunks `parallel` at a time; each finished group is checkpointed, so a rerun resumes."""
-    nid, table, staging = ctx.nid, ctx.table, ctx.staging
+def _extract_chunks(
+    ctx: ExtractContext, stage: Stage, window: Window, at: Position
+) -> tuple[int, list[str]]:
+    """Chunks `parallel` at a time into one batch. Each finished group is committed to the
+    landing table with the pass's progress, so a killed pass resumes from its finished chunks;
+    a pass of another plan (query, column or chunk size changed) starts over."""
+    table, landing = ctx.table, ctx.landing
     chunks = window.chunks or []
     plan = hashlib.blake2b(
         repr((table.query or table.table, table.chunk_column, table.chunk_size)).encode(),
         digest_size=8,
     ).hexdigest()
-    done = ctx.state.done_chunks(nid, plan)
-    if not done:
-        ctx.store.remove_tree(staging)  # leftovers of another plan
-    todo = [c for c in chunks if c[0] not in done]
+    going = at.chunking
+    resumed = going is not None and going["plan"] == plan and not ctx.full_refresh
+    if going is not None and not resumed:
+        _abandon(ctx, int(going["batch"]))
+        at = landing.position()
+    batch = int(going["batch"]) if resumed and going is not None else new_batch_id(_last_id(at))
+    done = set(going["done"]) if resumed and going is not None else set()
+    todo = [c for c in chunks if c[0] not in done] or ([] if done else [(-1, "1 = 0")])  # empty
     step = max(1, table.parallel)
+    first = not done
     for i in range(0, len(todo), step):
         group = todo[i : i + step]
-        path = join(staging, f"chunks-{group[0][0]:06d}-{group[-1][0]:06d}")
+        name = "empty" if group[0][0] < 0 else f"chunks-{group[0][0]:06d}-{group[-1][0]:06d}"
+        path = landing.batch_dir(batch, name)
         try:
             stage([p for _, p in group], path)
         except BaseException:
-            ctx.store.remove_tree(path)  # no half-written group left behind
+            landing.store.remove_tree(path)  # no half-written group left behind
             raise
-        ctx.state.chunk_done(nid, plan, [c for c, _ in group], path)
-    paths = sorted(set(ctx.state.done_chunks(nid, plan).values()))
-    if not paths:
-        stage(["1 = 0"], join(staging, "empty"))
-        return parquet_files([join(staging, "empty")], ctx.store)
-    return parquet_files(paths, ctx.store)
+        done |= {c for c, _ in group}
+        files = parquet_files([path], landing.store)
+        found = parquet_schema(files, landing.store)
+        progress = {"batch": batch, "plan": plan, "done": sorted(done)}
+        swap = first and (ctx.full_refresh or _retyped(landing, found, ctx.name, "chunked"))
+        position = replace(at, cursor=None, chunking=progress, run=ctx.run_id)
+        if swap:  # the pass replaces the table: there is no older complete batch then
+            position = Position(chunking=progress, run=ctx.run_id)
+        landing.commit(batch, files, position, found, swap)
+        first = False
+        fault("between-chunks", ctx.name)
+    return batch, [f.uri for f in landing.files(batch - 1, batch)]
 
 
 def _quality(files: list[str], store: Store, table: Any, rows: int) -> tuple[list[str], list[str]]:
@@ -426,25 +460,3 @@ def _schema_diff(before: dict[str, str], columns: dict[str, str]) -> str:
         f"changed {', '.join(changed)}" if changed else "",
     ]
     return "; ".join(p for p in parts if p) or "column order"
-
-
-def commit_pending(
-    state: StateStore,
-    run_id: str,
-    pending: dict[str, Pending],
-    downstream: Callable[[str], set[str]],
-    results: list[NodeResult],
-) -> None:
-    """Advance the cursors of extracted sources whose downstream nodes all succeeded; forget
-    their staged copies. `pending` keeps the rest (their cursors stay where they were)."""
-    status = {r.node: r.status for r in results}
-    for nid, p in list(pending.items()):
-        below = [n for n in downstream(nid) if n in status]
-        if not below or any(status[n] not in ("success", "pass", "warn") for n in below):
-            continue  # keep the old cursor (and the chunk checkpoints, to resume)
-        if p.cursor is not None:
-            state.set_cursor(nid, dump_cursor(p.cursor), run_id)
-        if p.chunked:
-            state.clear_chunks(nid)
-        p.store.remove_tree(p.staging)
-        del pending[nid]

@@ -11,6 +11,7 @@ from rivc.compiler.locate import SPARK_LOG, STATE_DIR
 from ..state import StateStore
 from .plan import Plan
 from .runtime import Runtime
+from .scheduler import bind_upstream
 from .streaming import graceful_interrupt
 
 
@@ -87,21 +88,19 @@ def run_sink_job(root: Path, sink: str, detached: bool = False) -> int:
                 state,
             )
             runtime.detached = detached
-            done = []
+            upstream = plan.upstream(nid)
+            extracted = [up for up in upstream if plan.is_extracted(up)]
+            if extracted and detached:
+                raise StateError(
+                    f"{extracted[0]}: a job run from a copied project keeps no state between "
+                    "runs, and would extract into a landing table of its own; run the job "
+                    "beside the project folder"
+                )
             with graceful_interrupt(runtime.interrupt):
-                for up in plan.upstream(nid):
-                    if plan.is_extracted(up) and detached:
-                        raise StateError(
-                            f"{up}: a job run from a copied project keeps no state between "
-                            "runs, and this extraction's cursor would be lost; run the job "
-                            "beside the project folder"
-                        )
-                    if plan.is_extracted(up):
-                        done.append(runtime.execute(up))
-                    else:
-                        runtime.bind(up)
-                result = runtime.execute(nid)
-            runtime.finalize([*done, result])
+                bind_upstream(runtime, upstream, extracted)
+                results = [runtime.execute(up) for up in extracted]
+                failed = next((r for r in results if r.status != "success"), None)
+                result = failed or runtime.execute(nid)
             state.finish_run(run_id, "success" if result.status == "success" else "error")
     except RivcError as exc:
         print(str(exc), file=sys.stderr)

@@ -20,6 +20,8 @@ from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec
 
 from ..storage import Store, resolve
+from .landing import Landing
+from .warehouse import landing_uri
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class Plan:
             raise StateError(f"{path}: {exc}") from None
         compiled = {}
         for node in manifest.nodes.values():
-            for rel in (node.compiled_path, node.compiled_incremental_path):
+            paths = (node.compiled_path, node.compiled_incremental_path, node.compiled_batches_path)
+            for rel in paths:
                 if rel is not None:
                     try:
                         compiled[rel] = (root / TARGET_DIR / rel).read_text()
@@ -80,6 +83,14 @@ class Plan:
         """How to reach `uri`: the environment, the profile's `storage:`, then `given`."""
         return Store.of(uri, dict(self.profile.storage), *given)
 
+    def landing(self, nid: str) -> Landing:
+        """The landing table of an extracted source table (landing.py)."""
+        node = self.nodes[nid]
+        table = self.project.sources[node.name].table
+        uri = landing_uri(self.warehouse, node.name)
+        role = "log" if table.mode == "incremental" else "snapshot"
+        return Landing(uri, self.store(uri), role, table.unique_key, table.cursor_column)
+
     def sql(self, nid: str, incremental: bool = False) -> str:
         node = self.nodes[nid]
         # a model without an is_incremental() block runs the same SQL either way
@@ -93,6 +104,13 @@ class Plan:
         if str(rel) not in self.compiled:
             raise StateError(f"{nid}: target/{rel} is missing; run `rivc compile` first")
         return self.compiled[str(rel)]
+
+    def batch_sql(self, nid: str) -> str:
+        """A sink's SQL over the new batches of its changing sources (compiler/increments.py)."""
+        rel = self.nodes[nid].compiled_batches_path
+        if rel is None or rel not in self.compiled:
+            raise StateError(f"{nid}: its batch SQL is missing from target/; run `rivc compile`")
+        return self.compiled[rel]
 
     def downstream(self, nid: str) -> set[str]:
         children: dict[str, list[str]] = {}

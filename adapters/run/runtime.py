@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rivc.compiler.connector_specs import merge_keys_of
 from rivc.compiler.errors import ConnectorError, EnvironmentFault, RivcError, StateError
@@ -29,21 +29,22 @@ from ..connectors.registry import read_source
 from ..errortext import model_error, rivc_error_inside
 from ..faults import carried, fault
 from ..state import NodeResult, StateStore
-from ..storage import Store, environment, join, shares_disk
+from ..storage import Store, environment, is_local, join, shares_disk
+from .consume import Landed, Step, plan_steps
 from .delivery import BatchWriter, collect_receipts
+from .landing import Landing, batch_of
 from .parquet import arrow_columns, parquet_schema
 from .plan import Plan
 from .sinkwriter import SinkWriter, health_check, transform_source
 from .sparkprogress import SparkProgress
 from .streaming import Batches, stream_base
+from .warehouse import writer_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-CHECKPOINTS = "checkpoints"
-CHECKPOINT_AREA = (
-    "_rivc_checkpoints"  # under the warehouse: streams on a Spark that cannot see .rivc/
-)
+CHECKPOINTS = "checkpoints"  # under .rivc/: where earlier versions kept them
+CHECKPOINT_AREA = "_rivc_checkpoints"  # under the warehouse: every stream's checkpoint
 RECEIPTS = "rivc-receipts"  # in such a stream's checkpoint: its committed batches, for rivc
 STAGING_AREA = "_rivc_staging"  # under the warehouse: batches a remote Spark hands to rivc
 SAMPLE_ROWS = 5  # failing rows a test prints
@@ -79,16 +80,16 @@ class Runtime:
     state: StateStore
     full_refresh: bool = False
     resume_from: str | None = None  # a killed run this one resumes (state.start_run)
-    pending: dict[str, Any] = field(default_factory=dict)  # source -> state to commit at the end
-    staged_files: dict[str, list[str]] = field(default_factory=dict)  # relation -> its Parquet
     interrupt: threading.Event = field(default_factory=threading.Event)  # set by the first Ctrl-C
     deferred: dict[str, Callable[[SparkSession], None]] = field(default_factory=dict)
     on_progress: Callable[[str, str], None] = lambda nid, text: None  # a node's progress line
     on_warning: Callable[[str], None] = lambda text: None
     tracker: SparkProgress = field(default_factory=SparkProgress)  # for live progress lines
     detached: bool = False  # a generated job on a copied project: no state between runs
+    unbound: list[str] = field(default_factory=list)  # unselected views, bound when first read
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    _writer: str | None = field(default=None, init=False, repr=False)
 
     @property
     def spark(self) -> SparkSession:
@@ -150,7 +151,14 @@ class Runtime:
     def bind(self, nid: str) -> None:
         """Make an unselected upstream node's relation available without running it."""
         node = self.plan.nodes[nid]
-        if node.kind == "source":
+        if node.kind == "source" and self.plan.is_extracted(nid):
+            landing = self.landing(nid)
+            batch = landing.position().batch
+            if batch is not None:  # the source as extracted so far
+                self._landed_view(nid, batch)
+            else:  # never extracted: the database's table as it is now
+                self._source_df(node).createOrReplaceTempView(node.relation)
+        elif node.kind == "source":
             self._source_df(node).createOrReplaceTempView(node.relation)
         elif node.kind == "model":
             mat = node.materialized
@@ -168,6 +176,55 @@ class Runtime:
 
     def table_uri(self, node: ManifestNode) -> str:
         return join(self.plan.warehouse, node.name)
+
+    @property
+    def writer(self) -> str:
+        """This project's writer id (warehouse.writer_id), read once per run."""
+        if self._writer is None:
+            warehouse = self.plan.warehouse
+            self._writer = writer_id(warehouse, self.plan.store(warehouse), self.plan.root)
+        return self._writer
+
+    def landing(self, nid: str) -> Landing:
+        return self.plan.landing(nid)
+
+    def _landed_view(self, nid: str, batch: int | None) -> None:
+        """`source()` of an extracted table: its landing table as of `batch`."""
+        from .extract import source_frame
+
+        node = self.plan.nodes[nid]
+        table = self.plan.project.sources[node.name].table
+        landing = self.landing(nid)
+        columns = landing.position().columns
+
+        def make(spark: SparkSession) -> DataFrame:
+            return source_frame(landing.whole(spark, batch, columns), table)
+
+        self.view(node.relation, make)
+
+    def version(self, nid: str) -> int | None:
+        """The newest version of a tracked input: a landed source's newest complete batch, a
+        stored model's batch id."""
+        node = self.plan.nodes[nid]
+        if node.kind == "source":
+            return self.landing(nid).position().batch
+        uri = self.table_uri(node)
+        table = delta.open_table(uri, self.plan.store(uri).delta)
+        if table is None:
+            return None
+        found = table.transaction_version(self._model_app(node.name))
+        return None if found is None else int(found)
+
+    def _model_app(self, name: str) -> str:
+        return f"rivc:{self.plan.manifest.project}:model:{name}"
+
+    def bind_views(self, nid: str) -> None:
+        """Bind the unselected views `nid` reads, now that what they read has run."""
+        with self._lock:
+            needed = set(self.plan.upstream(nid))
+            for view in [v for v in self.unbound if v in needed]:
+                self.bind(view)
+                self.unbound.remove(view)
 
     def _source_df(self, node: ManifestNode) -> DataFrame:
         source = self.plan.project.sources[node.name]
@@ -198,6 +255,7 @@ class Runtime:
         started = time.perf_counter()
         caught: tuple[type[BaseException], ...] = (RivcError, *_spark_errors())
         try:
+            self.bind_views(nid)
             fn = {
                 "source": self._run_source,
                 "model": self._run_model,
@@ -231,7 +289,7 @@ class Runtime:
         source = self.plan.project.sources[node.name]
         if source.connector.relational:
             from ..connectors.relational import Conn
-            from .extract import EXTRACT, ExtractContext, extract
+            from .extract import ExtractContext, extract
 
             spec = self.plan.profile.connections.get(source.source.connection or "")
             if spec is None:
@@ -239,7 +297,6 @@ class Runtime:
                     f"source {node.name}: connection {source.source.connection!r} is not in "
                     "the profile"
                 )
-            staging = join(self.plan.warehouse, STAGING_AREA, EXTRACT, node.name)
             done = extract(
                 ExtractContext(
                     nid,
@@ -248,8 +305,7 @@ class Runtime:
                     Conn.resolve(spec, os.environ),
                     source.source.tuning.resolved(),
                     self.plan.sql(nid),
-                    staging,
-                    self.plan.store(staging),
+                    self.landing(nid),
                     self.state,
                     self.run_id,
                     self.full_refresh,
@@ -257,22 +313,12 @@ class Runtime:
                     lambda: self.spark,
                 )
             )
-            if done.files is not None:
-                self.staged_files[node.relation] = done.files
-            if done.view is not None and done.result.status == "success":
-                self.view(node.relation, done.view)
-            if done.pending is not None and done.result.status == "success":
-                self.pending[nid] = done.pending
+            if done.result.status == "success" and done.batch is not None:
+                self._landed_view(nid, done.batch)
             return done.result
         df = self._source_df(node)
         df.createOrReplaceTempView(node.relation)
         return NodeResult(nid, "source", "success", schema=self._schema(nid, df))
-
-    def finalize(self, results: list[NodeResult]) -> None:
-        """Advance the cursors of extracted sources whose downstream nodes all succeeded."""
-        from .extract import commit_pending
-
-        commit_pending(self.state, self.run_id, self.pending, self.plan.downstream, results)
 
     def _run_model(self, nid: str, node: ManifestNode) -> NodeResult:
         name, mat = node.name, node.materialized
@@ -297,7 +343,7 @@ class Runtime:
             )
         schema = self._schema(nid, df)
         config = node.model_config
-        app_id = f"rivc:{self.plan.manifest.project}:model:{name}"
+        app_id = self._model_app(name)
         last = None if table is None else table.transaction_version(app_id)
         batch_id = self._hand_out(nid, None if last is None else int(last))
         if last is not None and int(last) >= batch_id:  # a resumed run: this batch is in
@@ -311,7 +357,7 @@ class Runtime:
                 "replace",
                 delta.arrow_schema(df),
                 config.partition_by,
-                (app_id, batch_id),
+                delta.Stamp.batch(app_id, batch_id),
             )
             how = "table"
         else:
@@ -329,11 +375,12 @@ class Runtime:
                 parts = tuple(p for p in parts if p not in gone)
             strategy = node.incremental_strategy
             if strategy == "merge":
-                result = delta.merge(df, uri, store, node.unique_key, target, (app_id, batch_id))
+                stamp = delta.Stamp.batch(app_id, batch_id)
+                result = delta.merge(df, uri, store, node.unique_key, target, stamp)
                 how = f"incremental merge, {result.removed} files rewritten"
             else:
                 result = delta.write_batch(
-                    df, uri, store, "append", target, parts, (app_id, batch_id)
+                    df, uri, store, "append", target, parts, delta.Stamp.batch(app_id, batch_id)
                 )
                 how = "incremental append"
         fault("after-commit", name)
@@ -355,20 +402,45 @@ class Runtime:
     def _run_sink(self, nid: str, node: ManifestNode) -> NodeResult:
         name, connector = node.name, node.connector
         writer = self.sink_writer(name)
-        files = self.staged_files.get(node.relation)
+        given = node.input or {}
+        kind = given.get("kind", "whole")
         streaming = False
-        if files is not None and not writer.checks_rows:  # an extracted table, as it is
-            columns = arrow_columns(parquet_schema(files))
-            schema = self.state.schema_change(self.run_id, nid, columns)
-            writer.write_files(files, self.batch_id(nid, writer))
-        else:
+        schema = None
+        if kind == "stream":
             df = self.spark.sql(self.plan.sql(nid))
             schema = self._schema(nid, df)
             streaming = df.isStreaming
-            if streaming:
-                self._stream(df, writer, node)
-            else:
-                writer(df, self.batch_id(nid, writer))
+            self._stream(df, writer, node)
+        else:
+            self._refuse_behind(writer)
+            changing = list(given.get("changing", ()))
+            tracked = list(given.get("tracked", ()))
+            steps = plan_steps(
+                name,
+                kind,
+                changing,
+                {t: self.version(t) for t in tracked},
+                {c: self._landed(c) for c in changing},
+                writer.held(tracked),
+                bool(given.get("untracked", True)) or not tracked,
+                bool(writer.keys),
+            )
+            if not steps:
+                message = f"{connector}: nothing new to deliver"
+                return NodeResult(nid, "sink", "success", rows=0, message=message)
+            for step in steps:
+                writer.consumed(step.places, step.complete)
+                fresh = step.complete  # its places guard replays; no killed run's id reused
+                batch_id = self._fresh_id(nid, writer) if fresh else self.batch_id(nid, writer)
+                files = self._as_is(node, kind, step, writer)
+                if files is not None:  # an extracted table, as it is: no Spark needed
+                    columns = arrow_columns(parquet_schema(files))
+                    schema = self.state.schema_change(self.run_id, nid, columns)
+                    writer.write_files(files, batch_id)
+                else:
+                    df = self._sink_input(nid, node, kind, step, writer)
+                    schema = self._schema(nid, df)
+                    writer(df, batch_id)
         totals = self.state.batch_totals(nid, self.run_id)
         note = f"{totals['batches']} batch{'es' if totals['batches'] != 1 else ''}"
         if totals["replayed"]:
@@ -397,6 +469,93 @@ class Runtime:
             commit_ms=totals["commit_ms"],
         )
 
+    def _landed(self, nid: str) -> Landed:
+        landing = self.landing(nid)
+        dt = landing.table()
+        if dt is None:
+            return Landed(None)
+        at = landing.position(dt)
+        ids = sorted({batch_of(f) for f in landing.files(None, at.batch, dt)})
+        return Landed(at.batch, tuple(ids), at.base, bool(landing.keys))
+
+    def _refuse_behind(self, writer: SinkWriter) -> None:
+        """Before a sink writes: a table another project or checkout writes is refused (unless
+        the sink says shared); so is one whose log ends before a batch this project recorded
+        as committed there, which lost commits (a removed log entry, a restored backup)."""
+        for target in (writer.main, *writer.targets.values()):
+            sink = target.sink()
+            sink.ctx.claim(sink.writer(), "its table")
+            recorded = self.state.committed_batch(target.nid)
+            if recorded is None:
+                continue
+            holds = target.sink().last_batch_id()
+            if holds is not None and holds < recorded:
+                raise StateError(
+                    f"{target.nid}: its table holds batches up to {holds}, but this project "
+                    f"committed batch {recorded} there: commits were removed from its log; "
+                    f"restore them, or accept the loss with `rivc state reset {target.nid}` "
+                    "and run again"
+                )
+
+    def _as_is(
+        self, node: ManifestNode, kind: str, step: Step, writer: SinkWriter
+    ) -> list[str] | None:
+        """The landed files a sink takes unchanged: a local landing table delivered as it is
+        (no transforms, meta columns or checks on the way, no key's older version to drop)."""
+        source = (node.from_ or "").removeprefix("source:")
+        nid = f"source:{source}"
+        if not (node.from_ or "").startswith("source:") or not self.plan.is_extracted(nid):
+            return None
+        table = self.plan.project.sources[source].table
+        meta = table.meta_columns.exported_at or table.meta_columns.row_hash
+        if writer.checks_rows or meta or table.transforms or not step.complete:
+            return None
+        landing = self.landing(nid)
+        if not is_local(landing.uri):
+            return None
+        if kind == "batches":
+            after, upto = step.ranges.get(nid, (0, 0))
+            files = landing.whole_files(upto) if after is None else landing.files(after, upto)
+            deduplicated = after is None or bool(writer.keys)
+            if deduplicated and landing.keys and len({batch_of(f) for f in files}) > 1:
+                return None
+        else:
+            files = landing.whole_files(step.places.get(nid))
+        return [f.uri for f in files] or None
+
+    def _sink_input(
+        self, nid: str, node: ManifestNode, kind: str, step: Step, writer: SinkWriter
+    ) -> DataFrame:
+        """What a step writes: the sink's whole input, or, for new batches, its batch SQL over
+        this sink's own views of each changing source's batches in the step."""
+        from rivc.compiler.increments import new_batches_relation
+
+        from .extract import source_frame
+
+        if kind != "batches" or not step.ranges:
+            return self.spark.sql(self.plan.sql(nid))
+        for source in (node.input or {}).get("changing", ()):
+            landing = self.landing(source)
+            table = self.plan.project.sources[self.plan.nodes[source].name].table
+            after, upto = step.ranges.get(source, (0, 0))
+            if after is None:  # the whole table, as source() reads it
+                files, latest = landing.whole_files(upto), landing.role == "log"
+            else:  # the new batches; a merge takes each key's newest version
+                files, latest = landing.files(after, upto), bool(writer.keys)
+            columns = landing.position().columns
+            df = source_frame(landing.frame(self.spark, files, columns, latest), table)
+            relation = new_batches_relation(node.name, self.plan.nodes[source].relation)
+            df.createOrReplaceTempView(relation)
+        return self.spark.sql(self.plan.batch_sql(nid))
+
+    def _fresh_id(self, nid: str, writer: SinkWriter) -> int:
+        """A new batch id above every one the state store and the sink's tables hold: a batch
+        whose places say what it consumed never reuses a killed run's id."""
+        last = writer.last_batch_id()
+        batch_id = 0 if last is None else last + 1
+        self.state.hand_out(self.run_id, nid, batch_id)
+        return batch_id
+
     def batch_id(self, nid: str, writer: SinkWriter) -> int:
         """The batch id of a sink's batch in this run, recorded before anything is written: the
         one a resumed run had handed out (a sink that committed it skips the replay), else one
@@ -415,9 +574,9 @@ class Runtime:
         self.state.hand_out(self.run_id, nid, batch_id)
         return batch_id
 
-    def sink_writer(self, name: str) -> SinkWriter:
+    def sink_writer(self, name: str, check: bool = True) -> SinkWriter:
         """The foreachBatch function of sink `name`, with its route and dead-letter targets;
-        each location is health-checked first."""
+        each location is health-checked first (`check`)."""
         sinks = self.plan.project.sinks
         spec = sinks[name].spec
 
@@ -429,8 +588,10 @@ class Runtime:
                 sink,
                 self.plan.profile.storage,
                 join(self.plan.warehouse, STAGING_AREA),
+                self.writer,
+                d.spec.shared,
             )
-            if spec.health_check:
+            if spec.health_check and check:
                 health_check(ctx, d.connector, d.config)
             return BatchWriter(
                 f"sink:{sink}", d.spec.connector, d.config, ctx, self.run_id, self.state.path
@@ -460,23 +621,22 @@ class Runtime:
         return min(given, key=lambda r: r.events_per_second) if given else None
 
     def _stream(self, df: DataFrame, writer: SinkWriter, node: ManifestNode) -> None:
-        """Run a streaming sink to its trigger's end. On a Spark that does not see rivc's disk,
-        the checkpoint lives under the warehouse, and the batches, which the server's Python
-        worker writes, leave receipts there that rivc records as they come."""
+        """Run a streaming sink to its trigger's end. Its checkpoint, its place in the stream,
+        lives under the warehouse (a lost `.rivc/` does not start it over). On a Spark that
+        does not see rivc's disk the batches, which the server's Python worker writes, leave
+        receipts beside it that rivc records as they come."""
         receipts: tuple[str, Store] | None = None
         if self.detached:
             raise ConnectorError(
                 f"{node.id}: a job run from a copied project keeps no checkpoint between runs, "
                 "and a stream would start over; run the job beside the project folder"
             )
-        if shares_disk(df):
-            checkpoint = str(self.plan.root / STATE_DIR / CHECKPOINTS / node.name)
-            store = Store()
-        else:
+        checkpoint = join(self.plan.warehouse, CHECKPOINT_AREA, node.name)
+        store = Store.of(checkpoint, self.plan.profile.storage)
+        _move_old_checkpoint(self.plan.root / STATE_DIR / CHECKPOINTS / node.name, checkpoint)
+        if not shares_disk(df):
             for target in (writer.main, *writer.targets.values()):
                 _refuse_local_catalog(target, self.plan.root)
-            checkpoint = join(self.plan.warehouse, CHECKPOINT_AREA, node.name)
-            store = Store.of(checkpoint, self.plan.profile.storage)
             receipts = (join(checkpoint, RECEIPTS), store)
             writer.record_through(receipts)
             collect_receipts(self.state, *receipts)  # left by a run that was killed
@@ -528,6 +688,14 @@ class Runtime:
             rows=failures,
             error=f"{failures} failing row{'s' if failures != 1 else ''}: {shown}",
         )
+
+
+def _move_old_checkpoint(old: Path, checkpoint: str) -> None:
+    """Checkpoints of earlier versions lived in .rivc/checkpoints/: moved once to the
+    warehouse (on this disk), so the stream goes on where it was."""
+    if old.is_dir() and is_local(checkpoint) and not Path(checkpoint).exists():
+        Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
+        old.rename(checkpoint)
 
 
 def _refuse_local_catalog(writer: BatchWriter, root: Path) -> None:

@@ -100,6 +100,8 @@ def execute(
     started, started_at = time.perf_counter(), now()
     run_id = new_run_id()
     state = StateStore.for_project(root)
+    if state.damaged:
+        on_warning(state.damaged)
     try:
         # The lock comes first: a refused run writes nothing, and the running one executes the
         # SQL it compiled, held in memory (Plan), whatever is compiled into target/ meanwhile.
@@ -132,12 +134,9 @@ def execute(
             results: list[NodeResult] = []
             interrupted = runtime.interrupt
             try:
-                for nid in compiled.selected:  # upstream the selection reads but does not run
-                    if nid not in todo and compiled.graph.nodes[nid].kind != "test":
-                        runtime.bind(nid)
+                bind_upstream(runtime, compiled.selected, todo)
                 with graceful_interrupt(runtime.interrupt):
                     results = _schedule(runtime, compiled.graph, todo, options, on_result, on_start)
-                runtime.finalize(results)
             finally:
                 status = "error" if any(r.status in FAILED for r in results) else "success"
                 status = "interrupted" if interrupted.is_set() and status == "success" else status
@@ -155,6 +154,20 @@ def execute(
     out = root / TARGET_DIR / "run_results.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
+
+
+def bind_upstream(runtime: Runtime, needed: list[str], todo: list[str]) -> None:
+    """Make what the selection reads but does not run available: source tables and stored
+    models now; views when a node that reads them starts, after what they read has run (an
+    extraction of this run, a model it rebuilds)."""
+    for nid in needed:
+        node = runtime.plan.nodes[nid]
+        if nid in todo or node.kind == "test":
+            continue
+        if node.kind == "model" and node.materialized == "view":
+            runtime.unbound.append(nid)
+        else:
+            runtime.bind(nid)
 
 
 def _schedule(

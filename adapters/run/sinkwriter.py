@@ -120,6 +120,15 @@ class SinkWriter:
         for writer in (self.main, *self.targets.values()):
             writer.receipts = receipts
 
+    def consumed(self, places: dict[str, int], complete: bool) -> None:
+        """What the next batch consumes, for every destination to commit with it."""
+        for writer in (self.main, *self.targets.values()):
+            writer.places, writer.complete = dict(places), complete
+
+    def held(self, inputs: list[str]) -> list[dict[str, int | None] | None]:
+        """What each destination holds of `inputs` (None: one that cannot record it)."""
+        return [w.held(inputs) for w in (self.main, *self.targets.values())]
+
     def last_batch_id(self) -> int | None:
         """The highest batch id any of this sink's tables (its own, its routes') holds."""
         known = [w.last_batch_id() for w in (self.main, *self.targets.values())]

@@ -101,7 +101,9 @@ def test_kill_and_rerun_delivers_every_row_once(tmp_path, fault):
             rerun = run_rivc(root)
             assert rerun.returncode == 0, rerun.stdout + rerun.stderr
         state = json.loads(rivc(root, "state", "show", "--json").output)
-        assert state["cursors"], state
+        (landed,) = state["sources"]
+        assert landed["cursor"] is not None and landed["batches"] >= 1, state
+        assert {c["input"] for c in state["sinks"]} == {"source:src.events"}, state
     for sink, ids in ids_by_sink(root).items():
         assert ids == Counter(range(1, 41)), f"{fault}: {sink} {sorted(ids.elements())}"
 
@@ -149,18 +151,14 @@ sinks:
 }
 
 
-@pytest.mark.parametrize("lose", ["state reset", "lost .rivc", "fresh clone"])
+@pytest.mark.parametrize("lose", ["state reset", "lost .rivc"])
 def test_batch_ids_start_above_what_the_table_holds(spark, tmp_path, lose):
     root = write_files(tmp_path / "p", SIMPLE)
     assert rivc(root, "run").exit_code == 0
     if lose == "state reset":
         assert rivc(root, "state", "reset", "--yes").exit_code == 0
-    elif lose == "lost .rivc":
+    else:
         shutil.rmtree(root / ".rivc")
-    else:  # another checkout of the project that writes to the same table
-        clone = write_files(tmp_path / "clone", SIMPLE)
-        (clone / "out").symlink_to(root / "out")
-        root = clone
     result = rivc(root, "run")
     assert result.exit_code == 0, result.output
     lake = DeltaTable(str(root / "out/lake"))
@@ -215,9 +213,14 @@ sinks:
     table = iceberg_catalog(root).load_table("m.ice")
     ids = table.scan().to_arrow().column("order_id").to_pylist()
     assert len(ids) == 500 and len(set(ids)) == 500
-    assert table.properties["rivc.batch.rivc:faults:ice_sink"] == "0"
+    # killed before its commit, the batch is written again under a new id (its places, the
+    # model's batch it consumed, are what makes the replay exactly once); killed after it, the
+    # table's places say it holds the model's batch, and the resumed run skips it
+    batch = 1 if point.startswith("before") else 0
+    assert table.properties["rivc.batch.rivc:faults:ice_sink"] == str(batch)
+    assert table.properties["rivc.place.rivc:faults:ice_sink@model:orders_t"] == "0"
     referenced = {t.file.file_path for t in table.scan().plan_files()}
-    assert all("/data/rivc-batch-000000-" in p for p in referenced), referenced
+    assert all(f"/data/rivc-batch-{batch:06d}-" in p for p in referenced), referenced
     on_disk = {str(p) for p in Path(table.location().removeprefix("file://")).rglob("*.parquet")}
     refs = {p.removeprefix("file://") for p in referenced}
     assert refs <= on_disk
@@ -272,7 +275,7 @@ sinks:
     for r in rows:
         bumped = 1000 if r["order_id"] % 7 == 0 else 0
         assert r["total"] == first[r["order_id"]] + bumped, r
-    assert table.properties["rivc.batch.rivc:faults:ice_up"] == "1"
+    assert table.properties["rivc.batch.rivc:faults:ice_up"] == "2"  # 1 was the killed one
     assert {t.file.partition[0] for t in table.scan().plan_files()} == {0, 1, 2, 3}
 
 

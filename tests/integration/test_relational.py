@@ -87,7 +87,7 @@ def test_incremental_boundary_rows_are_neither_lost_nor_duplicated(spark, tmp_pa
         assert [r[0] for r in lake(root)] == [1, 2, 3, 4, 5, 6]
 
 
-def test_cursor_does_not_advance_when_the_sink_fails(spark, tmp_path):
+def test_a_failed_consumer_leaves_the_landed_window_for_its_next_run(spark, tmp_path):
     with database("postgres") as db:
         db.execute("CREATE TABLE events (id int primary key, updated_at timestamp)")
         db.execute("INSERT INTO events VALUES (1, '2026-01-01'), (2, '2026-01-02')")
@@ -101,8 +101,16 @@ def test_cursor_does_not_advance_when_the_sink_fails(spark, tmp_path):
             },
         )
         assert rivc(root, "run").exit_code == 1
-        shown = json.loads(rivc(root, "state", "show", "--json").output)
-        assert shown["cursors"] == []
+        # the window landed: a failed consumer does not make the source extract it again
+        (shown,) = json.loads(rivc(root, "state", "show", "--json").output)["sources"]
+        assert shown["cursor"] is not None
+        db.execute("INSERT INTO events VALUES (3, '2026-01-03')")
+        (root / "models/bad.sql").write_text(
+            "{{ config(materialized='table') }}\nselect id from {{ source('src', 'events') }}\n"
+        )
+        assert rivc(root, "run").exit_code == 0  # the fixed model reads every landed row
+        table = DeltaTable(str(root / "warehouse/bad")).to_pyarrow_table()
+        assert sorted(table.column("id").to_pylist()) == [1, 2]  # 3 is at the cursor's edge
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -133,8 +141,11 @@ def test_chunked_run_resumes_after_a_failure(spark, tmp_path, kind):
         assert rivc(root, "run").exit_code == 1
         res = results(root)["source:src.payments"]
         assert res["status"] == "error" and "division by zero" in res["error"].lower()
-        staging = root / "warehouse/_rivc_staging/extract/src.payments"
-        assert sorted(p.name for p in staging.iterdir()) == ["chunks-000000-000001"]
+        # the finished group is in the landing table, as a pass under way that nothing reads
+        landing = root / "warehouse/_rivc/landing/src.payments"
+        assert sorted(p.name for p in landing.glob("_rivc_batch=*/*")) == ["chunks-000000-000001"]
+        (shown,) = json.loads(rivc(root, "state", "show", "--json").output)["sources"]
+        assert shown["chunks_done"] == 2 and shown["batch"] is None
         # Fix the row, and delete the rows already extracted: the resumed run must take them from
         # its checkpoint, not from the database. A new row lands in a new chunk.
         db.execute("UPDATE payments SET d = 1 WHERE id = 80")
@@ -145,7 +156,9 @@ def test_chunked_run_resumes_after_a_failure(spark, tmp_path, kind):
         table = DeltaTable(str(root / "warehouse/payments_copy")).to_pyarrow_table()
         assert sorted(table.column("id").to_pylist()) == [*range(1, 101), 1000]
         assert "sparse key range" in results(root)["source:src.payments"]["message"]
-        assert not staging.exists()  # committed: cleaned up
+        (shown,) = json.loads(rivc(root, "state", "show", "--json").output)["sources"]
+        assert shown["chunks_done"] is None and shown["batch"] is not None  # the pass is whole
+        assert len(list(landing.glob("_rivc_batch=*"))) == 1
 
 
 PG_TYPES = """

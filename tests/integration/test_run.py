@@ -59,10 +59,14 @@ def test_sample_project_runs_end_to_end(spark, sample):
     assert {f["node"] for f in files} == {"sink:customer_orders_files", "sink:orders_lake"}
     assert all(Path(f["path"]).exists() for f in files)
 
-    # A second run replaces the files sink's output (mode: overwrite) instead of adding to it.
+    # The sink alone has nothing new to deliver: its model was not rebuilt since.
     assert rivc(sample, "run", "--select", "customer_orders_files").exit_code == 0
+    assert "nothing new" in results(sample)["sink:customer_orders_files"]["message"]
+    # With its model rebuilt, it replaces its output (mode: overwrite) instead of adding to it.
+    assert rivc(sample, "run", "--select", "customer_orders+").exit_code == 0
     assert parquet_rows(files_dir) == [(customers.num_rows,)]
-    assert [p.name for p in files_dir.iterdir()] == ["batch-000001-part-0000.parquet"]
+    written = [p.name for p in files_dir.iterdir() if p.name != "_rivc"]
+    assert written == ["batch-000001-part-0000.parquet"]
 
     # Tests pass on the built project; build runs nodes and tests together.
     tested = rivc(sample, "test")

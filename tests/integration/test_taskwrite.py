@@ -72,7 +72,9 @@ def test_tasks_write_edge_values_that_read_back_exactly(spark, tmp_path):
     assert sum(w.rows for w in written) == 4
     assert all(w.size == (tmp_path / "edge" / w.rel).stat().st_size for w in written)
     schema = delta.arrow_schema(df)
-    delta.commit(uri, store, "append", schema, written, ("part",), app=("edge", 0))
+    delta.commit(
+        uri, store, "append", schema, written, ("part",), stamp=delta.Stamp.batch("edge", 0)
+    )
 
     table = DeltaTable(uri)
     assert table.transaction_version("edge") == 0
