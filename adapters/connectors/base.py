@@ -71,8 +71,9 @@ class SinkContext:
         return f"rivc:{who}:{self.sink}"
 
     def place_id(self, source: str) -> str:
-        """The id under which a commit carries what it consumed of input `source`."""
-        return f"{self.app_id}@{source}"
+        """The id under which a commit carries what it consumed of input `source`: the
+        writer's own (its landing tables number their batches), shared table or not."""
+        return f"rivc:{self.project}:{self.sink}@{self.writer}:{source}"
 
     def claim(self, found: str | None, where: str) -> bool:
         """Whether a table whose recorded writer is `found` may be written by this project;

@@ -24,7 +24,8 @@ Held = Mapping[str, int | None]
 @dataclass(frozen=True)
 class Step:
     """One batch a sink writes: for each changing input, the landed batches (after, upto] it
-    reads (after None: the whole table as of upto), and the places it commits."""
+    reads (after None: from the first one, for a consumer that never took any), and the places
+    it commits."""
 
     places: dict[str, int]
     ranges: dict[str, tuple[int | None, int]] = field(default_factory=dict)
@@ -87,7 +88,7 @@ def plan_steps(
     steps = []
     for name in changing:
         # a destination that never took this input (one added since) starts where the others
-        # are; when none took it, the whole table comes first
+        # are; when none took it, from the first batch
         taken = [a for h in places if (a := _after(h.get(name))) is not None]
         low = min(taken, default=None)
         if low is None:

@@ -515,10 +515,9 @@ class Runtime:
             return None
         if kind == "batches":
             after, upto = step.ranges.get(nid, (0, 0))
-            files = landing.whole_files(upto) if after is None else landing.files(after, upto)
-            deduplicated = after is None or bool(writer.keys)
-            if deduplicated and landing.keys and len({batch_of(f) for f in files}) > 1:
-                return None
+            files = landing.files(after, upto)
+            if writer.keys and landing.keys and len({batch_of(f) for f in files}) > 1:
+                return None  # a merge takes each key's newest version: not the files as they are
         else:
             files = landing.whole_files(step.places.get(nid))
         return [f.uri for f in files] or None
@@ -538,10 +537,9 @@ class Runtime:
             landing = self.landing(source)
             table = self.plan.project.sources[self.plan.nodes[source].name].table
             after, upto = step.ranges.get(source, (0, 0))
-            if after is None:  # the whole table, as source() reads it
-                files, latest = landing.whole_files(upto), landing.role == "log"
-            else:  # the new batches; a merge takes each key's newest version
-                files, latest = landing.files(after, upto), bool(writer.keys)
+            # the batches after its place (all of them for a new consumer): every row version
+            # once; a merge takes each key's newest version of them
+            files, latest = landing.files(after, upto), bool(writer.keys)
             columns = landing.position().columns
             df = source_frame(landing.frame(self.spark, files, columns, latest), table)
             relation = new_batches_relation(node.name, self.plan.nodes[source].relation)

@@ -280,11 +280,10 @@ sinks:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], check=True)
         try:
             filler = disk / "filler"
-            with open(filler, "wb") as out:  # the disk is full
+            with open(filler, "wb", buffering=0) as out:  # the disk is full
                 try:
                     while True:
                         out.write(b"x" * 4096)
-                        out.flush()
                 except OSError:
                     pass
             first = rivc(root, "run")

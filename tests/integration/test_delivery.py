@@ -146,8 +146,10 @@ def test_replayed_batch_run_is_skipped(spark, sample):
     # The sink alone: the model has no new batch, so there is nothing to deliver
     assert rivc(sample, "run", "--select", "orders_lake").exit_code == 0
     assert DeltaTable(str(lake)).version() == version
-    # The next run rebuilds the model: a new batch again.
+    # Nor when the incremental model adds no rows; when it is rebuilt, a new batch again.
     assert rivc(sample, "run", "--select", "+orders_lake").exit_code == 0
+    assert DeltaTable(str(lake)).version() == version
+    assert rivc(sample, "run", "--select", "+orders_lake", "--full-refresh").exit_code == 0
     assert DeltaTable(str(lake)).version() == version + 1
     assert DeltaTable(str(lake)).transaction_version("rivc:shop:orders_lake") == 1
 

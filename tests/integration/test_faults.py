@@ -218,7 +218,8 @@ sinks:
     # table's places say it holds the model's batch, and the resumed run skips it
     batch = 1 if point.startswith("before") else 0
     assert table.properties["rivc.batch.rivc:faults:ice_sink"] == str(batch)
-    assert table.properties["rivc.place.rivc:faults:ice_sink@model:orders_t"] == "0"
+    places = [k for k in table.properties if k.startswith("rivc.place.rivc:faults:ice_sink@")]
+    assert [table.properties[k] for k in places] == ["0"] and places[0].endswith(":model:orders_t")
     referenced = {t.file.file_path for t in table.scan().plan_files()}
     assert all(f"/data/rivc-batch-{batch:06d}-" in p for p in referenced), referenced
     on_disk = {str(p) for p in Path(table.location().removeprefix("file://")).rglob("*.parquet")}
