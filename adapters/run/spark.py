@@ -28,6 +28,12 @@ LOCAL_DEFAULTS: dict[str, str] = {
 }
 
 
+# A Spark Connect session caches the plans it resolved, a file source's listing and file sizes
+# included: a later read of the same path would miss new files and read a rewritten one cut at
+# its old length. rivc reads sources and tables anew each run, so the cache buys nothing here.
+FRESH_READS = {"spark.connect.session.planCache.enabled": "false"}
+
+
 def jdbc_jars(extra: tuple[str, ...] = (), java_dir: Path = JAVA_DIR) -> list[str]:
     """Driver jars found on this machine, then the profile's own `jars:`."""
     found = [str(java_dir / name) for name in JDBC_JARS if (java_dir / name).is_file()]
@@ -143,6 +149,7 @@ def get_session(spec: SparkSpec, app_name: str = "rivc", log: Path | None = None
     if remote:
         builder = builder.remote(remote)
         conf = {k: v for k, v in session_conf(spec).items() if k.startswith("spark.sql.")}
+        conf = {**FRESH_READS, **conf}
     else:
         if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
             builder = builder.master(spec.master or "local[*]")

@@ -134,3 +134,81 @@ def test_the_warm_server_runs_the_project_for_its_token_only(tmp_path: Path) -> 
         os.killpg(info["pid"], 0)
     assert not info_path.exists()
     assert rivc(root, "server", "status").returncode == 1
+
+
+def test_the_warm_server_sees_every_new_row_and_every_new_or_rewritten_file(tmp_path: Path) -> None:
+    """A long-lived session must not answer from what it read before: rows extracted by COPY
+    (in rivc's process and in Spark) and by JDBC, and a files source's new and rewritten files,
+    all reach their sinks on the next run."""
+    from rivc_dbs import database, project
+
+    with database("postgres") as db:
+        db.execute(
+            "CREATE TABLE ev (id int PRIMARY KEY, v text, at timestamp)",
+            "CREATE TABLE bin (id int PRIMARY KEY, b bytea, at timestamp)",  # bytea: JDBC
+        )
+
+        def insert(first: int, n: int) -> None:
+            rows = [
+                (i, f"v{i}", f"2026-01-01 00:00:00+{i} seconds") for i in range(first, first + n)
+            ]
+            db.executemany(
+                "INSERT INTO ev VALUES (%s, %s, timestamp '2026-01-01' + %s::interval)",
+                [(i, v, f"{i} seconds") for i, v, _ in rows],
+            )
+            db.executemany(
+                "INSERT INTO bin VALUES (%s, %s, timestamp '2026-01-01' + %s::interval)",
+                [(i, v.encode(), f"{i} seconds") for i, v, _ in rows],
+            )
+
+        insert(1, 10)
+        cursor = "mode: incremental, cursor_column: at, unique_key: id"
+        tables = f"""
+- {{name: p1, table: ev, {cursor}}}
+- {{name: p2, table: ev, {cursor}, parallel: 2}}
+- {{name: jdbc, table: bin, {cursor}}}
+"""
+        sinks = (
+            "sinks:\n"
+            + "".join(
+                f"  - {{name: {n}, from: source:src.{n}, connector: delta, "
+                f"config: {{table_uri: out/{n}, mode: append}}}}\n"
+                for n in ("p1", "p2", "jdbc")
+            )
+            + (
+                "  - {name: files, from: source:inbox.ev, connector: delta,\n"
+                "     config: {table_uri: out/files, mode: overwrite}}\n"
+            )
+        )
+        root = project(tmp_path, db, tables, {}, sinks)
+        inbox = root / "inbox"
+        inbox.mkdir()
+        (root / "sources/inbox.yml").write_text(
+            "sources:\n  - name: inbox\n    connector: files\n    tables:\n"
+            "      - {name: ev, config: {path: inbox, format: json},"
+            " columns: {id: bigint, v: string}}\n"
+        )
+
+        def drop(name: str, ids: range) -> None:
+            (inbox / name).write_text("".join(json.dumps({"id": i, "v": name}) + "\n" for i in ids))
+
+        drop("a.json", range(2))
+        started = rivc(root, "server", "start")
+        assert started.returncode == 0, started.stdout + started.stderr
+        try:
+            for round_ in range(2):
+                done = rivc(root, "run")
+                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+                insert(11 + round_ * 5000, 5000)
+                drop("a.json", range(5100))  # rewritten, longer
+                drop(f"new-{round_}.json", range(3))  # a new file
+            done = rivc(root, "run")
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+            assert not (root / ".rivc/spark.log").exists()  # every run went through the server
+        finally:
+            rivc(root, "server", "stop")
+        for name in ("p1", "p2", "jdbc"):
+            ids = DeltaTable(str(root / "out" / name)).to_pyarrow_table().column("id").to_pylist()
+            assert sorted(ids) == list(range(1, 10011)), name
+        files = DeltaTable(str(root / "out/files")).to_pyarrow_table()
+        assert files.num_rows == 5100 + 3 + 3
