@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Annotated, Any, Literal, NewType, Union
@@ -55,6 +56,23 @@ class LintSpec(Spec):
 ParamValue = str | bool | int | float | None | Any  # dates stay dates (YAML parses them)
 
 
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: str) -> int:
+    """'7d' -> 604800 seconds; units s, m, h, d."""
+    m = _DURATION.match(value)
+    if not m:
+        raise ValueError(f"{value!r} is not a duration such as 7d, 12h or 30m")
+    return int(m.group(1)) * _SECONDS[m.group(2)]
+
+
+def _valid_duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
 class ProjectSpec(Spec):
     name: Name
     version: str | int | float | None = None
@@ -64,6 +82,10 @@ class ProjectSpec(Spec):
     paths: PathsSpec = PathsSpec()
     defaults: ModelConfig = ModelConfig()
     lint: LintSpec = LintSpec()
+    # how long `rivc maintain` keeps landed batches every consumer took (docs/sources.md)
+    landing_retention: str = "7d"
+
+    _retention = field_validator("landing_retention")(_valid_duration)
 
     @field_validator("params")
     @classmethod

@@ -58,13 +58,10 @@ def _runtime(root: Path) -> Any:
 
     _, plan = compile_for_run(root, RunOptions())
 
-    def no_spark() -> Any:
-        raise AssertionError("reading the tables needs no Spark")
-
     store = StateStore.for_project(root)
     if store.damaged:
         click.echo(store.damaged, err=True)
-    return Runtime(no_spark, plan, "state", store)
+    return Runtime(_no_spark, plan, "state", store)
 
 
 @state.command("show")
@@ -131,6 +128,35 @@ def state_reset(
     with run_lock(root, new_run_id()):
         count = _store(project_dir).reset(nodes)
     click.echo(f"Removed {count} state record(s) of {what}.")
+
+
+@state.command("rewind")
+@click.argument("sink")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    help="The first batch to take again: a batch id (rivc state show), a time "
+    "(2026-11-20T10:00, UTC), or `start` for every batch the landing table holds.",
+)
+@click.option("--input", "inputs", multiple=True, help="Only this input (default: every one).")
+@project_dir_option
+@handle_errors
+def state_rewind(sink: str, to: str, inputs: tuple[str, ...], project_dir: str | None) -> None:
+    """Move a sink's place in its inputs back, so that its next run takes those batches again
+    (an append sink then holds them twice: rebuild it, or mean it). The place is committed in
+    the sink's own tables (under the run lock)."""
+    from ..run.rewind import rewind
+    from ..state import new_run_id, run_lock
+
+    root = _root(project_dir)
+    with run_lock(root, new_run_id()):
+        runtime = _runtime(root)
+        try:
+            for line in rewind(runtime, sink, to, inputs):
+                click.echo(line)
+        finally:
+            runtime.state.close()
 
 
 @click.command()
@@ -201,13 +227,19 @@ def maintain(
     dry_run: bool,
     project_dir: str | None,
 ) -> None:
-    """Compact and VACUUM the Delta tables of models and sinks; compact Iceberg sinks, expire
-    their old snapshots and delete their unreferenced files (under the run lock)."""
+    """Fold or remove the landed batches every consumer took that are older than the
+    project's landing_retention; compact and VACUUM the Delta tables of landed sources, models
+    and sinks; compact Iceberg sinks, expire their old snapshots and delete their unreferenced
+    files (under the run lock)."""
     from rivc.compiler.connector_specs import DeltaSinkConfig
+    from rivc.compiler.specs import parse_duration
 
     from ..connectors import delta
+    from ..run.retention import retain
+    from ..run.runtime import Runtime
     from ..run.scheduler import RunOptions, compile_for_run
-    from ..state import new_run_id, run_lock
+    from ..run.tables import consumers
+    from ..state import StateStore, new_run_id, run_lock
     from ..storage import join
 
     root = _root(project_dir)
@@ -217,9 +249,20 @@ def maintain(
         )
         tables: list[tuple[str, str, Any]] = []
         icebergs: list[str] = []
+        keep = parse_duration(plan.project.spec.landing_retention)
+        runtime = Runtime(_no_spark, plan, "maintain", StateStore.for_project(root))
         for nid in compiled.chosen:
             node = plan.nodes[nid]
-            if node.kind == "model" and node.materialized in ("table", "incremental"):
+            if plan.is_extracted(nid):
+                landing = plan.landing(nid)
+                if not dry_run:
+                    held = [c["place"] for c in consumers(runtime, nid)]
+                    kept = retain(landing, node.name, held, keep)
+                    if kept.batches:
+                        how = f"folded into batch {kept.into}" if kept.into else "removed"
+                        click.echo(f"{nid}: {kept.batches} landed batches {how}")
+                tables.append((nid, landing.uri, landing.store))
+            elif node.kind == "model" and node.materialized in ("table", "incremental"):
                 uri = join(plan.warehouse, node.name)
                 tables.append((nid, uri, plan.store(uri)))
             elif node.kind == "sink" and node.connector == "delta":
@@ -242,6 +285,11 @@ def maintain(
                 )
         for nid in icebergs:  # after Delta's: a retention Delta refuses stops before these
             _maintain_iceberg(plan, nid, retain_hours, dry_run)
+        runtime.state.close()
+
+
+def _no_spark() -> Any:
+    raise AssertionError("reading and maintaining the tables needs no Spark")
 
 
 def _maintain_iceberg(plan: Any, nid: str, retain_hours: int, dry_run: bool) -> None:

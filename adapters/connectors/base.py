@@ -132,6 +132,11 @@ class Sink(ABC):
         """The writer id the target records (only targets that keep one)."""
         return None
 
+    def record_places(self, batch_id: int) -> None:
+        """Commit `ctx.places` as batch `batch_id`, with no rows (`rivc state rewind`); only
+        targets whose `places` can tell."""
+        raise ConnectorError(f"sink {self.ctx.sink} keeps no place in its inputs")
+
     def places(self, inputs: Sequence[str]) -> dict[str, int | None] | None:
         """What the target holds of each input (the `ctx.places` its last commit recorded;
         None for an input it never consumed); None when the target cannot record places, and

@@ -619,6 +619,12 @@ class DeltaSink(Sink):
             return dict.fromkeys(inputs)
         return {i: dt.transaction_version(self.ctx.place_id(i)) for i in inputs}
 
+    def record_places(self, batch_id: int) -> None:
+        dt = open_table(self.uri, self.store.delta)
+        if dt is None:
+            raise ConnectorError(f"sink {self.ctx.sink}: {self.uri} holds no table yet")
+        commit(self.uri, self.store, "append", table_schema(dt), [], stamp=self._stamp(batch_id))
+
     def _stamp(self, batch_id: int) -> Stamp:
         places = ((self.ctx.place_id(k), v) for k, v in sorted(self.ctx.places.items()))
         return Stamp(((self.ctx.app_id, batch_id), *places), {"writer": self.ctx.writer})

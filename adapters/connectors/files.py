@@ -257,13 +257,20 @@ class FilesSink(Sink):
         except (FileNotFoundError, NotADirectoryError, OSError):
             return None
 
+    def record_places(self, batch_id: int) -> None:
+        location = Location(self.config.path, self.ctx.root, self.store)
+        self._commit(location, batch_id, [], keep=True)
+
     def _claim(self, location: Location) -> None:
         """Refuse a location another project writes; record ours in one that names none."""
         if self.ctx.claim(self.writer(), self.ctx.path(self.config.path)):
             _write_whole(location, f"{MARKERS}/writer", self.ctx.writer.encode())
 
-    def _commit(self, location: Location, batch_id: int, written: list[Any]) -> None:
-        """The batch's marker, after its files: the batch is committed once it exists."""
+    def _commit(
+        self, location: Location, batch_id: int, written: list[Any], keep: bool = False
+    ) -> None:
+        """The batch's marker, after its files: the batch is committed once it exists. In
+        overwrite mode the older markers go (unless `keep`: a marker without files)."""
         body = {
             "batch": batch_id,
             "writer": self.ctx.writer,
@@ -271,7 +278,7 @@ class FilesSink(Sink):
             "files": [p for p, _, _ in written],
         }
         _write_whole(location, f"{MARKERS}/commit-{batch_id:06d}", json.dumps(body).encode())
-        if self.config.mode == "overwrite":  # only the newest batch's marker describes the data
+        if self.config.mode == "overwrite" and not keep:  # the newest batch is the data
             for older, path in self._markers().items():
                 if older != batch_id:
                     location.fs.delete_file(path)

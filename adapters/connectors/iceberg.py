@@ -90,6 +90,13 @@ class IcebergSink(Sink):
         table = self._table(self.catalog())
         return None if table is None else table.properties.get(WRITER)
 
+    def record_places(self, batch_id: int) -> None:
+        table = self._table(self.catalog())
+        if table is None:
+            raise ConnectorError(f"sink {self.ctx.sink}: {self.identifier} holds no table yet")
+        with table.transaction() as tx:
+            tx.set_properties(self._props(table, batch_id))
+
     def _props(self, table: Any, batch_id: int) -> dict[str, str]:
         """The properties a batch's commit sets: its batch id, the places of what it consumed,
         and (on a table that records no writer yet) this project's writer id."""

@@ -3,10 +3,10 @@ with the source position it reached (docs/sources.md, "Where extracted rows land
 
 A landing table is a Delta table under the warehouse (warehouse.landing_uri), partitioned by
 `_rivc_batch`. Each extraction is a batch: the extraction writes its Parquet files straight
-into `_rivc_batch=<id>/` (there is no second copy), and one Delta commit adds them with the app
-transaction `rivc:landing` = the batch id and, in the commit's `rivc` metadata, the position:
-the cursor and its boundary keys, a chunked pass's finished chunks, the columns. Whatever was
-extracted is what the table says; state.db holds no position.
+into `_rivc_batch=<id>/` (there is no second copy), and one Delta commit adds them with, in the
+commit's `rivc` metadata, the position: the batch id, the cursor and its boundary keys, a
+chunked pass's finished chunks, the columns. Whatever was extracted is what the table says;
+state.db holds no position.
 
 Batch ids are the time of the extraction in milliseconds since 1970 (one more than the last id
 when two fall in the same millisecond): they grow across a re-created landing table too, so a
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 BATCH = "_rivc_batch"  # the partition column: a row's batch
-APP = "rivc:landing"  # the app transaction whose version is the newest batch id
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,7 @@ class Landing:
         written = self._describe(batch, files)
         base = self.position(dt).base if dt is not None else None
         position = replace_(position, base=batch if base is None else base)
-        stamp = delta.Stamp(((APP, batch),), {"position": position.to_json()})
+        stamp = delta.Stamp(metadata={"position": position.to_json()})
         delta.commit(
             self.uri,
             self.store,

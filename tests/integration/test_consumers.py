@@ -17,6 +17,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -371,3 +372,93 @@ def test_a_table_that_lost_a_commit_is_refused_until_accepted(spark, tmp_path):
         ok(root, "run")  # its place went back with the commit: the lost rows come again
         rows = DeltaTable(str(root / "out/append")).to_pyarrow_table()
         assert Counter(rows.column("id").to_pylist()) == Counter(range(1, 14))
+
+
+def test_retention_folds_what_every_consumer_took_and_a_rewind_takes_it_again(spark, tmp_path):
+    with database("postgres") as db:
+        shop = Shop(db)
+        shop.insert(10)
+        root = project(tmp_path, db, TABLES, MODELS, SINKS)
+        (root / "rivc_project.yml").write_text("name: rel\nlanding_retention: 0s\n")
+        ok(root, "run")
+        for ids in ([1, 2], [2, 3]):
+            shop.update(ids)
+            shop.insert(2)
+            ok(root, "run")
+        shop.update([4])
+        ok(root, "run", "--select", "sink:a_append")  # the others have not taken this batch
+        before = landed(root)
+        assert len(batches(root)) == 4
+        # killed before its commit: the table is as it was
+        env = {**os.environ, "RIVC_FAULT": "mid-retention:src.orders"}
+        killed = subprocess.run(
+            [RIVC, "maintain"], cwd=root, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+        assert landed(root) == before and len(batches(root)) == 4
+        out = ok(root, "maintain")
+        assert "3 landed batches folded" in out, out  # up to the lowest place, not the newest
+        kept = batches(root)
+        assert len(kept) == 2
+        folded = landed(root)
+        assert sum(folded.values()) == 14 + 1  # each key once up to the fold, then batch 4
+        ok(root, "run")
+        check_after_fold(root, shop)
+        models_match(root, shop)
+        # replay: the sink takes every batch the landing table holds again
+        out = ok(root, "state", "rewind", "b_merge", "--to", "start")
+        assert "sink:b_merge: source:src.orders from its first batch" in out, out
+        shop.insert(1)
+        ok(root, "run")
+        merged = DeltaTable(str(root / "out/merge")).to_pyarrow_table()
+        assert (
+            dict(
+                zip(
+                    merged.column("id").to_pylist(),
+                    merged.column("amount").to_pylist(),
+                    strict=True,
+                )
+            )
+            == shop.rows()
+        )
+        first = min(batches(root))
+        ok(root, "state", "rewind", "a_append", "--to", str(first + 1))  # after the fold
+        appended_before = DeltaTable(str(root / "out/append")).to_pyarrow_table().num_rows
+        ok(root, "run")
+        again = DeltaTable(str(root / "out/append")).to_pyarrow_table().num_rows
+        assert again - appended_before == sum(landed(root).values()) - len(
+            [1 for r in landed_rows(root) if r["_rivc_batch"] == first]
+        )
+
+
+def batches(root: Path) -> list[int]:
+    return sorted({r["_rivc_batch"] for r in landed_rows(root)})
+
+
+def landed_rows(root: Path) -> list[dict[str, Any]]:
+    return (
+        DeltaTable(str(root / "warehouse/_rivc/landing/src.orders")).to_pyarrow_table().to_pylist()
+    )
+
+
+def check_after_fold(root: Path, shop: Shop) -> None:
+    """After a fold, the merged sinks still hold the database; the append sink holds every
+    version it took before the fold plus the batches after it."""
+    truth = shop.rows()
+    merged = DeltaTable(str(root / "out/merge")).to_pyarrow_table()
+    assert (
+        dict(zip(merged.column("id").to_pylist(), merged.column("amount").to_pylist(), strict=True))
+        == truth
+    )
+    ice = iceberg_catalog(root).load_table("c.upserted").scan().to_arrow()
+    assert (
+        dict(zip(ice.column("id").to_pylist(), ice.column("amount").to_pylist(), strict=True))
+        == truth
+    )
+    append = DeltaTable(str(root / "out/append")).to_pyarrow_table()
+    newest: dict[int, Decimal] = {}
+    for i, a in zip(
+        append.column("id").to_pylist(), append.column("amount").to_pylist(), strict=True
+    ):
+        newest[i] = a
+    assert set(newest) == set(truth)
