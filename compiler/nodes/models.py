@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,7 +58,7 @@ def analyze_models(
     for t in tasks:
         hit = cache.models.get(keys[t.name])
         if hit is not None and all(ctx.env.get(k) == v for k, v in hit.env_used.items()):
-            results[t.name] = hit
+            results[t.name] = _fresh(hit)
         else:
             todo.append(t)
     pool = Pool(ctx, params, pool_size(len(todo), workers)) if todo else None
@@ -66,12 +67,23 @@ def analyze_models(
             for res in pool.run("models", todo, owner):
                 results[res.name] = res
         for t in tasks:
-            cache.models[keys[t.name]] = results[t.name]
+            cache.models[keys[t.name]] = _fresh(results[t.name])
         known = resolve_model_columns(project, results, pool, owner, cache)
     finally:
         if pool is not None:
             pool.close()
     return {t.name: results[t.name] for t in tasks}, known
+
+
+def _fresh(result: ModelResult) -> ModelResult:
+    """A copy of a worker's result. Column resolution completes a result in place (its columns,
+    its RV009 findings), from what other models are in this compile; the cache keeps what the
+    model's own file says, so that a compile answers the same with or without it."""
+    return dataclasses.replace(
+        result,
+        findings=list(result.findings),
+        columns=None if result.columns is None else list(result.columns),
+    )
 
 
 def resolve_model_columns(

@@ -177,3 +177,48 @@ def test_a_model_file_name_must_be_a_valid_name(make_project):
     with pytest.raises((CompileFailed, ProjectError)) as err:
         load_project(root, env={})
     assert "orders.v2" in str(err.value) and "models/orders.v2.sql" in str(err.value)
+
+
+def test_the_compile_cache_answers_as_a_compile_without_it(make_project):
+    """Edits that break and fix a project, each compiled with the cache the previous compiles
+    filled and without any: the findings are the same every time."""
+    from rivc.compiler import CompileOptions
+    from rivc.compiler.driver import CompileCache, analyze
+    from rivc.compiler.project import load_project
+
+    root = make_project(
+        {
+            "sources/demo.yml": """
+                sources:
+                  - name: demo
+                    connector: datagen
+                    tables:
+                      - {name: orders, config: {pattern: orders, max_events: 10, seed: 1}}
+            """,
+            "models/a.sql": "select * from {{ source('demo', 'orders') }}\n",
+            "models/b.sql": "select order_id, total from {{ ref('a') }}\n",
+            "models/c.sql": "select order_id from {{ ref('b') }}\n",
+            "models/d.sql": "select * from {{ ref('b') }}\n",  # its columns: b's
+            "models/e.sql": "select total from {{ ref('d') }}\n",
+        }
+    )
+    shared = CompileCache()
+    edits = [
+        {},
+        {"models/a.sql": "select order_id from {{ source('demo', 'orders') }}\n"},  # b breaks
+        {"models/a.sql": "select * from {{ source('demo', 'orders') }}\n"},  # fixed back
+        {"models/a.sql": "select * frm {{ source('demo', 'orders') }}\n"},  # a syntax error
+        {"models/a.sql": "select order_id, total from {{ source('demo', 'orders') }}\n"},
+        {"models/b.sql": "select order_id, totl from {{ ref('a') }}\n"},
+        {"models/b.sql": "select order_id, total from {{ ref('a') }}\n"},
+    ]
+    for n, edit in enumerate(edits):
+        for rel, text in edit.items():
+            (root / rel).write_text(text)
+        project = load_project(root, env={})
+        warm = analyze(project, CompileOptions(), shared, env={})
+        cold = analyze(load_project(root, env={}), CompileOptions(), CompileCache(), env={})
+        assert [str(f) for f in warm.findings] == [str(f) for f in cold.findings], n
+        assert {n: warm.graph.nodes[n].columns for n in warm.graph.nodes} == {
+            n: cold.graph.nodes[n].columns for n in cold.graph.nodes
+        }, n
