@@ -74,6 +74,8 @@ class ConnectorInfo:
     columns: Columns = declared  # a source table's columns, known at compile time
     location: Callable[[Any], str | None] = _nowhere  # a sink's path or URI (doctor, preflight)
     probe: str | None = None  # "module:attribute": doctor's reach check, (config) -> (ok, detail)
+    # a stream whose broker keeps nothing once delivered (MQTT): one consumer holds its session
+    replayable: bool = True
 
     def key_columns(self, config: Any) -> dict[str, tuple[str, ...]]:
         """Config fields that name input columns, for compile-time checks."""
@@ -153,6 +155,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             f"{_RUNTIME}.mqtt:read",
             columns=_with_metadata(MQTT_METADATA),
             probe=f"{_RUNTIME}.mqtt:probe",
+            replayable=False,
         ),
         ConnectorInfo(
             "kafka",

@@ -36,10 +36,30 @@ def source_role(project: Project, node: Node) -> str:
 
 
 def sink_inputs(project: Project, graph: ProjectGraph, findings: list[Finding]) -> None:
-    """Set every sink's `input` (and, for new batches, its `batch_sql`) in its node's extra."""
-    for node in graph.nodes.values():
-        if node.kind == "sink" and node.depends_on:
-            node.extra.update(_sink_input(project, graph, node, findings))
+    """Set every sink's `input` (and, for new batches, its `batch_sql`) in its node's extra.
+    A stream that cannot be replayed (MQTT: its broker keeps nothing once delivered) feeds one
+    sink: two would share one broker session and one spool, and each take the other's rows."""
+    held: dict[str, str] = {}
+    for node in sorted(graph.nodes.values(), key=lambda n: n.id):
+        if node.kind != "sink" or not node.depends_on:
+            continue
+        node.extra.update(_sink_input(project, graph, node, findings))
+        for nid in sorted(graph.upstream(node.id)):
+            up = graph.nodes[nid]
+            if up.kind != "source" or project.sources[up.name].connector.replayable:
+                continue
+            first = held.setdefault(up.name, node.name)
+            if first != node.name:
+                findings.append(
+                    spec_finding(
+                        f"sink {node.name!r} reads stream source {up.name!r}, which sink "
+                        f"{first!r} reads too: its broker delivers each message once, to one "
+                        "consumer; deliver it with one sink (to a Delta table, say) and read "
+                        "that table",
+                        project.sinks[node.name].where,
+                        "from",
+                    )
+                )
 
 
 def _sink_input(
