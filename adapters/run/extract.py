@@ -136,9 +136,11 @@ def extract(ctx: ExtractContext) -> Extraction:
     before = at.columns or None  # the landing table says what the source was
     schema = "NEW" if before is None else "CHANGED" if before != extracted else "SAME"
 
-    def ended(status: str, error: str | None = None, message: str = "") -> Extraction:
+    def ended(
+        status: str, error: str | None = None, message: str = "", landed: int | None = None
+    ) -> Extraction:
         if status != "success":
-            _abandon(ctx, batch)
+            _abandon(ctx, batch, chunked)
         result = NodeResult(
             nid,
             "source",
@@ -149,7 +151,7 @@ def extract(ctx: ExtractContext) -> Extraction:
             error=error,
             message=message,
         )
-        return Extraction(result, landing.position().batch)
+        return Extraction(result, at.batch if landed is None else landed)
 
     if schema == "CHANGED" and before is not None:
         diff = _schema_diff(before, extracted)
@@ -173,7 +175,7 @@ def extract(ctx: ExtractContext) -> Extraction:
         and not rows
         and cursor in (None, at.cursor)
     ):
-        _abandon(ctx, batch)  # nothing new: no empty batch
+        _abandon(ctx, batch, chunked)  # nothing new: no empty batch
         return ended("success", message="; ".join([*notes, "no new rows"]))
     position = Position(
         batch=batch,
@@ -188,7 +190,7 @@ def extract(ctx: ExtractContext) -> Extraction:
         swap = ctx.full_refresh or _retyped(landing, found, ctx.name, table.mode)
         landing.commit(batch, files, position, found, swap)
     fault("after-landing", ctx.name)
-    return ended("success", message="; ".join([f"batch {batch}", *notes]))
+    return ended("success", message="; ".join([f"batch {batch}", *notes]), landed=batch)
 
 
 def _last_id(at: Position) -> int | None:
@@ -196,11 +198,11 @@ def _last_id(at: Position) -> int | None:
     return max(ids, default=None)
 
 
-def _abandon(ctx: ExtractContext, batch: int) -> None:
+def _abandon(ctx: ExtractContext, batch: int, chunked: bool = True) -> None:
     """Take out a batch that will not land: its staged files, and the groups a chunked pass
     committed (one commit removes them and ends the pass)."""
     landing = ctx.landing
-    dt = landing.table()
+    dt = landing.table() if chunked else None
     held = landing.files(batch - 1, batch, dt) if dt is not None else []
     if dt is not None and held:
         at = landing.position(dt)

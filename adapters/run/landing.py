@@ -77,9 +77,14 @@ class Landing:
         self.uri, self.store, self.role = uri, store, role
         self.keys = tuple(keys)  # unique_key: a log's readers take each key's newest version
         self.order = order  # the cursor column: ties of one key within a batch
+        self._dt: DeltaTable | None = None  # the table as last read; a commit of ours drops it
 
     def table(self) -> DeltaTable | None:
-        return delta.open_table(self.uri, self.store.delta)
+        """The table as it is now. Read once and kept: within a run only this object commits
+        to it (the run lock keeps other runs and `rivc maintain` out)."""
+        if self._dt is None:
+            self._dt = delta.open_table(self.uri, self.store.delta)
+        return self._dt
 
     def position(self, dt: DeltaTable | None = None) -> Position:
         """The position the newest rivc commit recorded (maintenance commits record none)."""
@@ -130,6 +135,7 @@ class Landing:
         base = self.position(dt).base if dt is not None else None
         position = replace_(position, base=batch if base is None else base)
         stamp = delta.Stamp(metadata={"position": position.to_json()})
+        self._dt = None
         delta.commit(
             self.uri,
             self.store,

@@ -90,6 +90,7 @@ class Runtime:
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _writer: str | None = field(default=None, init=False, repr=False)
+    _landings: dict[str, Landing] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def spark(self) -> SparkSession:
@@ -186,7 +187,12 @@ class Runtime:
         return self._writer
 
     def landing(self, nid: str) -> Landing:
-        return self.plan.landing(nid)
+        """The landing table of an extracted source, one object per run (it keeps the table it
+        read until it commits)."""
+        with self._lock:
+            if nid not in self._landings:
+                self._landings[nid] = self.plan.landing(nid)
+            return self._landings[nid]
 
     def _landed_view(self, nid: str, batch: int | None) -> None:
         """`source()` of an extracted table: its landing table as of `batch`."""
