@@ -22,6 +22,7 @@ What a reader sees depends on the table's role (compiler/nodes/consumers.source_
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -78,24 +79,27 @@ class Landing:
         self.keys = tuple(keys)  # unique_key: a log's readers take each key's newest version
         self.order = order  # the cursor column: ties of one key within a batch
         self._dt: DeltaTable | None = None  # the table as last read; a commit of ours drops it
+        self._lock = threading.RLock()  # sinks on other threads read the same table
 
     def table(self) -> DeltaTable | None:
         """The table as it is now. Read once and kept: within a run only this object commits
         to it (the run lock keeps other runs and `rivc maintain` out)."""
-        if self._dt is None:
-            self._dt = delta.open_table(self.uri, self.store.delta)
-        return self._dt
+        with self._lock:
+            if self._dt is None:
+                self._dt = delta.open_table(self.uri, self.store.delta)
+            return self._dt
 
     def position(self, dt: DeltaTable | None = None) -> Position:
         """The position the newest rivc commit recorded (maintenance commits record none)."""
-        dt = dt or self.table()
-        if dt is None:
-            return Position()
-        for limit in (10, None):
-            for entry in dt.history(limit=limit):
-                text = entry.get("rivc")
-                if text:
-                    return Position.from_json(json.loads(text).get("position", {}))
+        with self._lock:
+            dt = dt or self.table()
+            if dt is None:
+                return Position()
+            for limit in (10, None):
+                for entry in dt.history(limit=limit):
+                    text = entry.get("rivc")
+                    if text:
+                        return Position.from_json(json.loads(text).get("position", {}))
         return Position()
 
     def schema(self, dt: DeltaTable) -> Any:
@@ -135,7 +139,8 @@ class Landing:
         base = self.position(dt).base if dt is not None else None
         position = replace_(position, base=batch if base is None else base)
         stamp = delta.Stamp(metadata={"position": position.to_json()})
-        self._dt = None
+        with self._lock:
+            self._dt = None
         delta.commit(
             self.uri,
             self.store,
@@ -170,14 +175,12 @@ class Landing:
         self, after: int | None, upto: int | None, dt: DeltaTable | None = None
     ) -> list[DataFile]:
         """The data files of the batches in (after, upto]."""
-        dt = dt or self.table()
-        if dt is None or upto is None:
-            return []
-        return [
-            f
-            for f in delta.table_files(dt, self.uri)
-            if (after is None or batch_of(f) > after) and batch_of(f) <= upto
-        ]
+        with self._lock:
+            dt = dt or self.table()
+            if dt is None or upto is None:
+                return []
+            listed = delta.table_files(dt, self.uri)
+        return [f for f in listed if (after is None or batch_of(f) > after) and batch_of(f) <= upto]
 
     def whole_files(self, upto: int | None, dt: DeltaTable | None = None) -> list[DataFile]:
         """The files that make up the table as of batch `upto`: a snapshot's newest batch, or
@@ -197,8 +200,9 @@ class Landing:
         version of each key only."""
         import pyarrow as pa
 
-        dt = self.table()
-        schema = delta.table_schema(dt) if dt is not None else pa.schema([])
+        with self._lock:
+            dt = self.table()
+            schema = delta.table_schema(dt) if dt is not None else pa.schema([])
         names = [n for n in columns if n in schema.names]
         stored = pa.schema([schema.field(n) for n in names])
         df = _read(spark, files, stored, pa.schema([*stored, pa.field(BATCH, pa.int64())]), self)
