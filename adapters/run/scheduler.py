@@ -259,10 +259,9 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
         delivered = _sink_rows(plan, meta.name, limit)
         if delivered is not None:  # what the sink delivered, read without a JVM
             return delivered
-    spark = spark_factory(plan)
     state = StateStore.for_project(root)
     try:
-        runtime = Runtime(lambda: spark, plan, "show", state)
+        runtime = Runtime(lambda: spark_factory(plan), plan, "show", state)
         for nid in compiled.selected:
             if nid != target[0] and compiled.graph.nodes[nid].kind != "test":
                 runtime.bind(nid)
@@ -270,12 +269,12 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
         meta = plan.nodes[nid]
         if meta.kind == "source":
             runtime.bind(nid)
-            df = spark.table(quote(meta.relation or meta.name))
+            df = runtime.spark.table(quote(meta.relation or meta.name))
         elif meta.kind == "model" and meta.materialized in ("table", "incremental"):
             runtime.bind(nid)
-            df = spark.table(quote(meta.name))
+            df = runtime.spark.table(quote(meta.name))
         else:
-            df = spark.sql(plan.sql(nid))
+            df = runtime.spark.sql(plan.sql(nid))
         return df.limit(limit).toArrow()
     finally:
         state.close()

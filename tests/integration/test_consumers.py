@@ -198,6 +198,17 @@ def test_selecting_through_an_unselected_view_extracts_and_binds_it(spark, tmp_p
         assert "source:src.orders" in out and "model:stg_orders" not in out
         totals = DeltaTable(str(root / "warehouse/customer_totals")).to_pyarrow_table()
         assert sum(totals.column("orders").to_pylist()) == 10
+        # previews and tests read the landed table as source() does (an update of id 3 came
+        # after the extraction: its landed amount is the old one)
+        shop.update([3])
+        shown = ok(root, "show", "source:src.orders", "--limit", "100")
+        assert len([line for line in shown.splitlines() if line.strip()[:1].isdigit()]) == 10
+        (root / "tests").mkdir()
+        (root / "tests/updated.sql").write_text(
+            "select * from {{ source('src', 'orders') }} where amount >= 100\n"
+        )
+        tested = rivc(root, "test", "--select", "updated")
+        assert tested.exit_code == 0, tested.output  # the update is not landed yet
 
 
 def run_rivc(root: Path, fault: str | None = None) -> subprocess.CompletedProcess[str]:
