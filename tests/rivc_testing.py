@@ -48,6 +48,20 @@ def rivc(root: Path, *args: str) -> Result:
     return CliRunner().invoke(main, [*args, "--project-dir", str(root)], catch_exceptions=False)
 
 
+RIVC = str(Path(sys.executable).parent / "rivc")
+
+
+def run_rivc(root: Path, fault: str | None = None, *args: str) -> subprocess.CompletedProcess[str]:
+    """`rivc ARGS` (default: run) in a process of its own, killed at `fault` (RIVC_FAULT) if
+    given: the fault suite's way of crashing it."""
+    env = {k: v for k, v in os.environ.items() if k != "RIVC_FAULT"}
+    if fault:
+        env["RIVC_FAULT"] = fault
+    return subprocess.run(
+        [RIVC, *(args or ("run",))], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
 def iceberg_catalog(root: Path) -> Any:
     """The project's default Iceberg catalog (SQLite under .rivc/iceberg), read by pyiceberg."""
     from pyiceberg.catalog.sql import SqlCatalog

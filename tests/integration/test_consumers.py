@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -24,11 +23,9 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import Db, database, project
 
-from rivc_testing import iceberg_catalog, rivc
+from rivc_testing import iceberg_catalog, rivc, run_rivc
 
 pytestmark = pytest.mark.integration
-
-RIVC = str(Path(sys.executable).parent / "rivc")
 
 TABLES = """
 - {name: orders, table: orders, mode: incremental, cursor_column: updated_at, unique_key: id}
@@ -209,15 +206,6 @@ def test_selecting_through_an_unselected_view_extracts_and_binds_it(spark, tmp_p
         )
         tested = rivc(root, "test", "--select", "updated")
         assert tested.exit_code == 0, tested.output  # the update is not landed yet
-
-
-def run_rivc(root: Path, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "RIVC_FAULT"}
-    if fault:
-        env["RIVC_FAULT"] = fault
-    return subprocess.run(
-        [RIVC, "run"], cwd=root, env=env, capture_output=True, text=True, timeout=600
-    )
 
 
 AS_IS = """
@@ -423,10 +411,7 @@ def test_retention_folds_what_every_consumer_took_and_a_rewind_takes_it_again(sp
         before = landed(root)
         assert len(batches(root)) == 4
         # killed before its commit: the table is as it was
-        env = {**os.environ, "RIVC_FAULT": "mid-retention:src.orders"}
-        killed = subprocess.run(
-            [RIVC, "maintain"], cwd=root, env=env, capture_output=True, text=True, timeout=600
-        )
+        killed = run_rivc(root, "mid-retention:src.orders", "maintain")
         assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
         assert landed(root) == before and len(batches(root)) == 4
         out = ok(root, "maintain")

@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,11 +17,9 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database, project
 
-from rivc_testing import iceberg_catalog, rivc, write_files
+from rivc_testing import RIVC, iceberg_catalog, rivc, run_rivc, write_files
 
 pytestmark = pytest.mark.integration
-
-RIVC = str(Path(sys.executable).parent / "rivc")
 
 SINKS = """
 sinks:
@@ -37,15 +34,6 @@ sinks:
   - {name: e_files, from: source:src.events, connector: files,
      config: {path: out/files, format: parquet}}
 """
-
-
-def run_rivc(root: Path, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "RIVC_FAULT"}
-    if fault:
-        env["RIVC_FAULT"] = fault
-    return subprocess.run(
-        [RIVC, "run"], cwd=root, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 def ids_by_sink(root: Path) -> dict[str, Counter[int]]:

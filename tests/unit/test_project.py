@@ -186,15 +186,9 @@ def test_the_compile_cache_answers_as_a_compile_without_it(make_project):
     from rivc.compiler.driver import CompileCache, analyze
     from rivc.compiler.project import load_project
 
-    root = make_project(
+    root = make_project(  # the base project's demo.orders source
         {
-            "sources/demo.yml": """
-                sources:
-                  - name: demo
-                    connector: datagen
-                    tables:
-                      - {name: orders, config: {pattern: orders, max_events: 10, seed: 1}}
-            """,
+            "models/stg.sql": None,
             "models/a.sql": "select * from {{ source('demo', 'orders') }}\n",
             "models/b.sql": "select order_id, total from {{ ref('a') }}\n",
             "models/c.sql": "select order_id from {{ ref('b') }}\n",
