@@ -126,8 +126,11 @@ class SinkWriter:
             writer.places, writer.complete = dict(places), complete
 
     def held(self, inputs: list[str]) -> list[dict[str, int | None] | None]:
-        """What each destination holds of `inputs` (None: one that cannot record it)."""
-        return [w.held(inputs) for w in (self.main, *self.targets.values())]
+        """What the sink and its route targets hold of `inputs` (None: one that cannot record
+        it). A dead-letter target is left out: it is written only when rows fail, so its place
+        says nothing of what the sink took (it still skips a batch it holds)."""
+        writers = (self.main, *(w for t, w in self.targets.items() if t != self.dead_letter))
+        return [w.held(inputs) for w in writers]
 
     def last_batch_id(self) -> int | None:
         """The highest batch id any of this sink's tables (its own, its routes') holds."""

@@ -45,8 +45,8 @@ def positions(runtime: Runtime) -> list[dict[str, Any]]:
 
 
 def consumers(runtime: Runtime, source: str | None = None) -> list[dict[str, Any]]:
-    """Every sink that reads tracked inputs (of `source` only, when given): what each of its
-    destinations holds of each (None: never took it; a sink that cannot record it is left
+    """Every sink that reads tracked inputs (of `source` only, when given): what it and its
+    route targets hold of each (None: never took it; a sink that cannot record it is left
     out)."""
     plan = runtime.plan
     out = []
@@ -57,7 +57,8 @@ def consumers(runtime: Runtime, source: str | None = None) -> list[dict[str, Any
         if not tracked:
             continue
         writer = runtime.sink_writer(node.name, check=False)
-        for target in (writer.main, *writer.targets.values()):
+        routes = [w for t, w in writer.targets.items() if t != writer.dead_letter]
+        for target in (writer.main, *routes):  # a dead-letter target holds only failed rows
             held = target.held(tracked)
             if held is None:
                 continue
