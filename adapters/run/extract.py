@@ -98,6 +98,7 @@ def extract(ctx: ExtractContext) -> Extraction:
         return Extraction(NodeResult(nid, "source", "success", message=message), at.batch)
     stored = at.cursor if table.mode == "incremental" and not ctx.full_refresh else None
     via = ""
+    window_batch = new_batch_id(_last_id(at))  # a retry stages into the same batch again
 
     def attempt() -> tuple[Window, int, list[str]]:
         nonlocal via
@@ -109,10 +110,9 @@ def extract(ctx: ExtractContext) -> Extraction:
             )
         if window.chunks is not None:
             return window, *_extract_chunks(ctx, stage, window, at)
-        batch = new_batch_id(_last_id(at))
-        data = landing.batch_dir(batch, "window")
+        data = landing.batch_dir(window_batch, "window")
         stage([window.predicate or ""], data)
-        return window, batch, parquet_files([data], landing.store)
+        return window, window_batch, parquet_files([data], landing.store)
 
     (window, batch, files), retries = with_retries(attempt, tuning, _errors())
     chunked = window.chunks is not None
