@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from collections import Counter
@@ -252,7 +253,7 @@ def test_a_kill_after_landing_or_between_consumers_loses_and_doubles_nothing(tmp
         assert not (root / ".rivc/spark.log").exists()  # no JVM was started
 
 
-@pytest.mark.parametrize("damage", ["emptied", "truncated", "garbage", "deleted"])
+@pytest.mark.parametrize("damage", ["emptied", "truncated", "garbage", "deleted", "lost .rivc"])
 def test_a_lost_or_damaged_state_store_loses_and_doubles_nothing(spark, tmp_path, damage):
     with database("postgres") as db:
         shop = Shop(db)
@@ -268,8 +269,10 @@ def test_a_lost_or_damaged_state_store_loses_and_doubles_nothing(spark, tmp_path
             store.write_bytes(store.read_bytes()[: store.stat().st_size // 2])
         elif damage == "garbage":
             store.write_bytes(os.urandom(8192))
-        else:
+        elif damage == "deleted":
             store.unlink()
+        else:  # the whole folder: the record, and the default Iceberg catalog with its table
+            shutil.rmtree(root / ".rivc")
         shop.insert(3)
         shop.update([2])
         out = ok(root, "run")
