@@ -112,20 +112,6 @@ class Plan:
             raise StateError(f"{nid}: its batch SQL is missing from target/; run `rivc compile`")
         return self.compiled[rel]
 
-    def downstream(self, nid: str) -> set[str]:
-        children: dict[str, list[str]] = {}
-        for n, node in self.nodes.items():
-            for dep in node.depends_on:
-                children.setdefault(dep, []).append(n)
-        seen: set[str] = set()
-        stack = [nid]
-        while stack:
-            for child in children.get(stack.pop(), ()):
-                if child not in seen:
-                    seen.add(child)
-                    stack.append(child)
-        return seen
-
     def upstream(self, nid: str) -> list[str]:
         """Every ancestor of `nid`, in manifest (topological) order."""
         seen: set[str] = set()
