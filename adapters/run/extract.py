@@ -97,6 +97,9 @@ def extract(ctx: ExtractContext) -> Extraction:
         message = f"batch {at.batch}, landed by the run this one resumes"
         return Extraction(NodeResult(nid, "source", "success", message=message), at.batch)
     stored = at.cursor if table.mode == "incremental" and not ctx.full_refresh else None
+    upgraded = table.mode == "incremental" and not ctx.full_refresh and at.batch is None
+    if upgraded:  # a project whose earlier rivc kept the cursor in the state store
+        stored = ctx.state.legacy_cursor(nid)
     via = ""
     window_batch = new_batch_id(_last_id(at))  # a retry stages into the same batch again
 
@@ -122,6 +125,8 @@ def extract(ctx: ExtractContext) -> Extraction:
     # nothing downstream needs one.
     rows = parquet_rows(files, store)
     notes = [f"{window.description} via {via}"]
+    if upgraded and stored is not None:
+        notes.append("from the cursor an earlier rivc kept in .rivc/state.db")
     if retries:
         notes.append(f"{retries} retr{'y' if retries == 1 else 'ies'}")
     found = parquet_schema(files, store)
@@ -189,6 +194,8 @@ def extract(ctx: ExtractContext) -> Extraction:
     else:
         swap = ctx.full_refresh or _retyped(landing, found, ctx.name, table.mode)
         landing.commit(batch, files, position, found, swap)
+    if upgraded:
+        ctx.state.forget_legacy_cursor(nid)
     fault("after-landing", ctx.name)
     return ended("success", message="; ".join([f"batch {batch}", *notes]), landed=batch)
 

@@ -9,6 +9,7 @@ Migrations are append-only and numbered by `PRAGMA user_version`.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -93,7 +94,7 @@ MIGRATIONS: list[str] = [
     );
     """,
     """
-    DROP TABLE cursors;
+    ALTER TABLE cursors RENAME TO legacy_cursors;
     DROP TABLE chunks;
     DROP TABLE extracts;
     """,
@@ -161,6 +162,17 @@ class StateStore(RunRecords, BatchRecords, SchemaRecords):
             "runs": self._rows("SELECT * FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 5"),
         }
 
+    def legacy_cursor(self, node: str) -> dict[str, Any] | None:
+        """The cursor an earlier rivc kept here for `node`, before positions moved into the
+        landing tables: the first extraction of a project upgraded from it starts there."""
+        rows = self._rows("SELECT value FROM legacy_cursors WHERE node = ?", (node,))
+        found: dict[str, Any] | None = json.loads(rows[0]["value"]) if rows else None
+        return found
+
+    def forget_legacy_cursor(self, node: str) -> None:
+        """Once the landing table holds the position: read once, never again."""
+        self._write("DELETE FROM legacy_cursors WHERE node = ?", (node,))
+
     def reset(self, nodes: list[str] | None) -> int:
         """Forget the records of `nodes` (all when None): batches, files, schemas, quality
         counts. The tables keep what they hold and where each consumer is."""
@@ -174,6 +186,7 @@ class StateStore(RunRecords, BatchRecords, SchemaRecords):
                 ("schemas", "node"),
                 ("quality", "sink"),
                 ("handed_out", "sink"),
+                ("legacy_cursors", "node"),
             ):
                 if nodes is None:
                     count += self.db.execute(f"DELETE FROM {table}").rowcount

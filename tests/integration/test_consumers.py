@@ -483,3 +483,35 @@ def check_after_fold(root: Path, shop: Shop) -> None:
     ):
         newest[i] = a
     assert set(newest) == set(truth)
+
+
+def test_a_project_upgraded_from_cursors_in_the_state_store_starts_at_its_cursor(tmp_path):
+    """The version before landing tables kept the cursor in .rivc/state.db, and its sinks hold
+    what it delivered: the first extraction into the new landing table starts there."""
+    import sqlite3
+
+    from rivc.adapters.state import MIGRATIONS
+
+    with database("postgres") as db:
+        shop = Shop(db)
+        shop.insert(10)
+        root = project(tmp_path, db, TABLES, {}, AS_IS)
+        store = root / ".rivc/state.db"
+        store.parent.mkdir(parents=True)
+        old = sqlite3.connect(store)
+        for number, ddl in enumerate(MIGRATIONS[:7], start=1):
+            old.executescript(f"BEGIN;\n{ddl}\nPRAGMA user_version = {number};\nCOMMIT;")
+        cursor = {"value": {"timestamp": "2026-01-01 00:00:06"}, "keys": [[6]]}
+        old.execute(
+            "INSERT INTO cursors VALUES ('source:src.orders', ?, 'r0', '2026-01-01')",
+            (json.dumps(cursor),),
+        )
+        old.commit()
+        old.close()
+        first = run_rivc(root)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "from the cursor an earlier rivc kept" in first.stdout
+        assert sorted(i for i, _ in landed(root)) == [7, 8, 9, 10]
+        shop.insert(1)
+        assert run_rivc(root).returncode == 0  # from the landing table's own position now
+        assert sorted(i for i, _ in landed(root)) == [7, 8, 9, 10, 11]

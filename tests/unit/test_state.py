@@ -181,3 +181,25 @@ def test_an_emptied_store_is_a_new_store(tmp_path):
     path.write_bytes(b"")
     store = StateStore(path)
     assert store.damaged is None and store.last_batch_id("sink:a") is None
+
+
+def test_an_earlier_store_keeps_its_cursors_for_the_first_extraction(tmp_path):
+    """A state store of the version that kept cursors: they survive the migration, to seed the
+    first extraction into a landing table, once."""
+    path = tmp_path / "state.db"
+    db = sqlite3.connect(path)
+    for number, ddl in enumerate(MIGRATIONS[:7], start=1):
+        db.executescript(f"BEGIN;\n{ddl}\nPRAGMA user_version = {number};\nCOMMIT;")
+    db.execute(
+        "INSERT INTO cursors VALUES ('source:s.t', ?, 'r0', '2026-01-01')",
+        (json.dumps({"value": {"timestamp": "2026-01-02 00:00:00"}, "keys": [[7]]}),),
+    )
+    db.commit()
+    db.close()
+    store = StateStore(path)
+    assert store.legacy_cursor("source:s.t") == {
+        "value": {"timestamp": "2026-01-02 00:00:00"},
+        "keys": [[7]],
+    }
+    store.forget_legacy_cursor("source:s.t")
+    assert store.legacy_cursor("source:s.t") is None
