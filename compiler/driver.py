@@ -19,7 +19,7 @@ from .nodes.sinks import check_targets, sink_node, star_feeding_sinks
 from .nodes.sources import source_node
 from .params import resolve_params
 from .project import Project, load_project
-from .render import RenderContext, Renderer
+from .render import RenderContext, Renderer, source_relation
 from .rules import Finding
 from .selector import select
 from .specs import NodeId
@@ -123,10 +123,15 @@ def _analyze(
     findings: list[Finding] = []
     env_used = dict(project.env_used)
 
-    models, types = analyze_models(project, ctx, params, options.workers, cache)
     nodes: dict[NodeId, Node] = {}
     for fqn, table in sorted(project.sources.items()):
         nodes[node_id("source", fqn)] = source_node(table, params, findings)
+    sources = {
+        source_relation(*fqn.split(".", 1)): dict(columns)
+        for fqn in project.sources
+        if (columns := nodes[node_id("source", fqn)].columns) is not None
+    }
+    models, types = analyze_models(project, ctx, params, sources, options.workers, cache)
     for name, res in models.items():
         nodes[node_id("model", name)] = model_node(project, res, types.get(name, {}))
         findings += res.findings

@@ -7,6 +7,7 @@ path; registry.py (beside this module) imports them.
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,19 @@ if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
 R = TypeVar("R")
+
+_registered: set[tuple[int, str]] = set()
+_registering = threading.Lock()
+
+
+def register_data_source(spark: Any, source: Any) -> None:
+    """Register a Python data source once per session. Sinks on several threads ask at once,
+    and Spark refuses a second registration (DATA_SOURCE_ALREADY_EXISTS)."""
+    key = (id(spark), source.name())
+    with _registering:
+        if key not in _registered:
+            spark.dataSource.register(source)
+            _registered.add(key)
 
 
 @dataclass(frozen=True)

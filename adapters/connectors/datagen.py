@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from rivc.compiler.connector_specs import DatagenConfig, datagen_columns
 
-from .base import SourceContext
+from .base import SourceContext, register_data_source
 
 NAME = "rivc_datagen"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # batch data starts here, so it never changes
@@ -119,7 +119,7 @@ class Generator:
 def read(spark: Any, ctx: SourceContext) -> Any:
     """The registry's entry point: a batch, or a stream when the config says `stream`."""
     cfg: DatagenConfig = ctx.config
-    spark.dataSource.register(DatagenSource)
+    register_data_source(spark, DatagenSource)
     reader = spark.readStream if cfg.stream else spark.read
     return reader.format(NAME).option("config", cfg.model_dump_json()).load()
 

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from rivc.compiler.connector_specs import MqttSourceConfig
 from rivc.compiler.locate import STATE_DIR
 
-from .base import SourceContext
+from .base import SourceContext, register_data_source
 
 NAME = "rivc_mqtt"
 SCHEMA = "payload string, topic string, qos int, received_at timestamp"
@@ -354,7 +354,7 @@ def read_stream(
     password: str | None,
 ) -> Any:
     """The stream as a DataFrame of the declared columns (parsed from the JSON payload)."""
-    spark.dataSource.register(MqttSource)
+    register_data_source(spark, MqttSource)
     raw = (
         spark.readStream.format(NAME)
         .option("config", cfg.model_dump_json())

@@ -30,10 +30,6 @@ class CopyPlan:
     columns: list[Delivery]
     label: str  # "source src.events", for refusals
 
-    @property
-    def ddl(self) -> str:
-        return ", ".join(f"`{d.name}` {d.spark}" for d in self.columns)
-
     def select(self, base: str, predicate: str) -> str:
         where = f" WHERE {predicate}" if predicate else ""
         names = (f"{d.copy_expr} AS {quote(d.name, 'postgres')}" for d in self.columns)
@@ -325,6 +321,10 @@ def _write_behind(batches: Iterator[Any], write: Any) -> int:
     return rows
 
 
+BLOCK = 8 << 20  # the CSV reader's block: a row must fit in one
+MAX_BLOCK = 1 << 30  # PostgreSQL's largest value
+
+
 class CopyPartition(InputPartition):
     def __init__(self, index: int, predicate: str) -> None:
         super().__init__((index, predicate))
@@ -342,9 +342,7 @@ class PgCopySource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        if "stage" in self.options:  # tasks write Parquet themselves and report each file
-            return "path string, rows bigint"
-        return CopyPlan.loads(self.options["plan"]).ddl
+        return "path string, rows bigint"  # tasks write Parquet themselves and report each file
 
     def reader(self, schema: Any) -> DataSourceReader:
         return CopyReader(dict(self.options))
@@ -358,15 +356,27 @@ class CopyReader(DataSourceReader):
         return [CopyPartition(i, p) for i, p in enumerate(json.loads(self.options["predicates"]))]
 
     def read(self, partition: CopyPartition) -> Iterator[Any]:  # type: ignore[override]
-        stage = self.options.get("stage")
-        batches = self._batches(partition, raw=stage is not None)
-        if stage is None:
-            yield from batches
-            return
+        """Write the partition's rows as one Parquet file of the stage, and report it. A row
+        longer than the CSV reader's block cannot be parsed: the partition is read again with
+        blocks that hold it (a text value of up to PostgreSQL's 1 GB)."""
+        import pyarrow as pa
+
+        block = BLOCK
+        while True:
+            try:
+                yield self._stage(partition, block)
+                return
+            except pa.ArrowInvalid as exc:
+                if "straddl" not in str(exc) or block >= MAX_BLOCK:
+                    raise
+                block = min(block * 8, MAX_BLOCK)
+
+    def _stage(self, partition: CopyPartition, block: int) -> tuple[str, int]:
         import pyarrow.parquet as pq
 
         from ..storage import Store, is_local, join
 
+        stage = self.options["stage"]
         store = Store(json.loads(self.options.get("storage_secret", "{}")))
         final = join(stage, f"part-{partition.index:05d}.parquet")
         fs, path = store.filesystem(final)
@@ -382,6 +392,7 @@ class CopyReader(DataSourceReader):
         try:
             # conversion runs in the writer thread, beside the next CSV block's parsing
             plan, schema = self._plan(), self._schema()
+            batches = self._batches(partition, block)
             rows = _write_behind(batches, lambda b: out.write_batch(delivered(plan, schema, b)))
         except BaseException:
             out.close()
@@ -392,7 +403,7 @@ class CopyReader(DataSourceReader):
         sink.close()
         if tmp != final:
             fs.move(store.filesystem(tmp)[1], path)
-        yield (final, rows)
+        return final, rows
 
     def _plan(self) -> CopyPlan:
         return CopyPlan.loads(self.options["plan"])
@@ -402,22 +413,23 @@ class CopyReader(DataSourceReader):
 
         return pa.schema([(d.name, arrow_type(d.spark)) for d in self._plan().columns])
 
-    def _batches(self, partition: CopyPartition, raw: bool = False) -> Iterator[Any]:
-        """The partition's rows as delivered (`raw`: as parsed, for delivered() to convert).
-        Times are parsed by the CSV reader itself (the fast path); a value it cannot parse
-        stops the read, and a second read with times as text then names the value."""
+    def _batches(self, partition: CopyPartition, block: int) -> Iterator[Any]:
+        """The partition's rows as parsed, for delivered() to convert. Times are parsed by the
+        CSV reader itself (the fast path); a value it cannot parse stops the read, and a second
+        read with times as text then names the value."""
         import pyarrow as pa
 
         plan, schema = self._plan(), self._schema()
         try:
-            for batch in self._read(partition, parse_times=True):
-                yield batch if raw else delivered(plan, schema, batch)
-        except pa.ArrowInvalid:
-            for batch in self._read(partition, parse_times=False):
+            yield from self._read(partition, block, parse_times=True)
+        except pa.ArrowInvalid as exc:
+            if "straddl" in str(exc):
+                raise
+            for batch in self._read(partition, block, parse_times=False):
                 delivered(plan, schema, batch)  # raises the refusal naming column and value
             raise
 
-    def _read(self, partition: CopyPartition, parse_times: bool) -> Iterator[Any]:
+    def _read(self, partition: CopyPartition, block: int, parse_times: bool) -> Iterator[Any]:
         import psycopg
         import pyarrow as pa
         import pyarrow.csv as pacsv
@@ -448,7 +460,7 @@ class CopyReader(DataSourceReader):
                 return
             reader = pacsv.open_csv(
                 stream,
-                read_options=pacsv.ReadOptions(column_names=names, block_size=8 << 20),
+                read_options=pacsv.ReadOptions(column_names=names, block_size=block),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(
                     column_types=types,

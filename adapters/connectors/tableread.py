@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..storage import Store, is_local, shares_disk
+from .base import register_data_source
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -109,14 +110,8 @@ def _read_local(spark: SparkSession, files: list[DataFile], schema: pa.Schema) -
     return out
 
 
-_registered: set[int] = set()
-
-
 def register(spark: SparkSession) -> None:
-    if id(spark) in _registered:
-        return
-    spark.dataSource.register(_source_class())
-    _registered.add(id(spark))
+    register_data_source(spark, _source_class())
 
 
 def _schema_bytes(schema: pa.Schema) -> str:

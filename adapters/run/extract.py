@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
 
+from ..connectors.base import register_data_source
 from ..connectors.relational import (
     Conn,
     ExtractError,
@@ -309,7 +310,7 @@ def _stager(
             def copy_in_spark(predicates: list[str], path: str) -> None:
                 store.remove_tree(path)
                 session = spark()
-                session.dataSource.register(PgCopySource)
+                register_data_source(session, PgCopySource)
                 reader = session.read.format(NAME)
                 for key, value in options.items():
                     reader = reader.option(key, value)

@@ -14,7 +14,7 @@ from ..errors import (
 )
 from ..graph import Node, node_id
 from ..project import Project
-from ..render import RenderContext, source_relation
+from ..render import RenderContext
 from ..rules import Finding
 from ..specs import NodeId
 from ..version import VERSION
@@ -34,9 +34,11 @@ def analyze_models(
     project: Project,
     ctx: RenderContext,
     params: dict[str, Any],
+    sources: dict[str, dict[str, str]],
     workers: int | None,
     cache: CompileCache,
 ) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
+    """`sources`: the columns of every source relation compile knows."""
     defaults = project.spec.defaults.model_dump(mode="json", exclude_unset=True)
     context_key = content_hash(
         sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params, ctx.target, VERSION
@@ -68,7 +70,7 @@ def analyze_models(
                 results[res.name] = res
         for t in tasks:
             cache.models[keys[t.name]] = _fresh(results[t.name])
-        known = resolve_model_columns(project, results, pool, owner, cache)
+        known = resolve_model_columns(project, sources, results, pool, owner, cache)
     finally:
         if pool is not None:
             pool.close()
@@ -88,6 +90,7 @@ def _fresh(result: ModelResult) -> ModelResult:
 
 def resolve_model_columns(
     project: Project,
+    sources: dict[str, dict[str, str]],
     results: dict[str, ModelResult],
     pool: Pool | None,
     owner: dict[str, int],
@@ -97,11 +100,7 @@ def resolve_model_columns(
 
     Returns the columns (name -> Spark type, UNKNOWN when not declared) of every relation known.
     """
-    known: dict[str, dict[str, str]] = {}
-    for fqn, table in project.sources.items():
-        cols = table.known_columns()
-        if cols is not None:
-            known[source_relation(*fqn.split(".", 1))] = cols
+    known = dict(sources)
     pending = {n for n, r in results.items() if r.parsed and r.sql is not None}
     while pending:
         ready = sorted(
@@ -145,6 +144,8 @@ def resolve_model_columns(
             if col.columns is not None:
                 known[n] = dict(col.columns)
                 results[n].columns = list(col.columns)
+            elif results[n].columns is not None:  # its own error found: its select list still
+                known[n] = {c: "UNKNOWN" for c in results[n].columns}  # checks what reads it
             pending.discard(n)
     return known
 

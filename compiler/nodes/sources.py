@@ -22,7 +22,7 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
     spec, where = table.table, table.where
     path = where.doc.path
     sql: str | None = None
-    columns = table.known_columns()
+    columns = None if table.connector.relational else table.known_columns()
     if table.connector.relational:
         dialect = "postgres" if table.source.connector == "postgres" else "mysql"
         raw = spec.query or f"SELECT * FROM {spec.table}"
@@ -36,9 +36,22 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
                 tree = parse_query(bound, path, dialect, "a source query", offset)
                 check_read_only(tree, bound, path, offset)
                 sql = bound
-                if columns is None:
-                    names = output_columns(tree)
-                    columns = {c: "UNKNOWN" for c in names} if names is not None else None
+                # `columns:` sets the delivered type of the columns it names; which columns
+                # there are is the query's select list (unknown offline for `SELECT *`)
+                names = output_columns(tree)
+                if names is not None:
+                    columns = {c: spec.columns.get(c, "UNKNOWN") for c in names}
+                    for col in spec.columns:
+                        if col not in columns:
+                            findings.append(
+                                rules.key_column(
+                                    SqlError(
+                                        f"declared column {col!r} is not selected by the query "
+                                        f"of source table {table.fqn}{suggest(col, names)}",
+                                        where.location("columns"),
+                                    )
+                                )
+                            )
             except SqlError as exc:
                 findings.append(rules.source_query(exc))
         if columns is not None:
@@ -53,8 +66,10 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
                     findings.append(
                         rules.key_column(
                             SqlError(
-                                f"{key} {col!r} cannot be checked: the query selects * from a table "
-                                "without declared columns (declare columns: to check it)",
+                                f"{key} {col!r} cannot be checked: the source selects * "
+                                "(list its columns in query:, e.g. query: SELECT id, "
+                                f"updated_at, ... FROM {spec.table or 'the_table'}, to check it "
+                                "and the models that read it)",
                                 where.location(key),
                             ),
                             severity="warning",

@@ -63,11 +63,36 @@ def test_cursor_column_must_be_in_output(make_project):
     assert f.severity == "error" and "changed" in f.error.message and f.location.line == 9
 
 
-def test_star_from_undeclared_table_cannot_be_checked(make_project):
+def test_a_star_source_cannot_be_checked_and_says_how_to_list_its_columns(make_project):
     f = only(findings(_pg(make_project, '"SELECT * FROM orders"')), "RV004")
+    assert f.severity == "warning" and "list its columns in query:" in f.error.message
+    # `columns:` sets the types of the columns it names, nothing more: a refusal's advice
+    # (declare one column) never turns into "the key is not an output column"
+    root = _pg(make_project, '"SELECT * FROM orders"', columns="{note: string}")
+    f = only(findings(root), "RV004")
     assert f.severity == "warning" and "cannot be checked" in f.error.message
-    ok = _pg(make_project, '"SELECT * FROM orders"', columns="{id: bigint, updated_at: timestamp}")
-    assert not [x for x in findings(ok) if x.rule == "RV004"]
+
+
+def test_declared_columns_type_the_query_s_columns(make_project):
+    root = _pg(
+        make_project, '"SELECT id, note, updated_at FROM orders"', columns="{note: string}"
+    )
+    assert not findings(root)
+    root = _pg(make_project, '"SELECT id, updated_at FROM orders"', columns="{nte: string}")
+    f = only(findings(root), "RV004")
+    assert f.severity == "error" and "'nte' is not selected by the query" in f.error.message
+
+
+def test_models_over_a_query_source_are_column_checked(make_project):
+    root = _pg(make_project, '"SELECT id, amount, updated_at FROM orders"')
+    (root / "models/m.sql").write_text("select id, amont from {{ source('pg', 'o') }}\n")
+    (root / "models/d.sql").write_text("select id, amont2 from {{ ref('m') }}\n")
+    errors = [f for f in findings(root) if f.rule == "RV009"]
+    # the second error, downstream of the first, is found in the same compile
+    assert sorted((f.location.path.name, f.error.message) for f in errors) == [
+        ("d.sql", "unknown column 'amont2', did you mean 'amont'?"),
+        ("m.sql", "unknown column 'amont', did you mean 'amount'?"),
+    ]
 
 
 def test_unknown_column_through_the_dag(make_project):
