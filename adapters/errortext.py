@@ -17,9 +17,13 @@ _RIVC_ERROR = re.compile(r"rivc\.compiler\.errors\.\w+: (?:error: )?([^\n]+)")
 
 
 def rivc_error_inside(text: str) -> str | None:
-    """The innermost rivc error in `text`, one line, or None."""
+    """The innermost rivc error in `text`, one line, or None (without the SQLSTATE Spark adds
+    to a raise_error's text)."""
     inner = _RIVC_ERROR.findall(text)
-    return str(inner[-1]).strip()[:500] if inner else None
+    return _SQLSTATE.sub("", str(inner[-1])).strip()[:500] if inner else None
+
+
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
 
 
 _SPARK_TAIL = re.compile(r"(\s*SQLSTATE: \w+)?(;\s*line \d+,? pos \d+)?\s*$")

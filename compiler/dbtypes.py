@@ -79,6 +79,9 @@ class Delivery:
     expr: str  # the select expression on the database side
     kind: Kind
     copy: bool = True  # the PostgreSQL COPY reader can carry it
+    # a database expression, selected beside the column: the value's text where the value
+    # cannot be delivered (its expr then gives NULL), else NULL
+    check: str = ""
 
     @property
     def copy_expr(self) -> str:
@@ -96,11 +99,16 @@ class Delivery:
 
 
 def _decimal(precision: int | None, scale: int | None) -> str:
+    """The decimal that holds every value of numeric(precision, scale). PostgreSQL 15 allows a
+    negative scale (numeric(5,-2) rounds to hundreds: up to 9999900, seven whole digits) and a
+    scale above the precision (numeric(2,5): up to 0.00099); Spark's decimals allow neither."""
     if precision is None or precision <= 0:
         p, s = DEFAULT_NUMERIC
     else:
-        s = min(scale or 0, MAX_PRECISION)
-        p = min(precision, MAX_PRECISION)
+        s = scale or 0
+        p = precision - s if s < 0 else max(precision, s)
+        s = max(s, 0)
+        p, s = min(p, MAX_PRECISION), min(s, MAX_PRECISION)  # a value past 38 digits: refused
     return f"decimal({p},{s})"
 
 
@@ -134,11 +142,26 @@ def postgres(col: DbColumn, declared: str | None = None) -> Delivery:
     q = quote(col.name, "postgres")
     described = _described(col)
     if declared is not None:
-        return _declared(col.name, described, declared, f"{q}::text")
+        utc = col.type == "timestamptz" and not col.array
+        return _declared(
+            col.name,
+            described,
+            declared,
+            f"({q} AT TIME ZONE 'UTC')::text" if utc else f"{q}::text",
+        )
     if col.array:
         if col.type in _PG_ARRAYS:
+            # Spark's arrays have one dimension and start at 1; JDBC would flatten the bounds of
+            # `[0:1]={7,8}` away and turn a nested array into Java object names
+            bad = f"COALESCE(array_ndims({q}), 1) <> 1 OR COALESCE(array_lower({q}, 1), 1) <> 1"
             return Delivery(
-                col.name, described, f"array<{_PG_NATIVE[col.type]}>", q, "native", copy=False
+                col.name,
+                described,
+                f"array<{_PG_NATIVE[col.type]}>",
+                f"CASE WHEN {bad} THEN NULL ELSE {q} END",
+                "native",
+                copy=False,
+                check=f"CASE WHEN {bad} THEN {q}::text END",
             )
         return Delivery(col.name, described, "string", f"{q}::text", "text")
     t = col.type
@@ -247,7 +270,22 @@ def _declared(name: str, described: str, declared: str, as_text: str) -> Deliver
     return Delivery(name, described, spark, as_text, "cast")
 
 
-def refusal(label: str, d: Delivery, value: str) -> str:
+_NUMBER = re.compile(r"[+-]?0*([0-9]*)(?:[.]([0-9]*?)0*)?")
+
+
+def suggestion(d: Delivery, value: str) -> str:
+    """The narrowest declarable type that holds a refused value exactly: a decimal(38,s) with
+    room for its digits, else string (which holds every value as the database's text)."""
+    m = _NUMBER.fullmatch(value)
+    if d.kind not in ("decimal", "round") or not m or not value.strip("+-."):
+        return "string"
+    whole, s = len(m.group(1)), decimal_args(d.spark)[1]
+    frac = len(m.group(2) or "") if d.kind == "decimal" else s  # a declared scale rounds
+    scale = min(max(frac, s), MAX_PRECISION - whole)
+    return f"decimal({MAX_PRECISION},{scale})" if scale >= frac else "string"
+
+
+def refusal(label: str, d: Delivery, value: str, advice: str | None = None) -> str:
     """The one line that refuses a value (the same words from every reader)."""
     shown = value if len(value) <= 80 or value == _PLACEHOLDER else value[:77] + "..."
     why = {
@@ -257,9 +295,11 @@ def refusal(label: str, d: Delivery, value: str) -> str:
         "date": "is not a date Spark and Delta can hold",
         "cast": f"cannot be read as {d.spark}",
     }.get(d.kind, f"cannot be delivered as {d.spark}")
+    if d.spark.startswith("array<"):
+        why = f"has more than one dimension or does not start at 1, which {d.spark} cannot hold"
     return (
         f"{label}: column {d.name} ({d.db_type}) value '{shown}' {why}: declare the column's "
-        f"type in columns: (e.g. {d.name}: string, or decimal(38,4)) or cast it in query:"
+        f"type in columns: (e.g. {d.name}: {advice or suggestion(d, value)}) or cast it in query:"
     )
 
 
@@ -273,13 +313,36 @@ def _spark_string(text: str) -> str:
 _PLACEHOLDER = "\x00"
 
 
-def _refuse_sql(label: str, d: Delivery, col: str) -> str:
-    before, after = refusal(label, d, _PLACEHOLDER).split(_PLACEHOLDER)
+_ADVICE = "\x01"
+
+
+def _suggestion_sql(d: Delivery, col: str) -> str:
+    """suggestion() in Spark SQL, for a value refused inside Spark."""
+    if d.kind not in ("decimal", "round"):
+        return "'string'"
+    s = decimal_args(d.spark)[1]
+    whole = f"length(regexp_extract({col}, '^[+-]?0*([0-9]*)', 1))"
+    frac = f"length(regexp_extract({col}, '[.]([0-9]*?)0*$', 1))" if d.kind == "decimal" else s
+    scale = f"least(greatest({frac}, {s}), {MAX_PRECISION} - {whole})"
+    return (
+        f"CASE WHEN {col} RLIKE '^[+-]?[0-9]*([.][0-9]*)?$' AND {col} RLIKE '[0-9]' "
+        f"AND {scale} >= {frac} THEN concat('decimal({MAX_PRECISION},', {scale}, ')') "
+        "ELSE 'string' END"
+    )
+
+
+def _refuse_sql(label: str, d: Delivery, col: str, value: str | None = None) -> str:
+    """raise_error with refusal()'s words; `value`: the column holding the value's text."""
+    value = value or col
+    text = refusal(label, d, _PLACEHOLDER, _ADVICE)
+    before, rest = text.split(_PLACEHOLDER)
+    middle, after = rest.split(_ADVICE)
     # rivc's error inside Spark's, found there by the runtime as any rivc error raised in a task
     prefix = "rivc.compiler.errors.ConnectorError: " + before
+    shown = f"CASE WHEN length({value}) > 80 THEN concat(substr({value}, 1, 77), '...') ELSE {value} END"
     return (
-        f"raise_error(concat({_spark_string(prefix)}, substr({col}, 1, 80), "
-        f"{_spark_string(after)}))"
+        f"raise_error(concat({_spark_string(prefix)}, {shown}, {_spark_string(middle)}, "
+        f"{_suggestion_sql(d, value)}, {_spark_string(after)}))"
     )
 
 
@@ -293,12 +356,23 @@ def exact_decimal_pattern(p: int, s: int) -> str:
     return f"^-?0*[0-9]{{0,{p - s}}}{frac}$"
 
 
+def check_name(d: Delivery) -> str:
+    """The name under which a delivery's check travels beside its column."""
+    return f"_rivc_check:{d.name}"
+
+
 def spark_convert(label: str, d: Delivery) -> str:
     """A Spark SQL expression turning the transported column into the delivered value."""
     c = f"`{d.name.replace('`', '``')}`"
     if d.kind == "text":
         return c
     if d.kind == "native":
+        if d.check:
+            bad = f"`{check_name(d).replace('`', '``')}`"
+            return (
+                f"CASE WHEN {bad} IS NOT NULL THEN {_refuse_sql(label, d, c, bad)} "
+                f"ELSE CAST({c} AS {d.spark}) END"
+            )
         return f"CAST({c} AS {d.spark})"
     refuse = _refuse_sql(label, d, c)
     if d.kind == "decimal":

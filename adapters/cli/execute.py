@@ -322,5 +322,8 @@ def server_status(project_dir: str | None) -> None:
     elif s.fingerprint != warm.fingerprint(spark):
         state = "the configuration changed: the next run restarts it"
     else:
-        state = "in use by runs"
+        from ..state import running
+
+        busy = running(root)
+        state = f"serving {busy}" if busy else "idle: runs use it"
     click.echo(f"warm Spark server: pid {s.pid}, 127.0.0.1:{s.port}, up {up:.0f}s, {state}")

@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from rivc.compiler.connector_specs import DatagenConfig, datagen_columns
+from rivc.compiler.sql import quote
 
 from .base import SourceContext, register_data_source
 
@@ -132,7 +133,7 @@ def seed_of(cfg: DatagenConfig) -> int:
 
 
 def schema_ddl(cfg: DatagenConfig) -> str:
-    return ", ".join(f"`{k}` {v}" for k, v in datagen_columns(cfg).items())
+    return ", ".join(f"{quote(k)} {v}" for k, v in datagen_columns(cfg).items())
 
 
 class RangePartition(InputPartition):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rivc.compiler.connector_specs import DeltaSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..faults import fault
@@ -35,7 +36,13 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
-SPARK_CODECS = {"snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "zstd": "zstd", "none": "none"}
+SPARK_CODECS = {
+    "snappy": "snappy",
+    "gzip": "gzip",
+    "lz4": "lz4_raw",
+    "zstd": "zstd",
+    "none": "none",
+}
 R = TypeVar("R")
 WRITER = "rivc.writer"  # the table property naming the project that writes a sink's table
 CODECS = {
@@ -123,7 +130,7 @@ def write(
         before = _files(dt)
         try:
             if mode == "merge" and dt is not None:
-                predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+                predicate = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
                 (
                     dt.merge(
                         stream(data),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connector_specs import FilesSinkConfig, FilesSourceConfig, parse_size
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.sql import quote
 
 from ..storage import Store, is_local, resolve
 from .base import Sink, SourceContext, WriteResult, stream
@@ -128,14 +129,14 @@ def read_store(
     order = columns or data
     return df.select(
         *[
-            F.col(n).cast(t).alias(n) if n in parts else F.col(f"_rivc_parsed.`{n}`").alias(n)
+            F.col(n).cast(t).alias(n) if n in parts else F.col(f"_rivc_parsed.{quote(n)}").alias(n)
             for n, t in order.items()
         ]
     )
 
 
 def _ddl(columns: dict[str, str]) -> str:
-    return ", ".join(f"`{k}` {v}" for k, v in columns.items())
+    return ", ".join(f"{quote(k)} {v}" for k, v in columns.items())
 
 
 def _csv_header(fs: Any, path: str, sep: str, header: bool) -> dict[str, str]:
@@ -160,7 +161,7 @@ def read_source(
         options = {"header": str(cfg.header).lower(), "sep": cfg.delimiter, **options}
     if not Path(path).exists() and "://" not in path:
         raise ConnectorError(f"files source: {path} does not exist")
-    schema = ", ".join(f"`{k}` {v}" for k, v in columns.items()) if columns else None
+    schema = ", ".join(f"{quote(k)} {v}" for k, v in columns.items()) if columns else None
     if stream:
         if schema is None:  # a stream needs a schema up front: take the one Spark infers now
             schema = spark.read.format(fmt).options(**options).load(path).schema.simpleString()

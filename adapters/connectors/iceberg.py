@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlparse
 from rivc.compiler.connector_specs import IcebergCatalog, IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..faults import fault
@@ -509,7 +510,7 @@ def _spark_partition(p: Any, types: dict[str, str]) -> str | None:
     `v - ((v % W) + W) % W` is Spark's `v - pmod(v, W)`); strings to their first W code points,
     up to 16 (pyiceberg infers the partition from the file's bounds, which it keeps to 16
     characters). Bucket: "bucket", a column pyiceberg's transform adds in the tasks."""
-    col = f"`{p.field}`"
+    col = quote(p.field)
     if p.transform in SPARK_PARTITIONS:
         return SPARK_PARTITIONS[p.transform].format(col)
     kind = types.get(p.field, "")
@@ -592,7 +593,7 @@ def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], s
         rows = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
             rows, allowMissingColumns=True
         )
-    return rows.select(*[f"`{n}`" for n in table.schema().column_names if n in rows.columns])
+    return rows.select(*[quote(n) for n in table.schema().column_names if n in rows.columns])
 
 
 SMALL_FILE = 32 * 1024 * 1024  # a data file under this size is compacted with its partition's

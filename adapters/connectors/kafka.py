@@ -11,6 +11,7 @@ from typing import Any
 
 from rivc.compiler.connector_specs import KafkaSourceConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.sql import quote
 
 from ..errortext import missing_data_source
 from .base import SourceContext
@@ -74,8 +75,8 @@ def read_stream(spark: Any, cfg: KafkaSourceConfig, columns: dict[str, str]) -> 
             raise ConnectorError(JARS_HINT.format(v=spark.version)) from None
         raise
     declared = {k: v for k, v in columns.items() if not k.startswith("kafka_")}
-    ddl = ", ".join(f"`{k}` {v}" for k, v in declared.items())
-    select = [f"data.`{k}` AS `{k}`" for k in declared]
+    ddl = ", ".join(f"{quote(k)} {v}" for k, v in declared.items())
+    select = [f"data.{quote(k)} AS {quote(k)}" for k in declared]
     if cfg.metadata_columns:
         select += [
             "CAST(key AS STRING) AS kafka_key",

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from rivc.compiler.connector_specs import MqttSourceConfig
 from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.sql import quote
 
 from .base import SourceContext, register_data_source
 
@@ -364,9 +365,9 @@ def read_stream(
         .load()
     )
     declared = {k: v for k, v in columns.items() if k not in METADATA}
-    ddl = ", ".join(f"`{k}` {v}" for k, v in declared.items())
+    ddl = ", ".join(f"{quote(k)} {v}" for k, v in declared.items())
     parsed = raw.selectExpr(f"from_json(payload, '{ddl}') AS data", "topic", "qos", "received_at")
-    select = [f"data.`{k}` AS `{k}`" for k in declared]
+    select = [f"data.{quote(k)} AS {quote(k)}" for k in declared]
     if cfg.metadata_columns:
         select += ["topic AS mqtt_topic", "qos AS mqtt_qos", "received_at AS mqtt_received_at"]
     return parsed.selectExpr(*select)

@@ -177,13 +177,14 @@ def _round(plan: CopyPlan, d: Delivery, values: Any) -> Any:
     p, s = decimal_args(d.spark)
     quantum = decimal.Decimal(1).scaleb(-s)
     limit = decimal.Decimal(10) ** (p - s)
+    exact = decimal.Context(prec=200_000, rounding=decimal.ROUND_HALF_EVEN)
     out: list[decimal.Decimal | None] = []
     for text in values.to_pylist():
         if text is None:
             out.append(None)
             continue
-        try:
-            value = decimal.Decimal(text).quantize(quantum, rounding=decimal.ROUND_HALF_EVEN)
+        try:  # the context holds any PostgreSQL numeric (the default's 28 digits do not)
+            value = exact.quantize(decimal.Decimal(text), quantum)
         except decimal.InvalidOperation:
             raise _refuse(plan, d, text) from None
         if not value.is_finite() or abs(value) >= limit:

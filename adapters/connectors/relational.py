@@ -323,10 +323,6 @@ def decode(value: Any) -> Any:
     return value
 
 
-def quote_ident(kind: str, name: str) -> str:
-    return f'"{name}"' if kind == "postgres" else f"`{name}`"
-
-
 @dataclass(frozen=True)
 class Window:
     """What one run of a source table reads, and the cursor state it leaves on commit."""
@@ -360,7 +356,7 @@ def plan_window(
         return literal(value, kind)
 
     if table.mode == "incremental":
-        col = quote_ident(kind, table.cursor_column or "")
+        col = quote_name(table.cursor_column or "", kind)
         hwm = scalar(conn, f"SELECT MAX({col}) FROM {wrapped}")
         if hwm is None:
             return Window("1 = 0", None, description="incremental: the table is empty")
@@ -372,7 +368,7 @@ def plan_window(
             low = f"{col} >= {lit(last)} AND " if last is not None else ""
             seen = ""
             if last is not None and keys:
-                names = [quote_ident(kind, k) for k in table.unique_key]
+                names = [quote_name(k, kind) for k in table.unique_key]
                 key = names[0] if len(names) == 1 else f"({', '.join(names)})"
                 values = ", ".join(
                     lit(decode(k[0]))
@@ -402,13 +398,13 @@ def plan_window(
             description=f"incremental {col} in [{last}, {hwm})",
         )
     if table.mode == "time_window":
-        col = quote_ident(kind, table.time_column or "")
+        col = quote_name(table.time_column or "", kind)
         cutoff = (now or datetime.now(UTC)).replace(tzinfo=None) - timedelta(
             days=table.days_window or 0
         )
         return Window(f"{col} >= {lit(cutoff)}", description=f"time window {col} >= {cutoff}")
     if table.mode == "chunked":
-        col = quote_ident(kind, table.chunk_column or "")
+        col = quote_name(table.chunk_column or "", kind)
         with conn.cursor() as cur:
             cur.execute(f"SELECT MIN({col}), MAX({col}), COUNT(*) FROM {wrapped}")
             lo, hi, count = cur.fetchone()
@@ -502,7 +498,12 @@ def deliveries(
 
 
 def select_list(kind: str, plan: list[Delivery]) -> str:
-    return ", ".join(f"{d.expr} AS {quote_name(d.name, kind)}" for d in plan)
+    """Each column's select expression, and beside it its check where it has one."""
+    return ", ".join(
+        f"{d.expr} AS {quote_name(d.name, kind)}"
+        + (f", {d.check} AS {quote_name(dbtypes.check_name(d), kind)}" if d.check else "")
+        for d in plan
+    )
 
 
 @contextmanager
@@ -567,9 +568,8 @@ def read_query(
     df = parts[0]
     for part in parts[1:]:
         df = df.unionAll(part)
-    names = [d.name.replace("`", "``") for d in plan]
     out: DataFrame = df.selectExpr(
-        *(f"{dbtypes.spark_convert(label, d)} AS `{n}`" for d, n in zip(plan, names, strict=True))
+        *(f"{dbtypes.spark_convert(label, d)} AS {quote_name(d.name)}" for d in plan)
     )
     return out
 

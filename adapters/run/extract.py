@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
+from rivc.compiler.sql import quote
 
 from ..connectors.base import register_data_source
 from ..connectors.relational import (
@@ -255,7 +256,7 @@ def source_frame(df: DataFrame, table: SourceTable) -> DataFrame:
     if table.meta_columns.exported_at:
         df = df.withColumn("_rivc_exported_at", F.timestamp_millis(F.col(BATCH)))
     if table.meta_columns.row_hash:
-        df = df.withColumn("_rivc_row_hash", F.xxhash64(*[F.col(f"`{c}`") for c in cols]))
+        df = df.withColumn("_rivc_row_hash", F.xxhash64(*[F.col(quote(c)) for c in cols]))
     return transform_source(df.drop(BATCH), table.transforms)
 
 

@@ -50,7 +50,7 @@ def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
     """The batch as an Arrow dataset that Spark wrote as Parquet, in parallel and in bounded
     memory; connectors stream it in record batches instead of collecting it on the driver."""
     shutil.rmtree(path, ignore_errors=True)
-    df.write.mode("overwrite").option("compression", "lz4").parquet(str(path))
+    df.write.mode("overwrite").option("compression", "snappy").parquet(str(path))
     try:
         yield dataset([str(path)])
     finally:
@@ -67,7 +67,7 @@ def staged_at(df: DataFrame, uri: str, store: Store) -> Iterator[pads.Dataset]:
     from ..connectors.taskwrite import prefix, write_parquet
 
     where = prefix("staged")
-    written = write_parquet(df, uri, store, where, "lz4")
+    written = write_parquet(df, uri, store, where, "snappy")
     try:
         if not written:
             yield pads.dataset(to_arrow_schema(df.schema, timezone="UTC").empty_table())

@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from rivc.compiler.sql import quote
+
 from ..connectors.tableread import DataFile
 from ..faults import fault
 from ..storage import join
@@ -99,9 +101,11 @@ def _fold(landing: Landing, files: list[DataFile], into: int) -> list[str]:
         partitioning=pads.partitioning(pa.schema([(BATCH, pa.int64())]), flavor="hive"),
         partition_base_dir=root,
     )
-    keys = ", ".join(f'"{k}"' for k in landing.keys)
-    order = f'"{BATCH}" DESC' + (f', "{landing.order}" DESC NULLS LAST' if landing.order else "")
-    names = ", ".join(f'"{n}"' for n in stored.names)
+    keys = ", ".join(quote(k, "postgres") for k in landing.keys)  # DuckDB quotes as PostgreSQL
+    order = f"{quote(BATCH, 'postgres')} DESC" + (
+        f", {quote(landing.order, 'postgres')} DESC NULLS LAST" if landing.order else ""
+    )
+    names = ", ".join(quote(n, "postgres") for n in stored.names)
     con = duckdb.connect()
     try:
         con.register("landed", data)

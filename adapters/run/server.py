@@ -3,7 +3,8 @@
 `rivc server start` launches it (Spark's own start-connect-server.sh, in the foreground of a
 process group of its own); while it runs, `rivc run`, `test`, `build` and `show` connect to it
 instead of starting a JVM. It is a door into the machine, so:
-- it listens on 127.0.0.1 only and every request must carry its token
+- every port it opens listens on 127.0.0.1 only (Connect, the driver's RPC, the block
+  manager, the UI), and every Connect request must carry its token
   (spark.connect.authenticate.token, handed to the server in its environment, never on a
   command line); the token sits in `.rivc/server/server.json`, mode 0600, in a 0700 directory;
 - it serves one project and one Spark configuration: rivc's and PySpark's versions, the
@@ -128,6 +129,11 @@ def start(root: Path, spec: SparkSpec) -> Server:
         spec.master or "local[*]",
         "--conf",
         "spark.connect.grpc.binding.address=127.0.0.1",
+        # the JVM's other ports (driver RPC, block manager, the UI) take no token: loopback too
+        "--conf",
+        "spark.driver.bindAddress=127.0.0.1",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
         "--conf",
         f"spark.connect.grpc.binding.port={port}",
     ]
@@ -140,6 +146,7 @@ def start(root: Path, spec: SparkSpec) -> Server:
         "SPARK_LOG_DIR": str(where),
         "SPARK_PID_DIR": str(where),
         "SPARK_CONNECT_AUTHENTICATE_TOKEN": token,
+        "SPARK_LOCAL_IP": "127.0.0.1",  # what the UI and every other listener bind to
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
     }
     env.pop("SPARK_REMOTE", None)

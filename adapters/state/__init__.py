@@ -2,7 +2,16 @@
 and the run lock."""
 
 from .base import NodeResult, new_run_id, now
-from .lock import run_lock
+from .lock import run_lock, running
 from .store import MIGRATIONS, StateStore, migrate
 
-__all__ = ["MIGRATIONS", "NodeResult", "StateStore", "migrate", "new_run_id", "now", "run_lock"]
+__all__ = [
+    "MIGRATIONS",
+    "NodeResult",
+    "StateStore",
+    "migrate",
+    "new_run_id",
+    "now",
+    "run_lock",
+    "running",
+]

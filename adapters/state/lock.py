@@ -15,6 +15,31 @@ from rivc.compiler.locate import STATE_DIR
 from .base import now
 
 
+def _holder(fd: int) -> str:
+    holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+    try:
+        info = json.loads(holder)
+        return f"run {info['run_id']} (pid {info['pid']}, started {info['started_at']})"
+    except (ValueError, KeyError):
+        return "another run"
+
+
+def running(root: Path) -> str | None:
+    """The run that holds the project's run lock now, or None."""
+    path = root / STATE_DIR / "run.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    finally:
+        os.close(fd)
+    return None
+
+
 @contextmanager
 def run_lock(root: Path, run_id: str) -> Iterator[None]:
     """Hold the project's run lock; a second run gets a StateError naming the running one."""
@@ -25,14 +50,8 @@ def run_lock(root: Path, run_id: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-            try:
-                info = json.loads(holder)
-                who = f"run {info['run_id']} (pid {info['pid']}, started {info['started_at']})"
-            except (ValueError, KeyError):
-                who = "another run"
             raise StateError(
-                f"{path.relative_to(root)}: {who} is using this project's state store; "
+                f"{path.relative_to(root)}: {_holder(fd)} is using this project's state store; "
                 "wait for it to finish"
             ) from None
         os.ftruncate(fd, 0)

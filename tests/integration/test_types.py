@@ -86,7 +86,27 @@ PG_REFUSED = {
     "tsinf": ("timestamptz", "'infinity'", "is not a timestamp"),
     "dinf": ("date", "'-infinity'", "is not a date"),
     "bc": ("date", "'0044-03-15 BC'", "is not a date"),
+    # Spark's arrays have one dimension and start at 1 (read through JDBC by every reader)
+    "arr2d": ("text[]", "'{{a,b},{c,NULL}}'", "more than one dimension"),
+    "int2d": ("int4[]", "'{{1,2},{3,4}}'", "more than one dimension"),
+    "lower": ("int4[]", "'[0:1]={7,8}'", "does not start at 1"),
 }
+# the type each refusal suggests, and the value the database holds (declared below: it works)
+PG_ADVICE = {"avg": "decimal(38,20)", "big": "decimal(38,15)", "arr2d": "string"}
+BIG = 20 << 20  # a text value larger than the COPY reader's CSV block
+EDGE = """
+CREATE TABLE edge (id int, n52 numeric(5,-2), n25 numeric(2,5), at timestamptz, big text);
+INSERT INTO edge VALUES
+    (1, 12345, 0.00099, '2025-01-01 00:00:01+00', repeat('x', {big})),
+    (2, -9999900, -0.00001, '2025-06-01 12:00:00.5+02', repeat('y', 300000)),
+    (3, NULL, NULL, NULL, NULL);
+CREATE TABLE arrays (id int, xs int4[], ts text[]);
+INSERT INTO arrays VALUES (1, '{{1,NULL,3}}', '{{"a,b",NULL,"{{}}"}}'), (2, '{{}}', '{{}}'), (3, NULL, NULL);
+"""
+EDGE_EXPECTED = (
+    "SELECT id, n52, n25, (at AT TIME ZONE 'UTC') AS at, big FROM edge ORDER BY id",
+    "SELECT id, xs, ts FROM arrays ORDER BY id",
+)
 
 
 @pytest.mark.parametrize("reader", ["copy", "jdbc"])
@@ -98,21 +118,44 @@ def test_postgres_values_that_do_not_fit_are_refused_by_name(spark, tmp_path, re
             db.execute(f"INSERT INTO {name} VALUES (1, NULL), (2, {value})")
             extra = ", decode('00', 'hex') AS b" if reader == "jdbc" else ""
             tables.append(f'- {{name: {name}, query: "SELECT *{extra} FROM {name}"}}')
-        # the declared types that fix it
-        db.execute("CREATE TABLE fixed (id int, avg numeric, txt numeric, dbl numeric)")
-        db.execute("INSERT INTO fixed VALUES (1, 1.00/7, 1.00/7, 'NaN'), (2, 2.5, 1e-30, 2.5)")
-        tables.append(
-            "- {name: fixed, table: fixed, columns: "
-            "{id: int, avg: 'decimal(38,4)', txt: string, dbl: double}}"
+        # the declared types that fix it: the refusals' advice followed as written (`columns:`
+        # names only the columns it types; chunk_column is another)
+        db.execute(
+            "CREATE TABLE fixed (id int, avg numeric, txt numeric, dbl numeric, adv numeric, "
+            "big numeric, arr2d text[])"
         )
+        db.execute(
+            "INSERT INTO fixed VALUES (1, 1.00/7, 1.00/7, 'NaN', 1.00/7, "
+            "12345678901234567890123.45, '{{a,b},{c,NULL}}'), (2, 2.5, 1e-30, 2.5, 2.5, 1, '{}')"
+        )
+        tables.append(
+            "- {name: fixed, table: fixed, mode: chunked, chunk_column: id, columns: "
+            "{avg: 'decimal(38,4)', txt: string, dbl: double, "
+            f"adv: '{PG_ADVICE['avg']}', big: '{PG_ADVICE['big']}', arr2d: {PG_ADVICE['arr2d']}}}}}"
+        )
+        # values at the edges of what each reader carries, exactly
+        db.execute(EDGE.format(big=BIG))
+        extra = ", decode('00', 'hex') AS b" if reader == "jdbc" else ""
+        tables += [
+            f'- {{name: edge, query: "SELECT *{extra} FROM edge", columns: {{at: timestamp}}}}',
+            f'- {{name: edge2, query: "SELECT *{extra} FROM edge", columns: {{at: timestamp}}, '
+            "parallel: 2, mode: chunked, chunk_column: id, chunk_size: 1}",
+            "- {name: arrays, table: arrays}",
+        ]
+        models = {"big_view": "select id, big from {{ source('src', 'edge') }}"}
         sinks = "sinks:\n" + "".join(
             f"  - {{name: s_{n}, from: source:src.{n}, connector: delta, "
             f"config: {{table_uri: out/{n}}}}}\n"
-            for n in [*PG_REFUSED, "fixed"]
+            for n in [*PG_REFUSED, "fixed", "edge", "edge2", "arrays"]
         )
-        root = project(tmp_path, db, "\n".join(tables), {}, sinks)
+        # a model's batch staged by Spark (more than 256 KiB in one value) into Parquet
+        sinks += (
+            "  - {name: s_big_view, from: big_view, connector: files, "
+            "config: {path: out/big_view, format: parquet}}\n"
+        )
+        root = project(tmp_path, db, "\n".join(tables), models, sinks)
         result = rivc(root, "run")
-        assert result.exit_code == 1
+        assert result.exit_code == 1, result.output
         runs = {
             r["node"]: r
             for r in json.loads((root / "target/run_results.json").read_text())["results"]
@@ -121,12 +164,15 @@ def test_postgres_values_that_do_not_fit_are_refused_by_name(spark, tmp_path, re
             run = runs[f"source:src.{name}"]
             assert run["status"] == "error", name
             error = run["error"]
-            assert "\n" not in error and "Traceback" not in error
+            assert "\n" not in error and "Traceback" not in error and "SQLSTATE" not in error
             assert error.startswith(f"source src.{name}: column v ({kind}) value '"), error
             assert words in error and "columns:" in error, error
+            if name in PG_ADVICE:
+                assert f"(e.g. v: {PG_ADVICE[name]})" in error, error
             assert runs[f"sink:s_{name}"]["status"] == "skipped"
             assert not (root / "out" / name).exists()
-        assert runs["sink:s_fixed"]["status"] == "success", runs["source:src.fixed"]
+        for name in ("fixed", "edge", "edge2", "arrays", "big_view"):
+            assert runs[f"sink:s_{name}"]["status"] == "success", (name, runs)
         rows = sorted(
             DeltaTable(str(root / "out/fixed")).to_pyarrow_table().to_pylist(),
             key=lambda r: r["id"],
@@ -134,6 +180,15 @@ def test_postgres_values_that_do_not_fit_are_refused_by_name(spark, tmp_path, re
         assert [r["avg"] for r in rows] == [Decimal("0.1429"), Decimal("2.5000")]
         assert [r["txt"] for r in rows] == ["0.14285714285714285714", "0." + "0" * 29 + "1"]
         assert math.isnan(rows[0]["dbl"]) and rows[1]["dbl"] == 2.5
+        assert [r["adv"] for r in rows] == [Decimal("0.14285714285714285714"), Decimal("2.5")]
+        assert [r["big"] for r in rows] == [Decimal("12345678901234567890123.45"), 1]
+        assert [r["arr2d"] for r in rows] == ["{{a,b},{c,NULL}}", "{}"]
+        edge, arrays = (expected_rows(db, sql) for sql in EDGE_EXPECTED)
+        for name, want in (("edge", edge), ("edge2", edge), ("arrays", arrays)):
+            got = DeltaTable(str(root / "out" / name)).to_pyarrow_table().to_pylist()
+            compare(f"{reader} -> {name}", [{k: r[k] for k in want[0]} for r in got], want)
+        big = pq.read_table(root / "out/big_view").to_pylist()
+        compare("big_view -> files", big, [{"id": r["id"], "big": r["big"]} for r in edge])
 
 
 MY_TABLE = """

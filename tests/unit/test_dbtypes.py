@@ -124,3 +124,44 @@ def test_a_declared_type_rivc_cannot_apply_is_a_compile_error(make_project):
         load_project(root, env={})
     assert str(err.value).startswith("sources/db.yml:8:28: error: ")
     assert "columns.amount: type 'array<int>' cannot be declared" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("precision", "scale", "spark"),
+    [
+        (5, -2, "decimal(7,0)"),  # rounds to hundreds: up to 9999900
+        (2, 5, "decimal(5,5)"),  # up to 0.00099
+        (38, -3, "decimal(38,0)"),  # 41 digits: the rare value past 38 is refused
+        (10, 2, "decimal(10,2)"),
+    ],
+)
+def test_numeric_with_a_negative_or_large_scale_is_a_decimal_that_holds_it(precision, scale, spark):
+    assert dbtypes.postgres(DbColumn("n", "numeric", precision, scale)).spark == spark
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "advice"),
+    [
+        (DbColumn("x", "numeric"), "0.14285714285714285714", "x: decimal(38,20)"),
+        (DbColumn("x", "numeric"), "123456789012345678901234567", "x: decimal(38,11)"),
+        (DbColumn("x", "numeric"), "NaN", "x: string"),
+        (DbColumn("x", "numeric"), "1" * 39, "x: string"),
+        (DbColumn("x", "timestamptz"), "infinity", "x: string"),
+        (DbColumn("x", "int4", array=True), "{{1,2},{3,4}}", "x: string"),
+    ],
+)
+def test_a_refusal_suggests_the_narrowest_type_that_holds_the_value(column, value, advice):
+    d = dbtypes.postgres(column)
+    assert f"(e.g. {advice})" in dbtypes.refusal("source s.t", d, value)
+
+
+def test_a_declared_timestamp_reads_a_timestamptz_in_utc():
+    d = dbtypes.postgres(DbColumn("at", "timestamptz"), "timestamp")
+    assert (d.kind, d.copy_expr) == ("timestamp", "(\"at\" AT TIME ZONE 'UTC')")
+
+
+def test_an_array_is_checked_for_one_dimension_starting_at_1():
+    d = dbtypes.postgres(DbColumn("xs", "int4", array=True))
+    assert d.spark == "array<int>" and "array_lower" in d.check and "array_ndims" in d.expr
+    sql = dbtypes.spark_convert("source s.t", d)
+    assert sql.startswith("CASE WHEN `_rivc_check:xs` IS NOT NULL THEN raise_error(")

@@ -74,9 +74,7 @@ def test_a_star_source_cannot_be_checked_and_says_how_to_list_its_columns(make_p
 
 
 def test_declared_columns_type_the_query_s_columns(make_project):
-    root = _pg(
-        make_project, '"SELECT id, note, updated_at FROM orders"', columns="{note: string}"
-    )
+    root = _pg(make_project, '"SELECT id, note, updated_at FROM orders"', columns="{note: string}")
     assert not findings(root)
     root = _pg(make_project, '"SELECT id, updated_at FROM orders"', columns="{nte: string}")
     f = only(findings(root), "RV004")
