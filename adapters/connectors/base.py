@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
+# Spark's JSON parser (Jackson) makes a string value longer than 20,000,000 characters a
+# malformed record, which the default mode turns into NULLs: every JSON read lifts the limit
+JSON_OPTIONS = {"maxStringLen": str(2**31 - 1)}
+JSON_OPTIONS_SQL = "map(" + ", ".join(f"'{k}', '{v}'" for k, v in JSON_OPTIONS.items()) + ")"
+
 _registered: set[tuple[int, str]] = set()
 _registering = threading.Lock()
 

@@ -20,7 +20,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 
 from ..storage import Store, is_local, resolve
-from .base import Sink, SourceContext, WriteResult, stream
+from .base import JSON_OPTIONS, Sink, SourceContext, WriteResult, stream
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -123,8 +123,10 @@ def read_store(
         data = _csv_header(fs, store.filesystem(files[0].uri)[1], options["sep"], header)
     lines = read_lines(spark, files, store, skip_header=header)
     ddl = _ddl(data)
-    given = options or None  # an empty map has no string type for Spark
-    parsed = F.from_json("value", ddl, given) if fmt == "json" else F.from_csv("value", ddl, given)
+    if fmt == "json":
+        parsed = F.from_json("value", ddl, {**JSON_OPTIONS, **options})
+    else:
+        parsed = F.from_csv("value", ddl, options or None)  # an empty map has no string type
     df = lines.select(parsed.alias("_rivc_parsed"), *parts)
     order = columns or data
     return df.select(
@@ -159,6 +161,8 @@ def read_source(
     }
     if fmt == "csv":
         options = {"header": str(cfg.header).lower(), "sep": cfg.delimiter, **options}
+    if fmt == "json":
+        options = {**JSON_OPTIONS, **options}
     if not Path(path).exists() and "://" not in path:
         raise ConnectorError(f"files source: {path} does not exist")
     schema = ", ".join(f"{quote(k)} {v}" for k, v in columns.items()) if columns else None

@@ -14,7 +14,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 
 from ..errortext import missing_data_source
-from .base import SourceContext
+from .base import JSON_OPTIONS_SQL, SourceContext
 
 JARS_HINT = (
     "the kafka source needs Spark's Kafka connector on the classpath: add the jars "
@@ -86,7 +86,7 @@ def read_stream(spark: Any, cfg: KafkaSourceConfig, columns: dict[str, str]) -> 
             "timestamp AS kafka_timestamp",
         ]
     return raw.selectExpr(
-        f"from_json(CAST(value AS STRING), '{ddl}') AS data",
+        f"from_json(CAST(value AS STRING), '{ddl}', {JSON_OPTIONS_SQL}) AS data",
         "key",
         "topic",
         "partition",

@@ -27,7 +27,7 @@ from rivc.compiler.connector_specs import MqttSourceConfig
 from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.sql import quote
 
-from .base import SourceContext, register_data_source
+from .base import JSON_OPTIONS_SQL, SourceContext, register_data_source
 
 NAME = "rivc_mqtt"
 SCHEMA = "payload string, topic string, qos int, received_at timestamp"
@@ -366,7 +366,9 @@ def read_stream(
     )
     declared = {k: v for k, v in columns.items() if k not in METADATA}
     ddl = ", ".join(f"{quote(k)} {v}" for k, v in declared.items())
-    parsed = raw.selectExpr(f"from_json(payload, '{ddl}') AS data", "topic", "qos", "received_at")
+    parsed = raw.selectExpr(
+        f"from_json(payload, '{ddl}', {JSON_OPTIONS_SQL}) AS data", "topic", "qos", "received_at"
+    )
     select = [f"data.{quote(k)} AS {quote(k)}" for k in declared]
     if cfg.metadata_columns:
         select += ["topic AS mqtt_topic", "qos AS mqtt_qos", "received_at AS mqtt_received_at"]

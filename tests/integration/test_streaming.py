@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
@@ -21,6 +22,7 @@ from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration
 BROKER = ("127.0.0.1", 1883)
+BIG = 21_000_000
 
 
 def mqtt_project(root: Path, topic: str, client_id: str, trigger: str = "available_now") -> Path:
@@ -96,11 +98,18 @@ def test_mqtt_every_message_once_across_restarts(spark, tmp_path, session):
     assert seqs(root) == list(range(50))
 
     pub.send(range(50, 80))
+    # a payload with a string past Jackson's 20,000,000-character limit arrives whole
+    big = json.dumps({"device": "d" * BIG, "seq": 80, "temp": 1.5})
+    pub.client.publish(f"{topic}/big", big, qos=1).wait_for_publish(30)
     third = rivc(root, "run")
     assert third.exit_code == 0, third.output
-    assert seqs(root) == list(range(80))  # every message once, none twice
+    assert seqs(root) == list(range(81))  # every message once, none twice
+    table = DeltaTable(str(root / "out/readings")).to_pyarrow_table()
+    big_row = table.filter(pc.equal(table.column("seq"), 80)).to_pylist()[0]
+    assert (len(big_row["device"]), big_row["temp"]) == (BIG, 1.5)
+    table = table.filter(pc.not_equal(table.column("seq"), 80))
 
-    rows = DeltaTable(str(root / "out/readings")).to_pyarrow_table().to_pylist()
+    rows = table.to_pylist()
     assert {r["mqtt_topic"] for r in rows} == {f"{topic}/d{i}" for i in range(3)}
     assert {r["mqtt_qos"] for r in rows} == {1} and all(r["mqtt_received_at"] for r in rows)
     # Spark commits a batch's offsets when it plans the next one, so the spool keeps a segment

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from rivc_dbs import database, project
 from rivc_types import PG_EXPECTED, PG_ROWS, PG_TABLE, READERS, compare, expected_rows, f32
 
-from rivc_testing import iceberg_catalog, rivc
+from rivc_testing import iceberg_catalog, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -399,3 +399,33 @@ def test_every_file_format_carries_the_matrix(spark, tmp_path):
         with open(f, "rb") as fh:
             avro += list(fastavro.reader(fh))
     compare("avro", avro, want)
+
+
+def test_a_json_string_past_jacksons_limit_arrives_whole(spark, tmp_path):
+    """Spark's JSON parser makes a string of over 20,000,000 characters a malformed record,
+    which its default mode turns into NULLs; a files source reads it whole."""
+    big = 21_000_000  # 100 MiB arrives too (tried by hand; too slow for the suite)
+    (tmp_path / "data").mkdir()
+    lines = [{"id": 1, "text": "x" * big}, {"id": 2, "text": "short"}]
+    (tmp_path / "data/rows.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    root = write_files(
+        tmp_path,
+        {
+            "rivc_project.yml": "name: big\n",
+            "sources/files.yml": """
+sources:
+  - name: files
+    connector: files
+    tables:
+      - name: rows
+        config: {path: data, format: json}
+        columns: {id: bigint, text: string}
+""",
+            "sinks/out.yml": "sinks:\n  - {name: lake, from: source:files.rows, connector: delta, "
+            "config: {table_uri: out/rows}}\n",
+        },
+    )
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    rows = sorted(DeltaTable(str(root / "out/rows")).to_pyarrow_table().to_pylist(), key=str)
+    assert [(r["id"], len(r["text"])) for r in rows] == [(1, big), (2, 5)]
