@@ -26,6 +26,21 @@ def rivc_error_inside(text: str) -> str | None:
 _SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
 
 
+def python_error_inside(text: str) -> str | None:
+    """The exception a Python task raised, from the traceback Spark wraps it in ("An exception
+    was thrown from the Python worker"): `Class: message` of the last traceback, or None."""
+    found, inside = None, False
+    for line in text.splitlines():
+        if line.startswith("Traceback (most recent call last)"):
+            inside = True
+        elif inside and line and not line[0].isspace():
+            name, sep, message = line.partition(": ")
+            if name.replace(".", "").replace("_", "").isalnum():
+                found = f"{name.rsplit('.', 1)[-1]}: {message.strip()}" if sep else name
+            inside = False
+    return found[:500] if found else None
+
+
 _SPARK_TAIL = re.compile(r"(\s*SQLSTATE: \w+)?(;\s*line \d+,? pos \d+)?\s*$")
 
 
@@ -131,6 +146,9 @@ def root_cause(message: str) -> str:
     py = _PY_CAUSE.findall(message)
     if py:
         return str(py[-1]).strip()
+    worker = python_error_inside(message)
+    if worker:
+        return worker
     causes = _CAUSE.findall(message)
     if causes:
         return str(causes[-1]).strip()

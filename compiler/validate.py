@@ -42,12 +42,22 @@ def parse_error(exc: ParseError | TokenError, path: Path, line_offset: int = 0) 
     )
 
 
+def too_deep(path: Path, line: int | None = None) -> SqlError:
+    return SqlError(
+        "the query nests expressions or subqueries too deeply for rivc's SQL parser: "
+        "split it, e.g. into CTEs or models",
+        SourceLocation(path, line),
+    )
+
+
 def parse_query(sql: str, path: Path, dialect: str, what: str, line_offset: int = 0) -> exp.Query:
     """Exactly one query statement, or SqlError at its position."""
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except (ParseError, TokenError) as exc:
         raise parse_error(exc, path, line_offset) from None
+    except RecursionError:
+        raise too_deep(path, 1 + line_offset) from None
     if not statements:
         raise SqlError(f"{what} is empty", SourceLocation(path, 1 + line_offset))
     if len(statements) > 1:

@@ -92,6 +92,14 @@ class Worker:
         return [self.model(t) for t in tasks]
 
     def model(self, task: ModelTask) -> ModelResult:
+        try:
+            return self._model(task)
+        except RecursionError:  # in sqlglot's recursive descent, or a tree walk after it
+            res = ModelResult(task.name)
+            res.findings.append(rules.syntax(too_deep(Path(task.path))))
+            return res
+
+    def _model(self, task: ModelTask) -> ModelResult:
         path = Path(task.path)
         res = ModelResult(task.name)
         try:
@@ -194,6 +202,8 @@ class Worker:
                 resolve_columns(inc, task.sql_incremental, path, own)
         except SqlError as exc:
             out.findings.append(rules.unknown_column(exc))
+        except RecursionError:
+            out.findings.append(rules.syntax(too_deep(path)))
         return out
 
 

@@ -26,7 +26,7 @@ from rivc.compiler.specs import RateLimit
 from ..connectors import delta
 from ..connectors.base import SinkContext, SourceContext, WriteResult
 from ..connectors.registry import read_source
-from ..errortext import model_error, rivc_error_inside
+from ..errortext import model_error, python_error_inside, rivc_error_inside
 from ..faults import carried, fault
 from ..state import NodeResult, StateStore
 from ..storage import Store, environment, is_local, join, shares_disk
@@ -731,7 +731,7 @@ def _one_line(exc: BaseException) -> str:
     """The error in one line; for a stream that failed in a batch, rivc's own error inside it
     rather than Spark's wrapper."""
     text = (exc.message if isinstance(exc, RivcError) else str(exc)).strip()
-    inner = rivc_error_inside(text)
+    inner = rivc_error_inside(text) or python_error_inside(text)
     if inner:
         return inner
     first = text.splitlines()[0] if text else type(exc).__name__

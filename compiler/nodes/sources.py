@@ -67,9 +67,9 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
                         rules.key_column(
                             SqlError(
                                 f"{key} {col!r} cannot be checked: the source selects * "
-                                "(list its columns in query:, e.g. query: SELECT id, "
-                                f"updated_at, ... FROM {spec.table or 'the_table'}, to check it "
-                                "and the models that read it)",
+                                f"(list its columns in query:, e.g. query: SELECT {col}, ... "
+                                f"FROM {spec.table or 'the_table'}, to check it and the models "
+                                "that read it)",
                                 where.location(key),
                             ),
                             severity="warning",

@@ -15,7 +15,7 @@ from rivc.adapters.connectors.relational import (
     session_init,
     with_retries,
 )
-from rivc.adapters.errortext import classify, root_cause
+from rivc.adapters.errortext import classify, python_error_inside, root_cause
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import TUNING_PROFILES, ConnectionSpec
 from rivc.compiler.sql import literal
@@ -53,6 +53,31 @@ def test_classify(message, category):
 def test_root_cause_finds_the_database_message():
     assert root_cause(SPARK_ERROR) == "ERROR: division by zero"
     assert root_cause("plain message\nsecond") == "plain message"
+
+
+PYTHON_WORKER_ERROR = """[PYTHON_EXCEPTION] An exception was thrown from the Python worker:
+org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/x/pgcopy.py", line 12, in read
+    raise ValueError("first")
+ValueError: first
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/x/pgcopy.py", line 14, in read
+    batch = convert(b)
+pyarrow.lib.ArrowInvalid: straddling object straddles two block boundaries
+	at org.apache.spark.api.python.BasePythonRunner.handlePythonException(Runner.scala:1)
+Caused by: org.apache.spark.SparkException: Job aborted
+"""
+
+
+def test_a_python_tasks_error_is_its_last_traceback_line():
+    assert python_error_inside(PYTHON_WORKER_ERROR) == (
+        "ArrowInvalid: straddling object straddles two block boundaries"
+    )
+    assert root_cause(PYTHON_WORKER_ERROR).startswith("ArrowInvalid: straddling")
+    assert python_error_inside("no traceback here") is None
 
 
 def test_retries_back_off_exponentially_and_stop_on_permanent_errors():

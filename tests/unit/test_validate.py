@@ -168,3 +168,10 @@ def test_parallel_workers_match_serial(make_project):
     assert {n: v.columns for n, v in serial.graph.nodes.items()} == {
         n: v.columns for n, v in parallel.graph.nodes.items()
     }
+
+
+def test_an_expression_nested_too_deep_is_one_finding_not_a_traceback(make_project):
+    deep = "select " + "(" * 800 + "1" + " + 1)" * 800 + " as x\n"
+    root = make_project({"models/deep.sql": deep})
+    f = only(findings(root), "RV001")
+    assert f.location.path.as_posix() == "models/deep.sql" and "too deeply" in f.error.message
