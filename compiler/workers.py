@@ -30,6 +30,7 @@ from .validate import (
     parse_query,
     position,
     resolve_columns,
+    too_deep,
     unconditioned_joins,
 )
 
