@@ -57,8 +57,14 @@ def model_error(exc: BaseException, sql: str, path: str) -> str | None:
         return None
     line = sql.count("\n", 0, start) + 1
     col = start - (sql.rfind("\n", 0, start) + 1) + 1
-    message = _SPARK_TAIL.sub("", str(exc.getMessage()).strip().splitlines()[0])  # type: ignore[attr-defined]
-    return f"{path}:{line}:{col}: error: {message}"
+    return f"{path}:{line}:{col}: error: {spark_message(exc)}"
+
+
+def spark_message(exc: BaseException) -> str:
+    """A Spark error's own first line, without its SQLSTATE and position tail."""
+    get = getattr(exc, "getMessage", None)
+    text = str(get() if get is not None else exc).strip()
+    return _SPARK_TAIL.sub("", text.splitlines()[0] if text else type(exc).__name__)
 
 
 # --------------------------------------------------------------------------- databases

@@ -26,7 +26,7 @@ from rivc.compiler.specs import RateLimit
 from ..connectors import delta
 from ..connectors.base import SinkContext, SourceContext, WriteResult
 from ..connectors.registry import read_source
-from ..errortext import model_error, python_error_inside, rivc_error_inside
+from ..errortext import model_error, python_error_inside, rivc_error_inside, spark_message
 from ..faults import carried, fault
 from ..state import NodeResult, StateStore
 from ..storage import Store, environment, is_local, join, shares_disk
@@ -273,7 +273,9 @@ class Runtime:
             raise  # no node can run: the command stops with one line
         except caught as exc:
             error = None
-            if node.kind in ("model", "test") and node.compiled_path:
+            if node.kind == "test" and "line" in node.config:  # a generic test: rivc's SQL
+                error = f"{node.path}:{node.config['line']}: error: {spark_message(exc)}"
+            elif node.kind in ("model", "test") and node.compiled_path:
                 error = model_error(exc, self.plan.sql(nid), node.path)
             result = NodeResult(nid, node.kind, "error", error=error or _one_line(exc))
         result = NodeResult(

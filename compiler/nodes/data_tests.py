@@ -45,6 +45,9 @@ def test_nodes(
                 loc = where.location("columns", ci, "tests", ti)
                 try:
                     node = generic_test(model_name, column.name, test, loc, nodes)
+                except SqlError as exc:
+                    findings.append(rules.unknown_column(exc))
+                    continue
                 except RivcError as exc:
                     findings.append(rules.from_error(exc))
                     continue
@@ -144,6 +147,13 @@ def generic_test(
         )
     else:
         target = test_target(spec.to, loc, nodes)
+        known = nodes[target].columns
+        if known is not None and spec.field not in known:
+            raise SqlError(
+                f"relationships: field {spec.field!r} is not a column of {spec.to}"
+                f"{suggest(spec.field, list(known))}",
+                loc,
+            )
         deps.append(target)
         parent = quote(nodes[target].extra.get("relation") or nodes[target].name)
         field_ = quote(spec.field)
@@ -155,7 +165,13 @@ def generic_test(
         name = (
             f"relationships_{model}_{column}__{nodes[target].name.replace('.', '_')}_{spec.field}"
         )
-    config = {"severity": spec.config.severity, "test": kind, "column": column, "model": model}
+    config = {
+        "severity": spec.config.severity,
+        "test": kind,
+        "column": column,
+        "model": model,
+        "line": loc.line,  # where a failure is reported: the SQL is rivc's, not the file's
+    }
     return Node(
         node_id("test", name),
         "test",

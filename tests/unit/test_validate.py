@@ -175,3 +175,26 @@ def test_an_expression_nested_too_deep_is_one_finding_not_a_traceback(make_proje
     root = make_project({"models/deep.sql": deep})
     f = only(findings(root), "RV001")
     assert f.location.path.as_posix() == "models/deep.sql" and "too deeply" in f.error.message
+
+
+def test_a_relationships_field_the_target_lacks_is_found_at_the_test(make_project):
+    root = make_project(
+        {
+            "models/top.sql": "select order_id, customer_id from {{ ref('stg') }}\n",
+            "models/top.yml": """
+                models:
+                  - name: top
+                    columns:
+                      - name: customer_id
+                        tests:
+                          - not_null
+                          - relationships:
+                              to: ref('stg')
+                              field: customer
+            """,
+        }
+    )
+    f = only(findings(root), "RV009")
+    assert (f.location.path.as_posix(), f.location.line) == ("models/top.yml", 7)
+    assert "field 'customer' is not a column of ref('stg')" in f.error.message
+    assert "did you mean 'customer_id'" in f.error.message
