@@ -30,6 +30,7 @@ _OPTIONAL = (
     "targets",
     "input",
     "compiled_batches_path",
+    "line",
 )
 
 
@@ -58,6 +59,7 @@ class ManifestNode:
     targets: dict[str, Any] | None = None  # sinks: route targets
     input: dict[str, Any] | None = None  # sinks: what they consume (compiler/nodes/consumers.py)
     compiled_batches_path: str | None = None  # sinks of new batches: their batch SQL
+    line: int | None = None  # sources, sinks, generic tests: the line of their YAML entry
 
     @property
     def model_config(self) -> ModelConfig:

@@ -43,6 +43,13 @@ def only(items: list[Finding], rule: str) -> Finding:
     return picked[0]
 
 
+def at_entry(error: str, path: str) -> str:
+    """The message of a node error reported at its YAML entry (`path:line: error: message`)."""
+    where, sep, message = error.partition(": error: ")
+    assert sep and where.startswith(f"{path}:") and where[len(path) + 1 :].isdigit(), error
+    return message
+
+
 def rivc(root: Path, *args: str) -> Result:
     """`rivc ARGS --project-dir root` in this process (on the test session's SparkSession)."""
     return CliRunner().invoke(main, [*args, "--project-dir", str(root)], catch_exceptions=False)

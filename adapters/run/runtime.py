@@ -273,10 +273,12 @@ class Runtime:
             raise  # no node can run: the command stops with one line
         except caught as exc:
             error = None
-            if node.kind == "test" and "line" in node.config:  # a generic test: rivc's SQL
-                error = f"{node.path}:{node.config['line']}: error: {spark_message(exc)}"
+            if node.kind == "test" and node.line:  # a generic test: its SQL is rivc's
+                error = f"{node.path}:{node.line}: error: {spark_message(exc)}"
             elif node.kind in ("model", "test") and node.compiled_path:
                 error = model_error(exc, self.plan.sql(nid), node.path)
+            elif node.line:  # a source or a sink: at its YAML entry
+                error = f"{node.path}:{node.line}: error: {_one_line(exc)}"
             result = NodeResult(nid, node.kind, "error", error=error or _one_line(exc))
         result = NodeResult(
             **{

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from rivc.compiler.errors import ProjectError
 from rivc.compiler.locate import TARGET_DIR
 from rivc.compiler.sql import quote
 
@@ -109,6 +110,7 @@ def execute(
             compiled, plan = compile_for_run(root, options, on_warning)
             kinds = KINDS[options.command]
             todo = [n for n in compiled.chosen if compiled.graph.nodes[n].kind in kinds]
+            check_sink_locations(plan, todo)
             resumed = state.start_run(
                 run_id,
                 options.command,
@@ -154,6 +156,22 @@ def execute(
     out = root / TARGET_DIR / "run_results.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
+
+
+def check_sink_locations(plan: Plan, todo: list[str]) -> None:
+    """Before the first node: every sink that will run can write where it writes (a sink on
+    this machine's disk; object stores answer at their first write). An extraction and hours
+    of models should not run into a directory the sink cannot write."""
+    from ..preflight import probe_sink
+
+    for nid in todo:
+        if not nid.startswith("sink:"):
+            continue
+        sink = plan.project.sinks[nid.removeprefix("sink:")]
+        error = probe_sink(sink.connector, sink.config, plan.root)
+        if error:
+            where = sink.where.location("config")
+            raise ProjectError(f"sink {sink.spec.name}: cannot write its location: {error}", where)
 
 
 def bind_upstream(runtime: Runtime, needed: list[str], todo: list[str]) -> None:

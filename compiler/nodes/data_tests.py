@@ -170,7 +170,6 @@ def generic_test(
         "test": kind,
         "column": column,
         "model": model,
-        "line": loc.line,  # where a failure is reported: the SQL is rivc's, not the file's
     }
     return Node(
         node_id("test", name),
@@ -183,7 +182,8 @@ def generic_test(
         "",
         sql + "\n",
         checksum=content_hash(model, column, test),
-        extra={"spec_path": loc.path.as_posix()},
+        # `line`: where a failure is reported (the SQL is rivc's, not the file's)
+        extra={"spec_path": loc.path.as_posix(), "line": loc.line},
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import rules
 from .. import transforms as tf
-from ..connector_specs import DeltaSinkConfig, merge_keys_of
+from ..connector_specs import merge_keys_of
 from ..dbtypes import unwritable
 from ..errors import (
     GraphError,
@@ -96,6 +96,7 @@ def sink_node(
         "from": src,
         "relation": relation,
         "spec_path": path.as_posix(),
+        "line": sink.where.location().line,
         "sink_config": redact(sink.config.model_dump(mode="json")),
         "trigger": spec.trigger
         if isinstance(spec.trigger, str)
@@ -104,8 +105,9 @@ def sink_node(
     }
     sql = f"SELECT * FROM {quote(relation)}\n" if relation else None
     cfg = {"connector": spec.connector}
-    if isinstance(sink.config, DeltaSinkConfig):
-        cfg["mode"] = sink.config.mode
+    mode = getattr(sink.config, "mode", None)  # every sink that has one: selectable
+    if isinstance(mode, str):
+        cfg["mode"] = mode
     return Node(
         node_id("sink", spec.name),
         "sink",

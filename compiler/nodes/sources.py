@@ -92,6 +92,7 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
         "connection": table.source.connection,
         "relation": source_relation(table.source.name, spec.name),
         "spec_path": path.as_posix(),
+        "line": where.location().line,
         "table": redact(spec.model_dump(mode="json", exclude_defaults=True, by_alias=True)),
     }
     if table.connector.relational:

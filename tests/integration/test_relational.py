@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database, project
 
-from rivc_testing import rivc
+from rivc_testing import at_entry, rivc
 
 pytestmark = pytest.mark.integration
 
@@ -307,7 +307,8 @@ def test_auth_failure_is_not_retried(spark, tmp_path):
         )
         assert rivc(root, "run").exit_code == 1
         res = results(root)["source:src.t"]
-        assert res["status"] == "error" and res["error"].startswith("auth error")
+        assert res["status"] == "error"
+        assert at_entry(res["error"], "sources/src.yml").startswith("auth error")
         assert res["retries"] == 0
         assert "(after" not in res["error"]
 

@@ -21,7 +21,7 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database
 
-from rivc_testing import S3_KEYS, free_port, moto_s3, rivc, write_files
+from rivc_testing import S3_KEYS, at_entry, free_port, moto_s3, rivc, write_files
 
 pytestmark = [
     pytest.mark.integration,
@@ -653,7 +653,8 @@ def test_edge_values_stage_on_s3_exactly_or_are_refused_by_name(
 
     refused = results["source:pg.dinf"]
     assert refused["status"] == "error" and "\n" not in refused["error"]
-    assert refused["error"].startswith("source pg.dinf: column v (date) value '"), refused
+    message = at_entry(refused["error"], "sources/db.yml")
+    assert message.startswith("source pg.dinf: column v (date) value '"), refused
     assert "is not a date" in refused["error"]
     for sink in ("sink:dinf_lake", "sink:dinf_files"):
         assert results[sink]["status"] == "skipped"

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from rivc_dbs import database, project
 from rivc_types import PG_EXPECTED, PG_ROWS, PG_TABLE, READERS, compare, expected_rows, f32
 
-from rivc_testing import iceberg_catalog, rivc, write_files
+from rivc_testing import at_entry, iceberg_catalog, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -165,7 +165,8 @@ def test_postgres_values_that_do_not_fit_are_refused_by_name(spark, tmp_path, re
             assert run["status"] == "error", name
             error = run["error"]
             assert "\n" not in error and "Traceback" not in error and "SQLSTATE" not in error
-            assert error.startswith(f"source src.{name}: column v ({kind}) value '"), error
+            message = at_entry(error, "sources/src.yml")
+            assert message.startswith(f"source src.{name}: column v ({kind}) value '"), error
             assert words in error and "columns:" in error, error
             if name in PG_ADVICE:
                 assert f"(e.g. v: {PG_ADVICE[name]})" in error, error
@@ -282,7 +283,7 @@ def test_mysql_values_that_do_not_fit_are_refused_by_name(spark, tmp_path):
         }
         for name, (_, _, words) in MY_REFUSED.items():
             error = runs[f"source:src.{name}"]["error"]
-            assert error.startswith(f"source src.{name}: column v ("), error
+            assert at_entry(error, "sources/src.yml").startswith(f"source src.{name}: column v (")
             assert words in error and "\n" not in error, error
 
 

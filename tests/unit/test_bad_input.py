@@ -241,3 +241,25 @@ def test_pysparks_own_local_connect_server_keeps_local_paths(make_project):
     )
     code, out = run(root, "compile")
     assert code == 0, out
+
+
+def test_a_sink_location_that_cannot_be_written_stops_the_run_before_any_node(make_project):
+    root = make_project(
+        {
+            "sinks/out.yml": """
+                sinks:
+                  - name: lake
+                    from: stg
+                    connector: delta
+                    config: {table_uri: out/lake}
+            """
+        }
+    )
+    (root / "out").write_text("a file where the sink's directory would be")
+    code, out = run(root, "run")
+    assert code == 2
+    assert one_line_error(out) == (
+        "sinks/out.yml:5:5: error: sink lake: cannot write its location: not found: "
+        f"{root / 'out'} is not a directory"
+    )
+    assert not (root / "warehouse").exists()  # nothing extracted, nothing built
