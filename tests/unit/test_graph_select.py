@@ -89,3 +89,17 @@ def test_order_is_deterministic(graph):
     order = graph.order()
     assert order.index("model:stg") < order.index("model:orders") < order.index("model:revenue")
     assert order == graph.order()
+
+
+def test_every_sink_is_selected_by_its_mode(make_project):
+    sinks = """
+        sinks:
+          - {name: to_files, from: stg, connector: files,
+             config: {path: out, format: parquet, mode: overwrite}}
+          - {name: to_delta, from: stg, connector: delta, config: {table_uri: d}}
+          - {name: to_iceberg, from: stg, connector: iceberg,
+             config: {namespace: n, table: t, mode: overwrite}}
+    """
+    graph = analyze_dir(make_project({**FILES, "sinks/s.yml": sinks})).graph
+    assert names(graph, "config.mode:overwrite") == ["to_files", "to_iceberg"]
+    assert names(graph, "config.mode:append") == ["to_delta"]
