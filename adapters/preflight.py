@@ -11,13 +11,16 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rivc.compiler.errors import ConnectorError
 from rivc.compiler.project import Project
 from rivc.compiler.registry import ConnectorInfo
 from rivc.compiler.specs import SourceTable
+from rivc.compiler.sql import quote
 
 from .connectors.registry import probe
 from .connectors.relational import (
@@ -28,6 +31,7 @@ from .connectors.relational import (
     plan_window,
 )
 from .errortext import classify, doctor_category, root_cause
+from .storage import Store, join
 
 MANY_ROWS = 10_000_000  # index scan beyond this: ACCEPTABLE
 HUGE_ROWS = 50_000_000  # full scan beyond this: UNSAFE
@@ -144,11 +148,32 @@ def check_table(project: Project, fqn: str, sql: str, stored: dict[str, Any] | N
             "chunked": table.chunk_column,
             "time_window": table.time_column,
         }.get(table.mode)
-        if column:
-            result.warnings.append(f"unindexed {column}: the plan scans the whole table; index it")
-        else:
+        if not column:
             result.warnings.append("full scan: switch to mode incremental on an indexed column")
+        elif not _indexed(project, fqn, sql, column):
+            result.warnings.append(f"unindexed {column}: the plan scans the whole table; index it")
+        # else: this window is (most of) the table, which a scan reads best; later ones use
+        # the index
     return result
+
+
+def _indexed(project: Project, fqn: str, sql: str, column: str) -> bool:
+    """Whether the database has an index it would use on `column` for a narrow window (a plan
+    of `column IS NULL`, which a B-tree index answers; PostgreSQL planning without sequential
+    scans, so that a small table shows its index too): a window over the whole table is a full
+    scan whether or not the column is indexed."""
+    source = project.sources[fqn]
+    spec = project.profile.connections[source.source.connection or ""]
+    conn = Conn.resolve(spec, os.environ)
+    narrow = f"SELECT * FROM ({sql}) AS _rivc WHERE {quote(column, conn.kind)} IS NULL"
+    try:
+        with connection(conn) as db:
+            if conn.kind == "postgres":
+                with db.cursor() as cur:
+                    cur.execute("SET enable_seqscan = off")  # this connection only
+            return explain(db, conn.kind, narrow)[1] == "index"
+    except driver_errors():
+        return False  # no plan: say what the first plan says
 
 
 def to_json(checks: list[Check]) -> str:
@@ -161,6 +186,7 @@ def to_json(checks: list[Check]) -> str:
 def doctor(project: Project) -> list[tuple[str, bool, str]]:
     """(what, ok, detail) for every connection of the profile and every sink location."""
     out: list[tuple[str, bool, str]] = []
+    storage = project.profile.storage
     for name, spec in sorted(project.profile.connections.items()):
         what = f"connection {name} ({spec.type})"
         try:
@@ -170,9 +196,12 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
                 cur.fetchone()
             out.append((what, True, f"{conn.host}:{conn.port}/{conn.database or ''}"))
         except ExtractError as exc:
-            out.append((what, False, doctor_category(exc.category, exc.message)))
+            said = exc.message.removeprefix(f"{exc.category} error: ")
+            out.append((what, False, doctor_category(exc.category, said)))
+        except ConnectorError as exc:  # e.g. an unset password_env: this line fails, not doctor
+            out.append((what, False, f"config error: {exc.message}"))
     for fqn, table in sorted(project.sources.items()):
-        reached = probe(table.connector, table.config)
+        reached = probe(table.connector, table.config, project.root, storage)
         if reached is not None:
             where = getattr(table.config, "url", "")
             out.append(
@@ -180,15 +209,33 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
             )
     for name, sink in sorted(project.sinks.items()):
         location = sink.connector.location(sink.config)
-        if location is None:
-            continue
-        what = f"sink {name} ({sink.spec.connector} {location})"
-        if "://" in location:
-            out.append((what, True, "remote location: not probed"))
-            continue
-        ok, detail = _write_probe(project.root / location)
-        out.append((what, ok, detail))
+        if location is not None:
+            what = f"sink {name} ({sink.spec.connector} {location})"
+            options = getattr(sink.config, "storage_options", None) or {}
+            out.append((what, *_location_probe(location, project.root, storage, options)))
+        reached = probe(sink.connector, sink.config, project.root, storage)
+        if reached is not None:
+            out.append((f"sink {name} ({sink.spec.connector})", *reached))
     return out
+
+
+def _location_probe(
+    location: str, root: Path, storage: Mapping[str, str], options: Mapping[str, str]
+) -> tuple[bool, str]:
+    """Write a small object or file where a sink writes, and remove it."""
+    if "://" not in location:
+        return _write_probe(root / location)
+    import uuid
+
+    store = Store.of(location, storage, options)
+    try:
+        fs, path = store.filesystem(join(location, f".rivc-probe-{uuid.uuid4().hex}"))
+        with fs.open_output_stream(path, compression=None) as stream:
+            stream.write(b"rivc doctor")
+        fs.delete_file(path)
+    except (OSError, ValueError) as exc:
+        return False, f"cannot write in {location}: {str(exc).strip().splitlines()[0][:300]}"
+    return True, "writable (a probe object written and removed)"
 
 
 def probe_sink(info: ConnectorInfo, config: Any, root: Path) -> str | None:

@@ -73,7 +73,8 @@ class ConnectorInfo:
     relational: bool = False  # extracted through a profile connection (adapters/extract.py)
     columns: Columns = declared  # a source table's columns, known at compile time
     location: Callable[[Any], str | None] = _nowhere  # a sink's path or URI (doctor, preflight)
-    probe: str | None = None  # "module:attribute": doctor's reach check, (config) -> (ok, detail)
+    # "module:attribute": doctor's reach check, (config, root, storage) -> (ok, detail)
+    probe: str | None = None
     # a stream whose broker keeps nothing once delivered (MQTT): one consumer holds its session
     replayable: bool = True
 
@@ -182,6 +183,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             IcebergSinkConfig,
             "Apache Iceberg tables (pyiceberg), exactly-once per batch",
             f"{_RUNTIME}.iceberg:IcebergSink",
+            probe=f"{_RUNTIME}.iceberg:probe",
         ),
         ConnectorInfo(
             "files",

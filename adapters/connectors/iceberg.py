@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -419,6 +419,18 @@ def _bare(path: str) -> str:
     paths a manifest holds (file:///x, file:/x, /x; s3://b/k and b/k)."""
     rest = path.split("://", 1)[-1] if "://" in path else path.removeprefix("file:")
     return "/" + rest.lstrip("/")
+
+
+def probe(config: IcebergSinkConfig, root: Path, storage: Mapping[str, str]) -> tuple[bool, str]:
+    """Doctor: the sink's catalog opens and lists its namespaces."""
+    c = config.catalog
+    where = f"{c.type} catalog {c.name}" + (f" at {c.uri}" if c.uri else "")
+    try:
+        store = Store.of(c.warehouse or "", storage, config.storage_options)
+        namespaces = open_catalog(c, root, store).list_namespaces()
+    except Exception as exc:  # noqa: BLE001  (any client's error is the answer)
+        return False, f"{where}: {str(exc).strip().splitlines()[0][:300] or type(exc).__name__}"
+    return True, f"{where} lists {len(namespaces)} namespace(s)"
 
 
 def open_catalog(c: IcebergCatalog, root: Path, store: Store) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -375,7 +375,7 @@ def read_stream(
     return parsed.selectExpr(*select)
 
 
-def probe(cfg: MqttSourceConfig) -> tuple[bool, str]:
+def probe(cfg: MqttSourceConfig, _root: Path, _storage: Mapping[str, str]) -> tuple[bool, str]:
     """Connect and authenticate to the broker with a throwaway clean session."""
     import secrets
     import ssl

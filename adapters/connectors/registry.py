@@ -4,6 +4,8 @@ path; this module imports it when a run, `rivc doctor` or a generated job needs 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError
@@ -33,9 +35,11 @@ def read_source(spark: SparkSession, info: ConnectorInfo, ctx: SourceContext) ->
     return df
 
 
-def probe(info: ConnectorInfo, config: Any) -> tuple[bool, str] | None:
-    """Doctor's reach check of a source endpoint, when the connector has one."""
+def probe(
+    info: ConnectorInfo, config: Any, root: Path, storage: Mapping[str, str]
+) -> tuple[bool, str] | None:
+    """Doctor's reach check of a connector's endpoint (a broker, a catalog), when it has one."""
     if info.probe is None:
         return None
-    result: tuple[bool, str] = _load(info.probe)(config)
+    result: tuple[bool, str] = _load(info.probe)(config, root, storage)
     return result

@@ -441,6 +441,8 @@ def test_check_and_doctor(spark, tmp_path, kind):
         assert checks["src.by_id"]["strategy"] == "incremental(id)"
         assert checks["src.by_v"]["scan"] == "full scan"
         assert any("unindexed v" in w for w in checks["src.by_v"]["warnings"])
+        # the first window of an indexed cursor is the whole table: a scan, and no warning
+        assert not any("unindexed" in w for w in checks["src.by_id"]["warnings"])
         assert checks["src.by_v"]["verdict"] == "DEGRADED"
         assert checks["src.by_v"]["recommended_profile"] == "fast"
         assert any("sparse key range" in w for w in checks["src.chunks"]["warnings"])
@@ -455,6 +457,14 @@ def test_check_and_doctor(spark, tmp_path, kind):
         bad = rivc(root, "doctor")
         assert bad.exit_code == 1
         assert "[FAIL] connection db" in bad.output and "not found" in bad.output
+        # a password from an unset variable: its line fails, doctor goes on
+        (root / "profiles.yml").write_text(
+            db.profile.replace(db.name, f"{db.name}, password_env: RIVC_UNSET_PASSWORD")
+        )
+        unset = rivc(root, "doctor")
+        assert unset.exit_code == 1, unset.output
+        assert "[FAIL] connection db" in unset.output and "RIVC_UNSET_PASSWORD" in unset.output
+        assert "[OK] sink lake" in unset.output
 
 
 def test_copy_reader_types_nulls_and_awkward_text(spark, tmp_path):

@@ -172,3 +172,44 @@ def test_a_rivven_iceberg_config_writes_to_s3(tmp_path, endpoint):
     assert any(f.path.endswith(".parquet") for f in files)
     assert any(f.path.endswith(".metadata.json") for f in files)
     assert not (tmp_path / ".rivc/iceberg/warehouse").exists()  # nothing landed locally
+
+
+def test_doctor_writes_a_probe_object_on_s3_and_lists_iceberg_catalogs(tmp_path, endpoint):
+    from click.testing import CliRunner
+
+    from rivc.adapters.cli import main
+    from rivc_testing import free_port, write_files
+
+    store = "{" + ", ".join(f"{k}: '{v}'" for k, v in options(endpoint).items()) + "}"
+    root = write_files(
+        tmp_path,
+        {
+            "rivc_project.yml": "name: doc\n",
+            "sources/gen.yml": "sources:\n  - name: gen\n    connector: datagen\n    tables:\n"
+            "      - {name: orders, config: {pattern: orders, max_events: 5}}\n",
+            "sinks/out.yml": f"""
+sinks:
+  - {{name: reachable, from: source:gen.orders, connector: files,
+     config: {{path: s3://lake/out, format: parquet, storage_options: {store}}}}}
+  - {{name: no_bucket, from: source:gen.orders, connector: delta,
+     config: {{table_uri: s3://rivc-no-such-bucket/out, storage_options: {store}}}}}
+  - {{name: ice, from: source:gen.orders, connector: iceberg,
+     config: {{namespace: n, table: t}}}}
+  - {{name: ice_down, from: source:gen.orders, connector: iceberg,
+     config: {{namespace: n, table: t,
+              catalog: {{type: rest, uri: "http://127.0.0.1:{free_port()}"}}}}}}
+""",
+        },
+    )
+    done = CliRunner().invoke(main, ["doctor", "--project-dir", str(root)])
+    lines = {line.split(":")[0]: line for line in done.output.splitlines()}
+    assert done.exit_code == 1, done.output
+    assert lines["[OK] sink reachable (files s3"].endswith("(a probe object written and removed)")
+    assert lines["[FAIL] sink no_bucket (delta s3"].split(": ", 1)[1].startswith("cannot write")
+    assert "lists 0 namespace(s)" in lines["[OK] sink ice (iceberg)"]
+    assert "[FAIL] sink ice_down (iceberg)" in lines
+    fs = pafs.S3FileSystem(
+        endpoint_override=endpoint, scheme="http", access_key="test", secret_key="test"
+    )
+    leftovers = fs.get_file_info(pafs.FileSelector("lake", recursive=True))
+    assert not [f.path for f in leftovers if ".rivc-probe-" in f.path]
