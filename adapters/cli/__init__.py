@@ -13,8 +13,32 @@ from rivc.compiler.version import VERSION
 
 from . import execute, project, state
 
+# dbt's commands that rivc does not have: named as such, never "did you mean" a neighbour
+# (`seed` is not `server`, `docs` is not `doctor`)
+DBT_ONLY = {
+    "seed": "read CSV files with a files source (format: csv; docs/sources.md)",
+    "snapshot": "not yet in rivc (an append sink keeps every version it receives)",
+    "docs": "not yet in rivc; target/manifest.json describes every node",
+    "deps": "not yet in rivc; copy a package's macros into macros/",
+    "debug": "rivc doctor reaches every connection and sink location",
+    "source": "rivc check explains each extraction before it runs",
+    "parse": "rivc compile",
+    "retry": "rivc run --select the nodes that failed (rivc metrics lists them)",
+    "clean": "remove target/; rivc keeps its records in .rivc/",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class Commands(click.Group):
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name in DBT_ONLY and self.get_command(ctx, name) is None:
+            raise click.UsageError(f"rivc has no `{name}` command (a dbt one): {DBT_ONLY[name]}")
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(VERSION, prog_name="rivc")
 @click.pass_context

@@ -175,7 +175,9 @@ def ls_cmd(
     for nid in graph.order(chosen):
         node = graph.nodes[nid]
         if output == "name":
-            click.echo(node.name if node.kind != "source" else f"source:{node.name}")
+            # a selector that names this node alone: sources and sinks by their method
+            kind = node.kind in ("source", "sink")
+            click.echo(f"{node.kind}:{node.name}" if kind else node.name)
         elif output == "path":
             click.echo(node.path.as_posix())
         else:

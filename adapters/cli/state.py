@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,19 @@ def _store(project_dir: str | None) -> Any:
     return store
 
 
+# what a table on the console shows of each record (--json: every field)
+SHOWN = {"runs": ("run_id", "command", "selection", "started_at", "finished_at", "status")}
+_ISO_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(\.\d+)?([+-]00:00|Z)$")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    m = _ISO_TIME.match(text)
+    return f"{m.group(1)} {m.group(2)}" if m else text  # UTC, to the second
+
+
 def _print_rows(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
     from rich.table import Table
 
@@ -43,10 +57,13 @@ def _print_rows(title: str, rows: list[dict[str, Any]], as_json: bool) -> None:
         click.echo(json.dumps({title: rows}, indent=2, default=str))
         return
     table = Table(title=title, title_justify="left", show_edge=False)
-    for col in rows[0] if rows else ["(none)"]:
-        table.add_column(col)
+    names = list(rows[0]) if rows else ["(none)"]
+    names = [n for n in names if n in SHOWN.get(title, names)]
+    for col in names:
+        # ids are never cut (a piped console is 140 wide); long values fold onto more lines
+        table.add_column(col, overflow="fold", no_wrap=col.endswith("id"))
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
+        table.add_row(*(_cell(row[n]) for n in names))
     _console().print(table)
 
 

@@ -148,9 +148,18 @@ def test_lint_paths_filter_and_invalid_project(make_project):
 
 
 def test_ls_outputs(make_project):
-    root = make_project({"models/a.sql": "select order_id from {{ ref('stg') }}\n"})
-    code, out, _ = run("ls", "--project-dir", str(root), "--select", "+a", "--output", "name")
-    assert out.split() == ["source:demo.orders", "stg", "a"]
+    root = make_project(
+        {
+            "models/a.sql": "select order_id from {{ ref('stg') }}\n",
+            "sinks/s.yml": "sinks:\n  - {name: a_out, from: a, connector: stdout}\n",
+        }
+    )
+    code, out, _ = run("ls", "--project-dir", str(root), "--select", "+a+", "--output", "name")
+    assert out.split() == ["source:demo.orders", "stg", "a", "sink:a_out"]
+    # each printed name selects that node alone
+    for name in out.split():
+        code, one, _ = run("ls", "--project-dir", str(root), "-s", name, "--output", "name")
+        assert one.split() == [name]
     code, out, _ = run("ls", "--project-dir", str(root), "-s", "a", "--output", "path")
     assert out.split() == ["models/a.sql"]
     code, out, _ = run("ls", "--project-dir", str(root), "-s", "a", "--output", "json")
@@ -256,3 +265,10 @@ def test_a_detached_job_refuses_an_extraction_before_any_connection(make_project
     said = capsys.readouterr().err
     assert "source:pg.o: a job run from a copied project keeps no state between runs" in said
     assert not (root / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["seed", "docs", "snapshot"])
+def test_a_dbt_command_rivc_lacks_is_named_not_mistaken_for_a_neighbour(name):
+    code, out, err = run(name)
+    assert code == 2 and f"rivc has no `{name}` command" in out + err
+    assert "Did you mean" not in out + err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 
 import pytest
@@ -128,6 +129,14 @@ def test_state_and_metrics_commands_without_spark(make_project):
     shown = json.loads(rivc(root, "state", "show", "--json").output)
     assert [(b["sink"], b["last_batch_id"]) for b in shown["batches"]] == [("sink:s", 0)]
     assert [r["run_id"] for r in shown["runs"]] == ["r1"]
+    # piped: a run id is never cut, a run shows the fields that say what it was, to the second
+    long_id = "20261127T095934Z-ac8078"
+    store = StateStore.for_project(root)
+    store.start_run(long_id, "run", "stg+ sink:a_rather_long_sink_name", "f" * 64)
+    store.close()
+    text = rivc(root, "state", "show").output
+    assert long_id in text and "f" * 16 not in text, text
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", text) and "+00:00" not in text
     reset = rivc(root, "state", "reset", "--yes")
     assert reset.exit_code == 0 and "Removed 2" in reset.output
     assert json.loads(rivc(root, "state", "files", "--json").output) == {"files": []}
