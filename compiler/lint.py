@@ -1,4 +1,5 @@
-"""`rivc lint`: the compile findings plus style rules, with stable ids, noqa and output formats."""
+"""`rivc lint`: the compile findings (rules in rules.py), with rivc_project.yml's disabled rules,
+`-- noqa` lines and a path filter applied, in text, JSON or GitHub format."""
 
 from __future__ import annotations
 
