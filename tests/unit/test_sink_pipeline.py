@@ -81,3 +81,47 @@ def test_a_source_rate_limit_reaches_the_sinks_that_read_it(make_project):
         assert not runtime.started  # nothing here needed Spark
     finally:
         state.close()
+
+
+def test_a_data_source_is_registered_once_per_session_from_many_threads():
+    """Spark refuses a second registration of a name (DATA_SOURCE_ALREADY_EXISTS); sinks on
+    several threads ask at once."""
+    import threading
+    import time
+
+    from rivc.adapters.connectors.base import register_data_source
+
+    class Registry:
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def register(self, source: type) -> None:
+            if source.name() in self.names:
+                raise RuntimeError("DATA_SOURCE_ALREADY_EXISTS")
+            time.sleep(0.01)  # a registration takes a round trip to the JVM
+            self.names.append(source.name())
+
+    class Session:
+        def __init__(self) -> None:
+            self.dataSource = Registry()
+
+    class Source:
+        @classmethod
+        def name(cls) -> str:
+            return "rivc_test_source"
+
+    session = Session()
+    errors: list[BaseException] = []
+
+    def register() -> None:
+        try:
+            register_data_source(session, Source)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=register) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and session.dataSource.names == ["rivc_test_source"]
