@@ -209,3 +209,47 @@ def test_binary_keys_are_hex_literals():
     key = b"\x00'\\\xff"
     assert literal(key, "postgres") == "'\\x0027 5cff'::bytea".replace(" ", "")
     assert literal(key, "mysql") == "X'00275cff'"
+
+
+def test_key_columns_are_quoted_identifiers_whatever_their_name():
+    from rivc.adapters.connectors.relational import plan_window
+    from rivc.compiler.specs import SourceTable
+
+    class Recorder:
+        """A connection that records its queries and answers 5 to each."""
+
+        def __init__(self) -> None:
+            self.sql: list[str] = []
+
+        def cursor(self) -> Recorder:
+            return self
+
+        def __enter__(self) -> Recorder:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def execute(self, sql: str) -> None:
+            self.sql.append(sql)
+
+        def fetchone(self) -> tuple[int]:
+            return (5,)
+
+    hostile = 'x" IS NULL OR 1=1; --'
+    table = SourceTable.model_validate(
+        {
+            "name": "t",
+            "table": "t",
+            "mode": "incremental",
+            "cursor_column": hostile,
+            "unique_key": ["k`"],
+        }
+    )
+    for kind, quoted in (("postgres", '"x"" IS NULL OR 1=1; --"'), ("mysql", f"`{hostile}`")):
+        db = Recorder()
+        window = plan_window(db, kind, "SELECT * FROM t", table, {"value": 3, "keys": [[1]]})
+        assert db.sql == [f"SELECT MAX({quoted}) FROM (SELECT * FROM t) AS _rivc"]
+        assert window.predicate is not None and window.predicate.startswith(f"{quoted} >= 3")
+        key = '"k`"' if kind == "postgres" else "`k```"
+        assert f"{key} IN (1)" in window.predicate
