@@ -255,6 +255,18 @@ class Runtime:
 
     # ------------------------------------------------------------------ nodes
 
+    def _unexpected(self, nid: str, exc: BaseException) -> str:
+        """One line for an error rivc did not expect; its traceback goes to .rivc/errors.log."""
+        import traceback
+
+        log = self.plan.root / STATE_DIR / ERRORS_LOG
+        with log.open("a") as out:
+            out.write(f"--- {self.run_id} {nid}\n{''.join(traceback.format_exception(exc))}")
+        return (
+            f"{type(exc).__name__}: {_one_line(exc)} (unexpected: please report it with the "
+            f"traceback in {STATE_DIR}/{ERRORS_LOG})"
+        )
+
     def execute(self, nid: str) -> NodeResult:
         """Run one node and record its result; user and connector errors become an error result."""
         node = self.plan.nodes[nid]
@@ -280,6 +292,8 @@ class Runtime:
             elif node.line:  # a source or a sink: at its YAML entry
                 error = f"{node.path}:{node.line}: error: {_one_line(exc)}"
             result = NodeResult(nid, node.kind, "error", error=error or _one_line(exc))
+        except Exception as exc:  # noqa: BLE001  (a bug of rivc's: this node fails, not the run)
+            result = NodeResult(nid, node.kind, "error", error=self._unexpected(nid, exc))
         result = NodeResult(
             **{
                 **result.__dict__,
@@ -723,6 +737,9 @@ def _refuse_local_catalog(writer: BatchWriter, root: Path) -> None:
             f"the Iceberg catalog in {STATE_DIR}/iceberg/catalog.db; give the sink a catalog "
             "both reach (catalog: {uri: postgresql+psycopg://...} or a REST catalog)"
         )
+
+
+ERRORS_LOG = "errors.log"
 
 
 def _spark_errors() -> tuple[type[BaseException], ...]:
