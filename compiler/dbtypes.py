@@ -363,12 +363,12 @@ def check_name(d: Delivery) -> str:
 
 def spark_convert(label: str, d: Delivery) -> str:
     """A Spark SQL expression turning the transported column into the delivered value."""
-    c = f"`{d.name.replace('`', '``')}`"
+    c = quote(d.name)
     if d.kind == "text":
         return c
     if d.kind == "native":
         if d.check:
-            bad = f"`{check_name(d).replace('`', '``')}`"
+            bad = quote(check_name(d))
             return (
                 f"CASE WHEN {bad} IS NOT NULL THEN {_refuse_sql(label, d, c, bad)} "
                 f"ELSE CAST({c} AS {d.spark}) END"
