@@ -5,8 +5,9 @@ Runs the sink as `rivc run --select sink:customer_orders_files` does, on whateve
     spark-submit --deploy-mode cluster customer_orders_files.py --project s3://bucket/path/to/project
 It reads target/manifest.json, the compiled SQL next to it and the project's specs (from the
 project folder around it, or copied from --project, a published copy of it), and makes
-the nodes the sink reads available as relations without running them as nodes (a source is
-read whole, with no extraction state; a view is its SQL; a table is read from the warehouse):
+the nodes the sink reads available as relations (a database source is extracted into its
+landing table first, as a run does, and read as that table; another source is read whole; a
+view is its SQL; a table is read from the warehouse):
     source:shop.orders
     model:orders
     model:stg_orders
