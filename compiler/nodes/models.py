@@ -144,8 +144,8 @@ def resolve_model_columns(
             if col.columns is not None:
                 known[n] = dict(col.columns)
                 results[n].columns = list(col.columns)
-            elif results[n].columns is not None:  # its own error found: its select list still
-                known[n] = {c: "UNKNOWN" for c in results[n].columns}  # checks what reads it
+            elif (names := results[n].columns) is not None:  # its own error found: its select
+                known[n] = {c: "UNKNOWN" for c in names}  # list still checks what reads it
             pending.discard(n)
     return known
 
