@@ -37,9 +37,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from rivc.adapters.connectors import delta
-    from rivc.adapters.connectors.taskwrite import DESCRIPTION, _Task
+    from rivc.adapters.plane.taskwrite import DESCRIPTION, _Task
     from rivc.adapters.run.spark import get_session
-    from rivc.adapters.storage import Store
+    from rivc.adapters.util.storage import Store
     from rivc.compiler.specs import SparkSpec
 
     spark = get_session(

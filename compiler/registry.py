@@ -3,7 +3,7 @@
 
 An entry holds the compile half of a connector (its `config:` spec class, the columns a source
 table produces, the config fields that name input columns, where a sink writes) and names its
-runtime half by import path. rivc.adapters.connectors.registry imports that path when a run
+runtime half by import path. rivc.adapters.plane.registry imports that path when a run
 needs it, so compile never imports Spark or an adapter, and nothing registers by the side
 effect of an import.
 
@@ -70,7 +70,7 @@ class ConnectorInfo:
     config: type[Spec]
     description: str
     runtime: str  # "module:attribute": a Sink class, or a source's read(spark, ctx) function
-    relational: bool = False  # extracted through a profile connection (adapters/extract.py)
+    relational: bool = False  # extracted through a profile connection (adapters/run/extract.py)
     columns: Columns = declared  # a source table's columns, known at compile time
     location: Callable[[Any], str | None] = _nowhere  # a sink's path or URI (doctor, preflight)
     # "module:attribute": doctor's reach check, (config, root, storage) -> (ok, detail)

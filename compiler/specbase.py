@@ -47,7 +47,7 @@ def _as_tuple(value: Any) -> Any:
 
 
 # Where tables and files may live: a local path, or a URI of a store the filesystem layer
-# (rivc.adapters.storage) opens on the rivc process and on Spark's executors alike.
+# (rivc.adapters.util.storage) opens on the rivc process and on Spark's executors alike.
 SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "abfss", "abfs", "az")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 

@@ -139,7 +139,7 @@ def azurite(container: str = "lake") -> Iterator[str]:
 
     import pyarrow.fs as pafs
 
-    from rivc.adapters.storage import AZURITE_ACCOUNT, AZURITE_KEY
+    from rivc.adapters.util.storage import AZURITE_ACCOUNT, AZURITE_KEY
 
     binary = shutil.which("azurite-blob") or str(AZURITE_TOOLS / "node_modules/.bin/azurite-blob")
     if not Path(binary).exists():

@@ -133,7 +133,7 @@ def _compile(
     """Analyze without writing target/ (lint, ls, state selections)."""
     from rivc.compiler import CompileOptions
 
-    from ..target import analyze_project
+    from ..ops.target import analyze_project
 
     return analyze_project(root, CompileOptions(select, exclude, params, variables, workers))
 

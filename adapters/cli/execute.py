@@ -41,7 +41,7 @@ def _spark(plan: Any, debug: bool = False, shared: bool = False) -> Any:
 
     from ..run.server import for_run
     from ..run.spark import get_session
-    from ..storage import mark_same_disk
+    from ..util.storage import mark_same_disk
 
     log = None if debug else plan.root / STATE_DIR / SPARK_LOG  # --debug: Spark's output too
     spec = plan.profile.spark
@@ -72,7 +72,7 @@ EXIT_INTERRUPTED = 130  # stopped by Ctrl-C, as shells report SIGINT
 
 def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
 
-    from ..report import Progress, summary
+    from ..ops.report import Progress, summary
     from ..run.scheduler import RunOptions, execute
     from ..run.sparkprogress import SparkProgress
 
@@ -205,10 +205,10 @@ def check(
 ) -> None:
     """Preflight: EXPLAIN every selected database extraction; verdict and advice. Exit 1 if
     a check failed or a verdict is UNSAFE."""
-    from ..preflight import check_table, to_json
+    from ..ops.preflight import check_table, to_json
     from ..run.landing import Landing
     from ..run.warehouse import landing_uri
-    from ..storage import Store, resolve
+    from ..util.storage import Store, resolve
 
     root = _root(project_dir)
     compiled = _compile(root, select + selection, exclude, _params(params), _vars(vars_), None)
@@ -252,7 +252,7 @@ def doctor(project_dir: str | None) -> None:
     """Connect to every connection of the profile and write-probe every sink location."""
     from rivc.compiler.project import load_project
 
-    from ..preflight import doctor as run_doctor
+    from ..ops.preflight import doctor as run_doctor
 
     lines = run_doctor(load_project(_root(project_dir)))
     for what, ok, detail in lines:

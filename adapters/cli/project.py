@@ -34,7 +34,7 @@ from .common import (
 @handle_errors
 def init(directory: str | None, template: str) -> None:
     """Scaffold a project that compiles and runs as it is."""
-    from ..scaffold import scaffold
+    from ..ops.scaffold import scaffold
 
     target = Path(directory or ".")
     written, skipped = scaffold(target, template)
@@ -72,7 +72,7 @@ def compile_cmd(
         "params": _params(params),
         "vars": vars_ or "",
     }
-    from ..target import up_to_date
+    from ..ops.target import up_to_date
 
     summary = up_to_date(target, root, command, os.environ)
     if summary is not None:
@@ -80,7 +80,7 @@ def compile_cmd(
         return
     from rivc.compiler import CompileOptions
 
-    from ..target import compile_to_target, save_fingerprint
+    from ..ops.target import compile_to_target, save_fingerprint
 
     options = CompileOptions(select + selection, exclude, _params(params), _vars(vars_), workers)
     compiled, files = compile_to_target(

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..storage import resolve
+from ..util.storage import resolve
 from .common import (
     EXIT_FAILED,
     _compile,
@@ -201,7 +201,7 @@ def metrics(
         return
     from rich.table import Table
 
-    from ..report import STYLE, human_bytes
+    from ..ops.report import STYLE, human_bytes
 
     table = Table(title="node runs", title_justify="left", show_edge=False)
     for col in ("finished", "node", "status", "rows", "bytes", "time", "memory"):
@@ -257,7 +257,7 @@ def maintain(
     from ..run.scheduler import RunOptions, compile_for_run
     from ..run.tables import consumers
     from ..state import StateStore, new_run_id, run_lock
-    from ..storage import join
+    from ..util.storage import join
 
     root = _root(project_dir)
     with run_lock(root, new_run_id()):  # no rivc run of this project writes meanwhile
@@ -310,8 +310,8 @@ def _no_spark() -> Any:
 
 
 def _maintain_iceberg(plan: Any, nid: str, retain_hours: int, dry_run: bool) -> None:
-    from ..connectors.base import SinkContext
     from ..connectors.iceberg import IcebergSink
+    from ..plane.base import SinkContext
 
     name = plan.nodes[nid].name
     ctx = SinkContext(plan.root, plan.manifest.project, name, plan.profile.storage)

@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 from rivc.compiler.connector_specs import DatagenConfig, datagen_columns
 from rivc.compiler.sql import quote
 
-from .base import SourceContext, register_data_source
+from ..plane.base import SourceContext, register_data_source
 
 NAME = "rivc_datagen"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # batch data starts here, so it never changes

@@ -16,9 +16,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
-from ..faults import fault
-from ..storage import Store, is_local, join, shares_disk
-from .base import (
+from ..plane.base import (
     Sink,
     SourceContext,
     WriteResult,
@@ -28,8 +26,10 @@ from .base import (
     repeated_key,
     stream,
 )
-from .tableread import DataFile, read_files
-from .taskwrite import Written, partition_value, prefix, write_parquet
+from ..plane.tableread import DataFile, read_files
+from ..plane.taskwrite import Written, partition_value, prefix, write_parquet
+from ..util.faults import fault
+from ..util.storage import Store, is_local, join, shares_disk
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -220,7 +220,7 @@ def table_schema(dt: DeltaTable) -> Any:
 def read(spark: SparkSession, uri: str, store: Store | None = None) -> DataFrame:
     """The table's current snapshot as a Spark DataFrame, read by Spark's tasks. A local
     unpartitioned table on a local Spark goes to Spark's own Parquet reader (faster); every
-    other case to rivc's file-list reader (rivc.adapters.connectors.tableread)."""
+    other case to rivc's file-list reader (rivc.adapters.plane.tableread)."""
     store = store or Store.of(uri)
     dt = open_table(uri, store.delta)
     if dt is None:
@@ -665,7 +665,7 @@ class DeltaSink(Sink):
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
         """A batch Spark estimates at `spark_write_threshold` or more (any batch on Spark
         Connect, where there is no estimate): Spark's tasks write the data files into the table
-        (rivc.adapters.connectors.taskwrite) and this commits them with the batch id, so no row
+        (rivc.adapters.plane.taskwrite) and this commits them with the batch id, so no row
         passes through rivc. A merge rewrites only the files that can hold the batch's keys."""
         c = self.config
         deletes = DELETE_COLUMN in df.columns  # unwrap_cdc's deletes: only this path applies them

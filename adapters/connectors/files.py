@@ -19,8 +19,8 @@ from rivc.compiler.connector_specs import FilesSinkConfig, FilesSourceConfig, pa
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 
-from ..storage import Store, is_local, resolve
-from .base import JSON_OPTIONS, Sink, SourceContext, WriteResult, stream
+from ..plane.base import JSON_OPTIONS, Sink, SourceContext, WriteResult, stream
+from ..util.storage import Store, is_local, resolve
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -44,7 +44,7 @@ def read_store(
     spark: SparkSession, path: str, cfg: FilesSourceConfig, columns: dict[str, str], store: Store
 ) -> DataFrame:
     """Files on an object store, read by Spark's tasks with pyarrow's filesystems
-    (rivc.adapters.connectors.tableread), so a cluster needs no Hadoop connector for the store
+    (rivc.adapters.plane.tableread), so a cluster needs no Hadoop connector for the store
     (hadoop-aws and the like). JSON and CSV lines are parsed by Spark's own `from_json` and
     `from_csv` with the declared columns and the source's options, the parsers of its file
     readers; Parquet files are read with pyarrow, and a declared type that is not the files'
@@ -54,7 +54,7 @@ def read_store(
 
     from pyspark.sql import functions as F
 
-    from .tableread import DataFile, read_files, read_lines
+    from ..plane.tableread import DataFile, read_files, read_lines
 
     fs, base = store.filesystem(path)
     info = fs.get_file_info(base)
@@ -315,7 +315,7 @@ class FilesSink(Sink):
         what they wrote; then the files of this batch id that a replay did not write again
         (and, for overwrite, the earlier batches' files) are deleted. A local Spark writing a
         local directory takes the staged path (measured faster: no Python workers to start)."""
-        from .taskwrite import is_remote
+        from ..plane.taskwrite import is_remote
 
         c = self.config
         uri = self.ctx.path(c.path)
@@ -454,7 +454,7 @@ def _in_utc(batch: Any) -> Any:
 class Location:
     """Where a files sink writes. A local directory: each file is written under a hidden name and
     renamed. An object store (s3://, gs://, abfss://): a multipart upload, which the store shows
-    only once it is complete. Credentials come from the filesystem layer (rivc.adapters.storage):
+    only once it is complete. Credentials come from the filesystem layer (rivc.adapters.util.storage):
     the environment, the profile's `storage:`, then the sink's `storage_options`."""
 
     def __init__(self, path: str, root: Path, store: Store) -> None:

@@ -22,9 +22,7 @@ from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
-from ..faults import fault
-from ..storage import Store, join
-from .base import (
+from ..plane.base import (
     Sink,
     SourceContext,
     WriteResult,
@@ -34,6 +32,8 @@ from .base import (
     spark_repeated_key,
     stream,
 )
+from ..util.faults import fault
+from ..util.storage import Store, join
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -126,7 +126,7 @@ class IcebergSink(Sink):
         from pyiceberg.expressions import AlwaysTrue
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from .taskwrite import is_remote, write_parquet
+        from ..plane.taskwrite import is_remote, write_parquet
 
         c = self.config
         deletes = DELETE_COLUMN in df.columns  # unwrap_cdc's deletes: their keys leave the table
@@ -467,7 +467,7 @@ def read_source(spark: Any, ctx: SourceContext) -> Any:
     from pyiceberg.exceptions import NoSuchTableError
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from .tableread import DataFile, read_files
+    from ..plane.tableread import DataFile, read_files
 
     c = ctx.config
     name = f"{c.namespace}.{c.table}"
@@ -593,7 +593,7 @@ def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], s
     are not deletes, in the table's column order (columns the batch lacks read as null through
     the name mapping)."""
 
-    from .tableread import DataFile, read_files
+    from ..plane.tableread import DataFile, read_files
 
     rows = df
     if DELETE_COLUMN in df.columns:

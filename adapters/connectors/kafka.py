@@ -13,8 +13,8 @@ from rivc.compiler.connector_specs import KafkaSourceConfig
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 
-from ..errortext import missing_data_source
-from .base import JSON_OPTIONS_SQL, SourceContext
+from ..plane.base import JSON_OPTIONS_SQL, SourceContext
+from ..util.errortext import missing_data_source
 
 JARS_HINT = (
     "the kafka source needs Spark's Kafka connector on the classpath: add the jars "

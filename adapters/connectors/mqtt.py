@@ -27,7 +27,7 @@ from rivc.compiler.connector_specs import MqttSourceConfig
 from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.sql import quote
 
-from .base import JSON_OPTIONS_SQL, SourceContext, register_data_source
+from ..plane.base import JSON_OPTIONS_SQL, SourceContext, register_data_source
 
 NAME = "rivc_mqtt"
 SCHEMA = "payload string, topic string, qos int, received_at timestamp"

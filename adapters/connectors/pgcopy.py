@@ -295,7 +295,7 @@ def _write_behind(batches: Iterator[Any], write: Any) -> int:
     failed: list[BaseException] = []
 
     def writer() -> None:
-        from ..faults import fault
+        from ..util.faults import fault
 
         while (batch := todo.get()) is not None:
             if not failed:
@@ -375,7 +375,7 @@ class CopyReader(DataSourceReader):
     def _stage(self, partition: CopyPartition, block: int) -> tuple[str, int]:
         import pyarrow.parquet as pq
 
-        from ..storage import Store, is_local, join
+        from ..util.storage import Store, is_local, join
 
         stage = self.options["stage"]
         store = Store(json.loads(self.options.get("storage_secret", "{}")))

@@ -3,7 +3,7 @@
 Control queries (high-water marks, chunk bounds, EXPLAIN, connection checks, column probes) go
 through the Python drivers (psycopg, pymysql). Rows go through PostgreSQL's COPY (pgcopy.py)
 where it can carry every column, else through Spark's JDBC reader (read_query). Extraction
-itself (modes, windows, staging, state) is adapters/extract.py; `read` here is the plain read
+itself (modes, windows, staging, positions) is adapters/run/extract.py; `read` here is the plain read
 of a source's whole query that previews, tests and unselected upstream sources use.
 """
 
@@ -27,8 +27,8 @@ from rivc.compiler.specs import ConnectionSpec, SourceTable
 from rivc.compiler.sql import literal
 from rivc.compiler.sql import quote as quote_name
 
-from ..errortext import CATEGORIES, classify, rivc_error_inside, root_cause
-from .base import SourceContext
+from ..plane.base import SourceContext
+from ..util.errortext import CATEGORIES, classify, rivc_error_inside, root_cause
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from rivc.compiler.connector_specs import StdoutSinkConfig
 
-from .base import Sink, WriteResult
+from ..plane.base import Sink, WriteResult
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads

@@ -22,16 +22,16 @@ from rivc.compiler.registry import ConnectorInfo
 from rivc.compiler.specs import SourceTable
 from rivc.compiler.sql import quote
 
-from .connectors.registry import probe
-from .connectors.relational import (
+from ..connectors.relational import (
     Conn,
     ExtractError,
     connection,
     driver_errors,
     plan_window,
 )
-from .errortext import classify, doctor_category, root_cause
-from .storage import Store, join
+from ..plane.registry import probe
+from ..util.errortext import classify, doctor_category, root_cause
+from ..util.storage import Store, join
 
 MANY_ROWS = 10_000_000  # index scan beyond this: ACCEPTABLE
 HUGE_ROWS = 50_000_000  # full scan beyond this: UNSAFE

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from rivc.compiler.redact import redact_text
 
-from .state import NodeResult
+from ..state import NodeResult
 
 STYLE = {
     "success": "green",

@@ -19,7 +19,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import ConnectionSpec
 from rivc.compiler.transforms import DELETE_COLUMN
 
-from ..storage import resolve
+from ..util.storage import resolve
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads

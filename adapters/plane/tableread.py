@@ -3,7 +3,7 @@
 A lakehouse table is a list of Parquet files (with partition values for Delta, whose files leave
 the partition columns out). rivc reads that list from the table's log in its own process,
 prunes it with the filters it knows, and hands it to `rivc_files`, a Python data source whose
-tasks open the files with pyarrow (rivc.adapters.storage), on a local Spark, a cluster or a
+tasks open the files with pyarrow (rivc.adapters.util.storage), on a local Spark, a cluster or a
 Spark Connect server alike. No row passes through rivc.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..storage import Store, is_local, shares_disk
+from ..util.storage import Store, is_local, shares_disk
 from .base import register_data_source
 
 if TYPE_CHECKING:

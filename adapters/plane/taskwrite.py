@@ -2,7 +2,7 @@
 their descriptions back and commits them (Delta, Iceberg) or lists them (files).
 
 Each task of `df.mapInArrow` streams its rows into Parquet through the filesystem layer
-(rivc.adapters.storage), one file per partition value (rolled at `max_bytes`), and yields one
+(rivc.adapters.util.storage), one file per partition value (rolled at `max_bytes`), and yields one
 row per file: where, rows, bytes (counted from the output stream, not a listing) and footer
 statistics. Only those rows come back to rivc, so the same code serves a local Spark, a cluster
 and a Spark Connect server that cannot see rivc's disk. Files sit under a prefix of their own
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..storage import Store, is_local, join, shares_disk
+from ..util.storage import Store, is_local, join, shares_disk
 from .base import footer_stats, spark_write
 
 if TYPE_CHECKING:

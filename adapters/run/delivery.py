@@ -15,12 +15,12 @@ from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 
-from ..connectors.base import RETRY_DELAYS, SinkContext, WriteResult
-from ..connectors.registry import sink_for
-from ..connectors.taskwrite import is_remote
-from ..faults import fault
+from ..plane.base import RETRY_DELAYS, SinkContext, WriteResult
+from ..plane.registry import sink_for
+from ..plane.taskwrite import is_remote
 from ..state import StateStore
-from ..storage import Store, is_local, join
+from ..util.faults import fault
+from ..util.storage import Store, is_local, join
 from .parquet import dataset, dataset_head, staged, staged_at
 
 if TYPE_CHECKING:

@@ -24,7 +24,6 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
 from rivc.compiler.sql import quote
 
-from ..connectors.base import register_data_source
 from ..connectors.relational import (
     Conn,
     ExtractError,
@@ -39,10 +38,11 @@ from ..connectors.relational import (
     session_init,
     with_retries,
 )
-from ..connectors.taskwrite import write_parquet
-from ..faults import fault
+from ..plane.base import register_data_source
+from ..plane.taskwrite import write_parquet
 from ..state import NodeResult, StateStore
-from ..storage import Store, join
+from ..util.faults import fault
+from ..util.storage import Store, join
 from .landing import BATCH, Landing, Position, new_batch_id
 from .parquet import arrow_columns, dataset, parquet_rows, parquet_schema
 from .sinkwriter import transform_source

@@ -39,7 +39,7 @@ def fetch_project(uri: str, into: Path) -> Path:
     """Copy a published project (specs and target/, without .rivc/) into `into`."""
     import pyarrow.fs as pafs
 
-    from ..storage import Store, resolve
+    from ..util.storage import Store, resolve
 
     where = resolve(uri, Path.cwd())
     fs, base = Store.of(where).filesystem(where)

@@ -30,10 +30,10 @@ from dataclasses import replace as replace_
 from typing import TYPE_CHECKING, Any
 
 from ..connectors import delta
-from ..connectors.base import footer_stats
-from ..connectors.tableread import DataFile, read_files
-from ..connectors.taskwrite import Written
-from ..storage import Store, is_local, join, shares_disk
+from ..plane.base import footer_stats
+from ..plane.tableread import DataFile, read_files
+from ..plane.taskwrite import Written
+from ..util.storage import Store, is_local, join, shares_disk
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

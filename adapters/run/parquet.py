@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..storage import Store, is_local, join
+from ..util.storage import Store, is_local, join
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -64,7 +64,7 @@ def staged_at(df: DataFrame, uri: str, store: Store) -> Iterator[pads.Dataset]:
     import pyarrow.dataset as pads
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from ..connectors.taskwrite import prefix, write_parquet
+    from ..plane.taskwrite import prefix, write_parquet
 
     where = prefix("staged")
     written = write_parquet(df, uri, store, where, "snappy")

@@ -19,7 +19,7 @@ from rivc.compiler.manifest import Manifest, ManifestNode
 from rivc.compiler.project import Project, load_project
 from rivc.compiler.specs import ProfileSpec
 
-from ..storage import Store, resolve
+from ..util.storage import Store, resolve
 from .landing import Landing
 from .warehouse import landing_uri
 

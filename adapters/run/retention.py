@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 
 from rivc.compiler.sql import quote
 
-from ..connectors.tableread import DataFile
-from ..faults import fault
-from ..storage import join
+from ..plane.tableread import DataFile
+from ..util.faults import fault
+from ..util.storage import join
 from .consume import WHOLE
 from .landing import BATCH, Landing, batch_of
 

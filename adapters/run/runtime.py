@@ -24,12 +24,12 @@ from rivc.compiler.manifest import ManifestNode
 from rivc.compiler.specs import RateLimit
 
 from ..connectors import delta
-from ..connectors.base import SinkContext, SourceContext, WriteResult
-from ..connectors.registry import read_source
-from ..errortext import model_error, python_error_inside, rivc_error_inside, spark_message
-from ..faults import carried, fault
+from ..plane.base import SinkContext, SourceContext, WriteResult
+from ..plane.registry import read_source
 from ..state import NodeResult, StateStore
-from ..storage import Store, environment, is_local, join, shares_disk
+from ..util.errortext import model_error, python_error_inside, rivc_error_inside, spark_message
+from ..util.faults import carried, fault
+from ..util.storage import Store, environment, is_local, join, shares_disk
 from .consume import Landed, Step, plan_steps
 from .delivery import BatchWriter, collect_receipts
 from .landing import Landing, batch_of

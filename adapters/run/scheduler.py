@@ -80,7 +80,7 @@ def compile_for_run(
     with the Plan of this run, built from what was just compiled: nothing is read back."""
     from rivc.compiler import CompileOptions
 
-    from ..target import compile_to_target
+    from ..ops.target import compile_to_target
 
     copts = CompileOptions(options.select, options.exclude, options.params, options.vars)
     compiled, files = compile_to_target(root, copts, on_warning)
@@ -162,7 +162,7 @@ def check_sink_locations(plan: Plan, todo: list[str]) -> None:
     """Before the first node: every sink that will run can write where it writes (a sink on
     this machine's disk; object stores answer at their first write). An extraction and hours
     of models should not run into a directory the sink cannot write."""
-    from ..preflight import probe_sink
+    from ..ops.preflight import probe_sink
 
     for nid in todo:
         if not nid.startswith("sink:"):
@@ -301,7 +301,7 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
 def _stored_rows(plan: Plan, name: str, limit: int) -> Any:
     """The first rows of a model's Delta table, or None when it has not been built: read from
     its files with Arrow, wherever the warehouse is (no JVM)."""
-    from ..storage import join
+    from ..util.storage import join
 
     uri = join(plan.warehouse, name)
     return _delta_rows(uri, plan.store(uri), limit)
@@ -311,7 +311,7 @@ def _delta_rows(uri: str, store: Any, limit: int) -> Any:
     import pyarrow as pa
 
     from ..connectors import delta
-    from ..connectors.tableread import read_group
+    from ..plane.tableread import read_group
 
     table = delta.open_table(uri, store.delta)
     if table is None:
@@ -338,7 +338,7 @@ def _sink_rows(plan: Plan, name: str, limit: int) -> Any:
         IcebergSinkConfig,
     )
 
-    from ..storage import resolve
+    from ..util.storage import resolve
 
     c = plan.project.sinks[name].config
     if isinstance(c, DeltaSinkConfig):

@@ -33,7 +33,7 @@ from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.specs import SparkSpec
 from rivc.compiler.version import VERSION
 
-from ..storage import ENV
+from ..util.storage import ENV
 from .spark import session_conf
 
 SERVER_DIR = "server"

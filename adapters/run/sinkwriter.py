@@ -28,8 +28,8 @@ from rivc.compiler.sql import literal
 from rivc.compiler.sql import quote as q
 from rivc.compiler.transforms import ERROR_COLUMN, Expectation
 
-from ..connectors.base import SinkContext
-from ..errortext import transient
+from ..plane.base import SinkContext
+from ..util.errortext import transient
 from .delivery import BatchWriter
 
 if TYPE_CHECKING:
@@ -328,7 +328,7 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
 
 def health_check(ctx: SinkContext, info: ConnectorInfo, config: Any) -> None:
     """Before the first batch: the sink's local location can be written."""
-    from ..preflight import probe_sink
+    from ..ops.preflight import probe_sink
 
     error = probe_sink(info, config, ctx.root)
     if error:

@@ -24,7 +24,7 @@ class Tasks:
     bytes_read: int | None = None  # Spark Connect only
 
     def text(self) -> str:
-        from ..report import human_bytes
+        from ..ops.report import human_bytes
 
         text = f"{self.done:,}/{self.total:,} tasks"
         if self.bytes_read:

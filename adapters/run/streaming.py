@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..storage import Store
+from ..util.storage import Store
 from .sinkwriter import SinkWriter
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rivc.compiler.locate import STATE_DIR
 
-from ..storage import Store, join
+from ..util.storage import Store, join
 
 AREA = "_rivc"
 WRITER = "writer"

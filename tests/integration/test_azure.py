@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from rivc.adapters.storage import Store
+from rivc.adapters.util.storage import Store
 from rivc_testing import azurite, rivc, write_files
 
 pytestmark = pytest.mark.integration

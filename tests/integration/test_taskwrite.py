@@ -1,6 +1,6 @@
 """The executor writer and reader with edge values: what Spark's tasks write through the
 filesystem layer and rivc commits must read back exactly with delta-rs and with rivc's own
-file reader (rivc.adapters.connectors.tableread)."""
+file reader (rivc.adapters.plane.tableread)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from deltalake import DeltaTable
 
 from rivc.adapters.connectors import delta
-from rivc.adapters.connectors.tableread import read_group
-from rivc.adapters.connectors.taskwrite import DESCRIPTION, Written, _Task
-from rivc.adapters.storage import Store
+from rivc.adapters.plane.tableread import read_group
+from rivc.adapters.plane.taskwrite import DESCRIPTION, Written, _Task
+from rivc.adapters.util.storage import Store
 
 pytestmark = pytest.mark.integration
 

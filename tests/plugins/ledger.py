@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rivc.adapters.connectors.base import Sink, WriteResult
+from rivc.adapters.plane.base import Sink, WriteResult
 from rivc.compiler.registry import ConnectorInfo
 from rivc.compiler.specbase import Spec
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
-from rivc.adapters.connectors.base import SinkContext
 from rivc.adapters.connectors.files import FilesSink
+from rivc.adapters.plane.base import SinkContext
 from rivc.compiler.connector_specs import FilesSinkConfig
 
 ROWS = [

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
-from rivc.adapters.connectors.base import SinkContext
 from rivc.adapters.connectors.iceberg import IcebergSink
+from rivc.adapters.plane.base import SinkContext
 from rivc.compiler.connector_specs import IcebergSinkConfig
 from rivc.compiler.errors import ConnectorError
 

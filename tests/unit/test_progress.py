@@ -9,8 +9,8 @@ import time
 
 from rich.console import Console
 
-from rivc.adapters import report
-from rivc.adapters.report import Progress
+from rivc.adapters.ops import report
+from rivc.adapters.ops.report import Progress
 from rivc.adapters.state import NodeResult
 
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rivc.adapters.connectors.base import SinkContext
+from rivc.adapters.plane.base import SinkContext
 from rivc.adapters.run.delivery import BatchWriter, collect_receipts
 from rivc.adapters.state import StateStore
-from rivc.adapters.storage import Store
+from rivc.adapters.util.storage import Store
 from rivc.compiler.connector_specs import DeltaSinkConfig
 
 

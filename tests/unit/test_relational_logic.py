@@ -15,7 +15,7 @@ from rivc.adapters.connectors.relational import (
     session_init,
     with_retries,
 )
-from rivc.adapters.errortext import classify, python_error_inside, root_cause
+from rivc.adapters.util.errortext import classify, python_error_inside, root_cause
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import TUNING_PROFILES, ConnectionSpec
 from rivc.compiler.sql import literal

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from rivc.adapters.connectors.base import SinkContext
 from rivc.adapters.connectors.delta import DeltaSink
 from rivc.adapters.connectors.files import FilesSink
+from rivc.adapters.plane.base import SinkContext
 from rivc.compiler.connector_specs import DeltaSinkConfig, FilesSinkConfig
 from rivc_testing import S3_KEYS, moto_s3
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rivc.adapters.errortext import transient
 from rivc.adapters.run import sinkwriter as pipeline
 from rivc.adapters.run.sinkwriter import SinkWriter
+from rivc.adapters.util.errortext import transient
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import RateLimit
 
@@ -89,7 +89,7 @@ def test_a_data_source_is_registered_once_per_session_from_many_threads():
     import threading
     import time
 
-    from rivc.adapters.connectors.base import register_data_source
+    from rivc.adapters.plane.base import register_data_source
 
     class Registry:
         def __init__(self) -> None:
