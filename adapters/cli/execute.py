@@ -16,6 +16,7 @@ from rivc.compiler.errors import CompileFailed, EnvironmentFault
 from rivc.compiler.locate import SPARK_LOG, STATE_DIR
 from rivc.compiler.redact import redact_text
 
+from ..util.sparkkind import is_connect
 from .common import (
     EXIT_FAILED,
     _compile,
@@ -55,7 +56,7 @@ def _spark(plan: Any, debug: bool = False, shared: bool = False) -> Any:
             f"Spark did not start ({exc.getCondition() or type(exc).__name__}): check that "
             "Java 17 is installed (java on PATH or JAVA_HOME) and the profile's spark: settings"
         ) from exc
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+    if not is_connect(spark):
         spark.sparkContext.setLogLevel("ERROR")
         return spark
     if warm is not None or (spec.remote or os.environ.get("SPARK_REMOTE", "")).startswith("local"):

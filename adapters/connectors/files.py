@@ -20,7 +20,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 
 from ..plane.base import JSON_OPTIONS, Sink, SourceContext, WriteResult, stream
-from ..util.storage import Store, is_local, resolve
+from ..util.storage import Store, is_local, resolve, shares_disk
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -315,11 +315,10 @@ class FilesSink(Sink):
         what they wrote; then the files of this batch id that a replay did not write again
         (and, for overwrite, the earlier batches' files) are deleted. A local Spark writing a
         local directory takes the staged path (measured faster: no Python workers to start)."""
-        from ..plane.taskwrite import is_remote
 
         c = self.config
         uri = self.ctx.path(c.path)
-        if not is_remote(df) and is_local(uri):
+        if shares_disk(df) and is_local(uri):
             return None
         limit = parse_size(c.max_file_size) if c.max_file_size is not None else None
         location = Location(uri, self.ctx.root, self.store)
@@ -459,11 +458,11 @@ class Location:
 
     def __init__(self, path: str, root: Path, store: Store) -> None:
         uri = resolve(path, root)
-        self.remote = not is_local(uri)
+        self.object_store = not is_local(uri)
         self.fs, base = store.filesystem(uri)
         self.base = base.rstrip("/")
-        self.prefix = uri[: len(uri) - len(base)] if self.remote else ""  # "s3://", "gs://"
-        if not self.remote:
+        self.prefix = uri[: len(uri) - len(base)] if self.object_store else ""  # "s3://", "gs://"
+        if not self.object_store:
             Path(self.base).mkdir(parents=True, exist_ok=True)
 
     def uri(self, rel: str) -> str:
@@ -472,7 +471,7 @@ class Location:
     def open(self, rel: str) -> tuple[Any, Callable[[], int], Callable[[], None]]:
         """(stream, commit -> size, abort) for the file `rel` under the location."""
         final = f"{self.base}/{rel}"
-        if self.remote:
+        if self.object_store:
             out = self.fs.open_output_stream(final, compression=None)  # no codec by name
             return out, lambda: int(self.fs.get_file_info(final).size), lambda: None
         Path(final).parent.mkdir(parents=True, exist_ok=True)

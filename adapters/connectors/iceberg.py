@@ -33,7 +33,7 @@ from ..plane.base import (
     stream,
 )
 from ..util.faults import fault
-from ..util.storage import Store, join
+from ..util.storage import Store, join, shares_disk
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -126,7 +126,7 @@ class IcebergSink(Sink):
         from pyiceberg.expressions import AlwaysTrue
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from ..plane.taskwrite import is_remote, write_parquet
+        from ..plane.taskwrite import write_parquet
 
         c = self.config
         deletes = DELETE_COLUMN in df.columns  # unwrap_cdc's deletes: their keys leave the table
@@ -139,7 +139,7 @@ class IcebergSink(Sink):
         buckets = {
             n: p for n, p in zip(helpers, c.partitioning, strict=True) if p.transform == "bucket"
         }
-        if not is_remote(df) and not large(df, parse_size(c.spark_write_threshold)):
+        if shares_disk(df) and not large(df, parse_size(c.spark_write_threshold)):
             return None
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
@@ -151,7 +151,7 @@ class IcebergSink(Sink):
         uri = _store_path(location)
         local = "://" not in uri  # _store_path drops file://
         micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
-        if local and not is_remote(df) and not micros:
+        if local and shares_disk(df) and not micros:
             return None  # Spark's own writer would write INT96 timestamps Iceberg cannot take
         if _spec(table) != [_transform_name(p) for p in c.partitioning]:
             return None  # partitioned otherwise than configured: pyiceberg follows the table

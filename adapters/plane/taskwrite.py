@@ -64,7 +64,7 @@ def write_parquet(
     A local Spark writing a local table uses Spark's own Parquet writer (no Python worker:
     measured 2-4x faster for small batches on a fresh session); everything else runs rivc's
     task, which reaches any store."""
-    if is_local(uri) and not is_remote(df):
+    if is_local(uri) and shares_disk(df):
         target = Path(uri) / where
         try:
             files = spark_write(df, target, codec, list(partition_by))
@@ -95,12 +95,6 @@ def write_parquet(
         ),
         key=lambda w: w.rel,
     )
-
-
-def is_remote(df: DataFrame) -> bool:
-    """True where Spark's executors do not see rivc's disk (Spark Connect, except the project's
-    warm server on this machine)."""
-    return not shares_disk(df)
 
 
 def partition_value(value: Any) -> str | None:

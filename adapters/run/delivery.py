@@ -17,10 +17,9 @@ from rivc.compiler.locate import STATE_DIR
 
 from ..plane.base import RETRY_DELAYS, SinkContext, WriteResult
 from ..plane.registry import sink_for
-from ..plane.taskwrite import is_remote
 from ..state import StateStore
 from ..util.faults import fault
-from ..util.storage import Store, is_local, join
+from ..util.storage import Store, is_local, join, shares_disk
 from .parquet import dataset, dataset_head, staged, staged_at
 
 if TYPE_CHECKING:
@@ -122,7 +121,7 @@ class BatchWriter:
     def __call__(self, df: DataFrame, batch_id: int) -> int:
         def data(max_rows: int | None) -> AbstractContextManager[pads.Dataset]:
             limited = df.limit(max_rows) if max_rows is not None else df
-            if is_remote(df):  # the executors cannot reach the project folder
+            if not shares_disk(df):  # the executors cannot reach the project folder
                 return staged_at(
                     limited, self.ctx.staging, Store.of(self.ctx.staging, self.ctx.storage)
                 )

@@ -29,6 +29,7 @@ from ..plane.registry import read_source
 from ..state import NodeResult, StateStore
 from ..util.errortext import model_error, python_error_inside, rivc_error_inside, spark_message
 from ..util.faults import carried, fault
+from ..util.sparkkind import is_connect
 from ..util.storage import Store, environment, is_local, join, shares_disk
 from .consume import Landed, Step, plan_steps
 from .delivery import BatchWriter, collect_receipts
@@ -53,7 +54,7 @@ SAMPLE_ROWS = 5  # failing rows a test prints
 def peak_rss_mb(spark: SparkSession | None) -> float:
     """Peak resident memory of this process plus, for local Spark, its JVM."""
     total = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if spark is None or type(spark).__module__.startswith("pyspark.sql.connect"):
+    if spark is None or is_connect(spark):
         return round(total, 1)  # the server's memory is not ours to read
     try:
         pid = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
@@ -101,7 +102,7 @@ class Runtime:
                     spark = self.session()
                 finally:
                     self.tracker.starting = False
-                if type(spark).__module__.startswith("pyspark.sql.connect"):
+                if is_connect(spark):
                     self._fence(spark)
                 self.tracker.attach(spark)
                 self._spark = spark
@@ -143,9 +144,9 @@ class Runtime:
                 self.deferred[relation] = register
 
     @property
-    def remote(self) -> bool:
+    def on_connect(self) -> bool:
         """True on Spark Connect, where there is no SparkContext."""
-        return type(self._spark).__module__.startswith("pyspark.sql.connect")
+        return is_connect(self._spark)
 
     # ------------------------------------------------------------------ relations
 

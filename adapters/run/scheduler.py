@@ -212,7 +212,7 @@ def _schedule(
     stop = False
 
     def run(nid: str) -> NodeResult:
-        if options.threads > 1 and runtime.started and not runtime.remote:  # Connect: no pools
+        if options.threads > 1 and runtime.started and not runtime.on_connect:  # Connect: no pools
             pool = f"rivc-{threading.get_ident() % 1000}"
             runtime.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         runtime.tracker.enter(nid)

@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..util.sparkkind import is_connect
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -42,7 +44,7 @@ class SparkProgress:
 
     def attach(self, spark: SparkSession) -> None:
         """Listen to `spark` (once, when the run's session starts)."""
-        if type(spark).__module__.startswith("pyspark.sql.connect"):
+        if is_connect(spark):
             spark.registerProgressHandler(self._on_connect)  # type: ignore[arg-type]
         else:
             self._tracker = spark.sparkContext.statusTracker()

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .sparkkind import is_connect
+
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
@@ -88,9 +90,9 @@ def mark_same_disk(spark: object) -> None:
 def shares_disk(spark_or_df: object) -> bool:
     """Whether Spark's executors see rivc's disk: a classic (local) session, or a Connect
     session marked with mark_same_disk. Decides the data paths, not whether Spark is Connect."""
-    spark = getattr(spark_or_df, "sparkSession", spark_or_df)
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+    if not is_connect(spark_or_df):
         return True
+    spark = getattr(spark_or_df, "sparkSession", spark_or_df)
     return str(getattr(spark, "session_id", None)) in _SAME_DISK
 
 
