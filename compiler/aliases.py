@@ -53,10 +53,11 @@ def connector_name(name: str) -> str:
     return CONNECTORS.get(name, name)
 
 
-def translate(
-    kind: str, connector: str, config: dict[str, Any]
-) -> tuple[dict[str, Any], list[Refusal]]:
-    fn = _TRANSLATORS.get((kind, connector_name(connector)))
+Translator = Callable[[dict[str, Any], list[Refusal]], None]
+
+
+def translate(fn: Translator | None, config: Any) -> tuple[Any, list[Refusal]]:
+    """`config` with a connector's aliases translated (its registry entry names `fn`)."""
     if fn is None or not isinstance(config, dict):
         return config, []
     out = dict(config)
@@ -121,7 +122,7 @@ def _lakehouse(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _stores(out, refusals)
 
 
-def _delta(out: dict[str, Any], refusals: list[Refusal]) -> None:
+def delta_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _rename(out, refusals, "write_mode", "mode")
     _rename(out, refusals, "partition_columns", "partition_by")
     _rename(out, refusals, "target_file_size_mb", "target_file_size", _mib)
@@ -135,7 +136,7 @@ def _delta(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _lakehouse(out, refusals)
 
 
-def _iceberg(out: dict[str, Any], refusals: list[Refusal]) -> None:
+def iceberg_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _rename(out, refusals, "commit_mode", "mode")
     catalog = out.get("catalog")
     if isinstance(catalog, dict):
@@ -205,7 +206,7 @@ def _iceberg(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _lakehouse(out, refusals)
 
 
-def _mqtt(out: dict[str, Any], refusals: list[Refusal]) -> None:
+def mqtt_source(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _rename(out, refusals, "broker_url", "url")
     _rename(out, refusals, "keep_alive_secs", "keepalive_s")
     _rename(out, refusals, "include_metadata", "metadata_columns")
@@ -245,10 +246,3 @@ def _mqtt(out: dict[str, Any], refusals: list[Refusal]) -> None:
 
 def _mib(value: Any) -> Any:
     return value * MIB if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-_TRANSLATORS: dict[tuple[str, str], Callable[[dict[str, Any], list[Refusal]], None]] = {
-    ("sink", "delta"): _delta,
-    ("sink", "iceberg"): _iceberg,
-    ("source", "mqtt"): _mqtt,
-}

@@ -195,7 +195,25 @@ def _valid_size(value: int | str) -> int | str:
     return value
 
 
-class DeltaSinkConfig(Spec):
+class SinkConfig(Spec):
+    """What every sink's `config:` can say about itself, for compile and the run: override these
+    in a connector's spec (docs/architecture.md, "A connector")."""
+
+    def merge_by(self) -> tuple[str, ...]:
+        """The keys the sink merges or upserts each batch by; () when it appends or overwrites."""
+        return ()
+
+    def input_columns(self) -> dict[str, tuple[str, ...]]:
+        """The config fields that name columns of the sink's input (checked at compile)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for name in ("merge_keys", "partition_by", "key_fields", "time_column"):
+            value = getattr(self, name, None)
+            if value:
+                out[name] = (value,) if isinstance(value, str) else tuple(value)
+        return out
+
+
+class DeltaSinkConfig(SinkConfig):
     table_uri: Location
     mode: Literal["append", "overwrite", "merge"] = "append"
     merge_keys: StrList = ()
@@ -217,6 +235,9 @@ class DeltaSinkConfig(Spec):
             raise ValueError("mode merge needs merge_keys")
         return self
 
+    def merge_by(self) -> tuple[str, ...]:
+        return self.merge_keys if self.mode == "merge" else ()
+
 
 class CsvOptions(Spec):
     delimiter: str = Field(",", min_length=1, max_length=1)
@@ -225,7 +246,7 @@ class CsvOptions(Spec):
     null_value: str = ""
 
 
-class FilesSinkConfig(Spec):
+class FilesSinkConfig(SinkConfig):
     path: Location
     format: Literal["parquet", "csv", "jsonl", "json", "avro"] = "parquet"
     # append: every batch adds its files; overwrite: a batch's files replace the earlier ones
@@ -264,7 +285,7 @@ class FilesSinkConfig(Spec):
         return self
 
 
-class StdoutSinkConfig(Spec):
+class StdoutSinkConfig(SinkConfig):
     pretty: bool = False
     limit: int | None = Field(None, gt=0)
 
@@ -304,7 +325,7 @@ class IcebergSourceConfig(Spec):
     storage_options: dict[str, str] = {}
 
 
-class IcebergSinkConfig(Spec):
+class IcebergSinkConfig(SinkConfig):
     catalog: IcebergCatalog = IcebergCatalog()
     namespace: str
     table: str
@@ -326,14 +347,19 @@ class IcebergSinkConfig(Spec):
             raise ValueError("mode upsert needs key_fields")
         return self
 
+    def merge_by(self) -> tuple[str, ...]:
+        return self.key_fields if self.mode == "upsert" else ()
+
+    def input_columns(self) -> dict[str, tuple[str, ...]]:
+        out = super().input_columns()
+        if self.partitioning:
+            out["partitioning"] = tuple(p.field for p in self.partitioning)
+        return out
+
 
 def merge_keys_of(config: Any) -> tuple[str, ...]:
     """The keys a sink merges or upserts by; () for a sink that only appends or overwrites."""
-    if isinstance(config, DeltaSinkConfig) and config.mode == "merge":
-        return config.merge_keys
-    if isinstance(config, IcebergSinkConfig) and config.mode == "upsert":
-        return config.key_fields
-    return ()
+    return config.merge_by() if isinstance(config, SinkConfig) else ()
 
 
 def sink_mode(config: Any) -> str | None:

@@ -413,12 +413,13 @@ _VOID = re.compile(r"\b(void|null)\b")
 _MAP_KEY = re.compile(r"\bmap<\s*(\w+)")
 
 
-def unwritable(connector: str, fmt: str | None, spark_type: str) -> str | None:
-    """Why a `connector` sink (writing `fmt`, for files) cannot hold a column of `spark_type`
+def unwritable(holds: str | None, fmt: str | None, spark_type: str) -> str | None:
+    """Why a sink that stores values in `holds` ("table": a Delta or Iceberg table; "files":
+    files of `fmt`; None: it keeps no typed values) cannot hold a column of `spark_type`
     exactly, with the fix; None when it can. The table is in docs/types.md."""
     t = spark_type.strip().lower()
-    tables = connector in ("delta", "iceberg")
-    if connector not in ("delta", "iceberg", "files"):
+    tables = holds == "table"
+    if holds not in ("table", "files"):
         return None
     if _INTERVAL.search(t):
         return (

@@ -314,7 +314,7 @@ def _config(
 ) -> Spec:
     """A connector's config, with the names of the systems rivc replaces translated first
     (compiler/aliases.py); every refusal and unknown key is reported at once."""
-    data, refusals = translate(kind, connector, data)
+    data, refusals = translate(info.aliases, data)
     errors: list[RivcError] = [
         ProjectError(message, doc.location((*at, *key))) for key, message in refusals
     ]

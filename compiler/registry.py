@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import aliases
+from .aliases import Translator
 from .connector_specs import (
     KAFKA_METADATA,
     MQTT_METADATA,
@@ -33,6 +35,7 @@ from .connector_specs import (
     KafkaSourceConfig,
     MqttSourceConfig,
     RelationalConfig,
+    SinkConfig,
     StdoutSinkConfig,
     datagen_columns,
 )
@@ -73,22 +76,21 @@ class ConnectorInfo:
     relational: bool = False  # extracted through a profile connection (adapters/run/extract.py)
     columns: Columns = declared  # a source table's columns, known at compile time
     location: Callable[[Any], str | None] = _nowhere  # a sink's path or URI (doctor, preflight)
+    # what a sink stores values in, for the check of the types it can hold (dbtypes.unwritable):
+    # "table" (Delta, Iceberg), "files" (of its config's `format`), None (no typed store)
+    holds: Literal["table", "files"] | None = None
+    # the config names users bring from the systems rivc replaces: renamed, or refused with a
+    # pointer (compiler/aliases.py)
+    aliases: Translator | None = None
     # "module:attribute": doctor's reach check, (config, root, storage) -> (ok, detail)
     probe: str | None = None
     # a stream whose broker keeps nothing once delivered (MQTT): one consumer holds its session
     replayable: bool = True
 
     def key_columns(self, config: Any) -> dict[str, tuple[str, ...]]:
-        """Config fields that name input columns, for compile-time checks."""
-        fields = {"merge_keys", "partition_by", "key_fields", "time_column"}
-        out: dict[str, tuple[str, ...]] = {}
-        for f in fields & set(type(config).model_fields):
-            value = getattr(config, f)
-            if value:
-                out[f] = (value,) if isinstance(value, str) else tuple(value)
-        if isinstance(config, IcebergSinkConfig) and config.partitioning:
-            out["partitioning"] = tuple(p.field for p in config.partitioning)
-        return out
+        """Config fields that name input columns, for compile-time checks (a sink's spec says
+        which: SinkConfig.input_columns)."""
+        return config.input_columns() if isinstance(config, SinkConfig) else {}
 
 
 _RUNTIME = "rivc.adapters.connectors"
@@ -156,6 +158,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             f"{_RUNTIME}.mqtt:read",
             columns=_with_metadata(MQTT_METADATA),
             probe=f"{_RUNTIME}.mqtt:probe",
+            aliases=aliases.mqtt_source,
             replayable=False,
         ),
         ConnectorInfo(
@@ -175,6 +178,8 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "Delta Lake tables (delta-rs), exactly-once per batch",
             f"{_RUNTIME}.delta:DeltaSink",
             location=lambda config: config.table_uri,
+            holds="table",
+            aliases=aliases.delta_sink,
         ),
         ConnectorInfo(
             "iceberg",
@@ -184,6 +189,8 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "Apache Iceberg tables (pyiceberg), exactly-once per batch",
             f"{_RUNTIME}.iceberg:IcebergSink",
             probe=f"{_RUNTIME}.iceberg:probe",
+            holds="table",
+            aliases=aliases.iceberg_sink,
         ),
         ConnectorInfo(
             "files",
@@ -193,6 +200,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "parquet, csv, jsonl, json or avro files, local or s3://",
             f"{_RUNTIME}.files:FilesSink",
             location=lambda config: config.path,
+            holds="files",
         ),
         ConnectorInfo(
             "stdout",

@@ -163,7 +163,7 @@ def show(node: str, limit: int, project_dir: str | None) -> None:
     """Preview rows of a model, source table or sink input."""
     from rich.table import Table
 
-    from ..run.scheduler import show as show_rows
+    from ..run.preview import show as show_rows
 
     debug = _debug()
     data = show_rows(_root(project_dir), node, limit, lambda plan: _spark(plan, debug))

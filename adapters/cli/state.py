@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from ..util.storage import resolve
 from .common import (
     EXIT_FAILED,
     _compile,
@@ -248,10 +247,11 @@ def maintain(
     project's landing_retention; compact and VACUUM the Delta tables of landed sources, models
     and sinks; compact Iceberg sinks, expire their old snapshots and delete their unreferenced
     files (under the run lock)."""
-    from rivc.compiler.connector_specs import DeltaSinkConfig
     from rivc.compiler.specs import parse_duration
 
     from ..connectors import delta
+    from ..plane.base import SinkContext
+    from ..plane.registry import sink_for
     from ..run.retention import retain
     from ..run.runtime import Runtime
     from ..run.scheduler import RunOptions, compile_for_run
@@ -265,7 +265,7 @@ def maintain(
             root, RunOptions(select=select + selection, exclude=exclude)
         )
         tables: list[tuple[str, str, Any]] = []
-        icebergs: list[str] = []
+        sinks: list[str] = []
         keep = parse_duration(plan.project.spec.landing_retention)
         runtime = Runtime(_no_spark, plan, "maintain", StateStore.for_project(root))
         for nid in compiled.chosen:
@@ -282,48 +282,20 @@ def maintain(
             elif node.kind == "model" and node.materialized in ("table", "incremental"):
                 uri = join(plan.warehouse, node.name)
                 tables.append((nid, uri, plan.store(uri)))
-            elif node.kind == "sink" and node.connector == "delta":
-                config = plan.project.sinks[node.name].config
-                assert isinstance(config, DeltaSinkConfig)
-                uri = resolve(config.table_uri, root)
-                tables.append((nid, uri, plan.store(uri, dict(config.storage_options))))
-            elif node.kind == "sink" and node.connector == "iceberg":
-                icebergs.append(nid)
+            elif node.kind == "sink":
+                sinks.append(nid)
         for nid, uri, store in tables:
             done = delta.maintain(uri, store, retain_hours, dry_run)
-            if done is None:
-                click.echo(f"{nid}: not built yet")
-            elif dry_run:
-                click.echo(f"{nid}: VACUUM would delete {len(done.vacuumed)} files")
-            else:
-                click.echo(
-                    f"{nid}: {done.compacted} files compacted into {done.added}, "
-                    f"{len(done.vacuumed)} unreferenced files deleted"
-                )
-        for nid in icebergs:  # after Delta's: a retention Delta refuses stops before these
-            _maintain_iceberg(plan, nid, retain_hours, dry_run)
+            click.echo(f"{nid}: {delta.maintained(done, dry_run)}")
+        for nid in sinks:  # after the tables: a retention Delta refuses stops before these
+            name = plan.nodes[nid].name
+            sink = plan.project.sinks[name]
+            ctx = SinkContext(root, plan.manifest.project, name, plan.profile.storage)
+            line = sink_for(sink.spec.connector, sink.config, ctx).maintain(retain_hours, dry_run)
+            if line is not None:
+                click.echo(f"{nid}: {line}")
         runtime.state.close()
 
 
 def _no_spark() -> Any:
     raise AssertionError("reading and maintaining the tables needs no Spark")
-
-
-def _maintain_iceberg(plan: Any, nid: str, retain_hours: int, dry_run: bool) -> None:
-    from ..connectors.iceberg import IcebergSink
-    from ..plane.base import SinkContext
-
-    name = plan.nodes[nid].name
-    ctx = SinkContext(plan.root, plan.manifest.project, name, plan.profile.storage)
-    done = IcebergSink(plan.project.sinks[name].config, ctx).maintain(retain_hours, dry_run)
-    if done is None:
-        click.echo(f"{nid}: not built yet")
-    elif dry_run:
-        click.echo(
-            f"{nid}: would expire {done[1]} snapshots and delete {len(done[2])} unreferenced files"
-        )
-    else:
-        click.echo(
-            f"{nid}: {done[0]} files compacted, {done[1]} snapshots expired, "
-            f"{len(done[2])} unreferenced files deleted"
-        )

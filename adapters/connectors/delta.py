@@ -354,6 +354,40 @@ def maintain(
     return Maintained(int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]), vacuum(False))
 
 
+def head(uri: str, store: Store, limit: int) -> Any:
+    """The first `limit` rows of the table at `uri` (Arrow, read from its files; no JVM), or
+    None when there is no table."""
+    import pyarrow as pa
+
+    from ..plane.tableread import read_group
+
+    table = open_table(uri, store.delta)
+    if table is None:
+        return None
+    schema = table_schema(table)
+    parts, rows = [], 0
+    for batch in read_group(table_files(table, uri), schema, store, batch_size=limit):
+        parts.append(pa.Table.from_batches([batch]))
+        rows += batch.num_rows
+        if rows >= limit:
+            break
+    if not parts:
+        return schema.empty_table()
+    return pa.concat_tables(parts).slice(0, limit)
+
+
+def maintained(done: Maintained | None, dry_run: bool) -> str:
+    """What maintain() did to a table, in one line."""
+    if done is None:
+        return "not built yet"
+    if dry_run:
+        return f"VACUUM would delete {len(done.vacuumed)} files"
+    return (
+        f"{done.compacted} files compacted into {done.added}, "
+        f"{len(done.vacuumed)} unreferenced files deleted"
+    )
+
+
 def arrow_schema(df: DataFrame) -> Any:
     """The Delta table schema of a Spark DataFrame (timestamps in UTC, as Delta holds them)."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -612,6 +646,12 @@ class _KeyProbe:
 
 class DeltaSink(Sink):
     config: DeltaSinkConfig
+
+    def preview(self, limit: int) -> Any | None:
+        return head(self.uri, self.store, limit)
+
+    def maintain(self, retain_hours: int, dry_run: bool) -> str | None:
+        return maintained(maintain(self.uri, self.store, retain_hours, dry_run), dry_run)
 
     def last_batch_id(self) -> int | None:
         dt = open_table(self.uri, self.store.delta)

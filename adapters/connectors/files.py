@@ -211,6 +211,20 @@ class FilesSink(Sink):
         uri = self.ctx.path(self.config.path)
         return Store.of(uri, dict(self.ctx.storage), dict(self.config.storage_options))
 
+    def preview(self, limit: int) -> Any | None:
+        """Parquet files read back (hive partitions as columns); other formats show their
+        input."""
+        if self.config.format != "parquet":
+            return None
+        import pyarrow.dataset as pads
+
+        uri = self.ctx.path(self.config.path)
+        store = self.store
+        if not store.files(uri, ".parquet"):
+            return None
+        fs, path = store.filesystem(uri)
+        return pads.dataset(path, filesystem=fs, format="parquet", partitioning="hive").head(limit)
+
     def _listing(self) -> list[Any] | None:
         import pyarrow.fs as pafs
 

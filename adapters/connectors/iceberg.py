@@ -248,7 +248,42 @@ class IcebergSink(Sink):
             commit_s=took,  # pyiceberg writes the files and commits in one transaction
         )
 
-    def maintain(self, retain_hours: int, dry_run: bool) -> tuple[int, int, list[str]] | None:
+    def preview(self, limit: int) -> Any | None:
+        table = self._table(self.catalog())
+        if table is None or table.current_snapshot() is None:
+            return None
+        return table.scan(limit=limit).to_arrow()
+
+    def maintain(self, retain_hours: int, dry_run: bool) -> str | None:
+        done = self.housekeep(retain_hours, dry_run)
+        if done is None:
+            return "not built yet"
+        if dry_run:
+            return f"would expire {done[1]} snapshots and delete {len(done[2])} unreferenced files"
+        return (
+            f"{done[0]} files compacted, {done[1]} snapshots expired, "
+            f"{len(done[2])} unreferenced files deleted"
+        )
+
+    def unreachable_from_server(self, root: Path) -> str | None:
+        """A SQL catalog in a SQLite file under the project (the default) is not on the server,
+        whose worker would register the table in a catalog of its own."""
+        catalog = self.config.catalog
+        if catalog.type != "sql":
+            return None
+        uri = catalog.uri or ""
+        local = uri.removeprefix("sqlite:///")
+        if uri and not (
+            uri.startswith("sqlite:") and Path("/" + local.lstrip("/")).is_relative_to(root)
+        ):
+            return None
+        return (
+            "a stream on this Spark commits from the server, which cannot open the Iceberg "
+            f"catalog in {STATE_DIR}/iceberg/catalog.db; give the sink a catalog both reach "
+            "(catalog: {uri: postgresql+psycopg://...} or a REST catalog)"
+        )
+
+    def housekeep(self, retain_hours: int, dry_run: bool) -> tuple[int, int, list[str]] | None:
         """Iceberg's own housekeeping through pyiceberg: compact each partition's small data
         files into one (`_compact`; not on a dry run), expire the snapshots older than
         `retain_hours` (never the current one), then delete the files no remaining snapshot

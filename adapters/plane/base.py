@@ -184,6 +184,23 @@ class Sink(ABC):
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         """Write one batch; `data` is read in record batches, so memory stays bounded."""
 
+    def preview(self, limit: int) -> Any | None:
+        """The first `limit` rows the target holds, as an Arrow table read without Spark
+        (`rivc show`); None before its first delivery, or for a target that cannot be read back
+        (its preview is then its input, computed by Spark)."""
+        return None
+
+    def maintain(self, retain_hours: int, dry_run: bool) -> str | None:
+        """The target's own housekeeping (`rivc maintain`): compact, expire, remove files no
+        version references and older than `retain_hours`. Returns what it did (or, on a dry
+        run, would do), one line; None for a target without housekeeping."""
+        return None
+
+    def unreachable_from_server(self, root: Path) -> str | None:
+        """Why a stream on a Spark that cannot see the project (its batches commit from the
+        server's Python worker) cannot write this target; None when it can."""
+        return None
+
 
 def estimated_bytes(df: Any) -> int | None:
     """Spark's own size estimate of a batch (the optimizer's statistics), or None where it has

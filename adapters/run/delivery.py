@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.registry import connector
 
 from ..plane.base import RETRY_DELAYS, SinkContext, WriteResult
 from ..plane.registry import sink_for
@@ -106,12 +107,18 @@ class BatchWriter:
         known.append(self.sink().last_batch_id())
         return max((k for k in known if k is not None), default=None)
 
+    @property
+    def holds(self) -> str | None:
+        """What the sink stores values in (its registry entry says)."""
+        info = connector("sink", self.connector)
+        return info.holds if info is not None else None
+
     def refuse_unwritable(self, schema: Any) -> None:
         """Compile refuses the column types it knows the sink cannot hold; this, the rest,
         before any write or retry."""
         fmt = getattr(self.config, "format", None)
         for f in schema.fields:
-            why = unwritable(self.connector, fmt, f.dataType.simpleString())
+            why = unwritable(self.holds, fmt, f.dataType.simpleString())
             if why is not None:
                 raise ConnectorError(
                     f"{self.nid} cannot hold column {f.name!r}, of type "

@@ -659,7 +659,9 @@ class Runtime:
         _move_old_checkpoint(self.plan.root / STATE_DIR / CHECKPOINTS / node.name, checkpoint)
         if not shares_disk(df):
             for target in (writer.main, *writer.targets.values()):
-                _refuse_local_catalog(target, self.plan.root)
+                why = target.sink().unreachable_from_server(self.plan.root)
+                if why is not None:
+                    raise ConnectorError(f"{target.nid}: {why}")
             receipts = (join(checkpoint, RECEIPTS), store)
             writer.record_through(receipts)
             collect_receipts(self.state, *receipts)  # left by a run that was killed
@@ -719,25 +721,6 @@ def _move_old_checkpoint(old: Path, checkpoint: str) -> None:
     if old.is_dir() and is_local(checkpoint) and not Path(checkpoint).exists():
         Path(checkpoint).parent.mkdir(parents=True, exist_ok=True)
         old.rename(checkpoint)
-
-
-def _refuse_local_catalog(writer: BatchWriter, root: Path) -> None:
-    """A stream on a Spark that cannot see the project commits from the server's Python worker:
-    an Iceberg SQL catalog in a SQLite file under the project (the default) is not there, and
-    the worker would register the table in a catalog of its own."""
-    catalog = getattr(writer.config, "catalog", None)
-    if writer.connector != "iceberg" or catalog is None or catalog.type != "sql":
-        return
-    uri = catalog.uri or ""
-    local = uri.removeprefix("sqlite:///")
-    if not uri or (
-        uri.startswith("sqlite:") and Path("/" + local.lstrip("/")).is_relative_to(root)
-    ):
-        raise ConnectorError(
-            f"{writer.nid}: a stream on this Spark commits from the server, which cannot open "
-            f"the Iceberg catalog in {STATE_DIR}/iceberg/catalog.db; give the sink a catalog "
-            "both reach (catalog: {uri: postgresql+psycopg://...} or a REST catalog)"
-        )
 
 
 ERRORS_LOG = "errors.log"

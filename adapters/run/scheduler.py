@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rivc.compiler.errors import ProjectError
 from rivc.compiler.locate import TARGET_DIR
-from rivc.compiler.sql import quote
 
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
 from .plan import Plan
@@ -257,114 +256,6 @@ def _schedule(
                 if result.status in FAILED and options.fail_fast:
                     stop = True
     return [done[n] for n in todo]
-
-
-def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], SparkSession]) -> Any:
-    """Rows of one model, source table or sink input, after binding what it reads."""
-    options = RunOptions(select=(node,))
-    compiled, plan = compile_for_run(root, options)
-    target = [n for n in compiled.chosen if compiled.graph.nodes[n].kind != "test"]
-    if len(target) != 1:
-        from rivc.compiler.errors import SelectionError
-
-        raise SelectionError(f"show takes one model, source table or sink, got {node!r}")
-    meta = plan.nodes[target[0]]
-    if meta.kind == "model" and meta.materialized in ("table", "incremental"):
-        stored = _stored_rows(plan, meta.name, limit)
-        if stored is not None:  # read with delta-rs: no JVM for what is already on disk
-            return stored
-    if meta.kind == "sink":
-        delivered = _sink_rows(plan, meta.name, limit)
-        if delivered is not None:  # what the sink delivered, read without a JVM
-            return delivered
-    state = StateStore.for_project(root)
-    try:
-        runtime = Runtime(lambda: spark_factory(plan), plan, "show", state)
-        for nid in compiled.selected:
-            if nid != target[0] and compiled.graph.nodes[nid].kind != "test":
-                runtime.bind(nid)
-        nid = target[0]
-        meta = plan.nodes[nid]
-        if meta.kind == "source":
-            runtime.bind(nid)
-            df = runtime.spark.table(quote(meta.relation or meta.name))
-        elif meta.kind == "model" and meta.materialized in ("table", "incremental"):
-            runtime.bind(nid)
-            df = runtime.spark.table(quote(meta.name))
-        else:
-            df = runtime.spark.sql(plan.sql(nid))
-        return df.limit(limit).toArrow()
-    finally:
-        state.close()
-
-
-def _stored_rows(plan: Plan, name: str, limit: int) -> Any:
-    """The first rows of a model's Delta table, or None when it has not been built: read from
-    its files with Arrow, wherever the warehouse is (no JVM)."""
-    from ..util.storage import join
-
-    uri = join(plan.warehouse, name)
-    return _delta_rows(uri, plan.store(uri), limit)
-
-
-def _delta_rows(uri: str, store: Any, limit: int) -> Any:
-    import pyarrow as pa
-
-    from ..connectors import delta
-    from ..plane.tableread import read_group
-
-    table = delta.open_table(uri, store.delta)
-    if table is None:
-        return None
-    schema = delta.table_schema(table)
-    parts, rows = [], 0
-    for batch in read_group(delta.table_files(table, uri), schema, store, batch_size=limit):
-        parts.append(pa.Table.from_batches([batch]))
-        rows += batch.num_rows
-        if rows >= limit:
-            break
-    if not parts:
-        return schema.empty_table()
-    return pa.concat_tables(parts).slice(0, limit)
-
-
-def _sink_rows(plan: Plan, name: str, limit: int) -> Any:
-    """The first rows a delta, iceberg or parquet files sink delivered, read with delta-rs,
-    pyiceberg or Arrow (no JVM); None before its first delivery, and for other sinks (whose
-    preview is their input, computed by Spark)."""
-    from rivc.compiler.connector_specs import (
-        DeltaSinkConfig,
-        FilesSinkConfig,
-        IcebergSinkConfig,
-    )
-
-    from ..util.storage import resolve
-
-    c = plan.project.sinks[name].config
-    if isinstance(c, DeltaSinkConfig):
-        uri = resolve(c.table_uri, plan.root)
-        return _delta_rows(uri, plan.store(uri, dict(c.storage_options)), limit)
-    if isinstance(c, IcebergSinkConfig):
-        from pyiceberg.exceptions import NoSuchTableError
-
-        from ..connectors.iceberg import open_catalog
-
-        store = plan.store(c.catalog.warehouse or "", dict(c.storage_options))
-        try:
-            table = open_catalog(c.catalog, plan.root, store).load_table(f"{c.namespace}.{c.table}")
-        except NoSuchTableError:
-            return None
-        return table.scan(limit=limit).to_arrow() if table.current_snapshot() else None
-    if isinstance(c, FilesSinkConfig) and c.format == "parquet":
-        import pyarrow.dataset as pads
-
-        uri = resolve(c.path, plan.root)
-        store = plan.store(uri, dict(c.storage_options))
-        if not store.files(uri, ".parquet"):
-            return None
-        fs, path = store.filesystem(uri)
-        return pads.dataset(path, filesystem=fs, format="parquet", partitioning="hive").head(limit)
-    return None
 
 
 def fingerprint(options: RunOptions, plan: Plan) -> str:

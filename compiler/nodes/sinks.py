@@ -69,7 +69,7 @@ def sink_node(
         check_expectations(spec.quality, columns, sink.where, findings)
         fmt = getattr(sink.config, "format", None)
         for col, kind in columns.items():
-            why = unwritable(spec.connector, fmt, kind) if kind else None
+            why = unwritable(sink.connector.holds, fmt, kind) if kind else None
             if why is not None:
                 findings.append(
                     spec_finding(

@@ -130,7 +130,7 @@ def test_a_rivven_iceberg_config_writes_to_s3(tmp_path, endpoint):
     data and metadata to S3 with those settings; a replayed batch is skipped, an upsert
     replaces rows by key."""
     from rivc.adapters.connectors.iceberg import IcebergSink
-    from rivc.compiler.aliases import translate
+    from rivc.compiler.aliases import iceberg_sink, translate
     from rivc.compiler.connector_specs import IcebergSinkConfig
 
     rivven = {
@@ -147,7 +147,7 @@ def test_a_rivven_iceberg_config_writes_to_s3(tmp_path, endpoint):
             "path_style_access": True,
         },
     }
-    config, refusals = translate("sink", "iceberg", rivven)
+    config, refusals = translate(iceberg_sink, rivven)
     assert refusals == []
     sink = IcebergSink(IcebergSinkConfig.model_validate(config), SinkContext(tmp_path, "p", "ice"))
     schema = pa.schema(
