@@ -131,7 +131,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "storage",
             FilesSourceConfig,
             "a directory of json, csv or parquet files; batch or stream",
-            f"{_RUNTIME}.files:read",
+            f"{_RUNTIME}.files_source:read",
         ),
         ConnectorInfo(
             "delta",

@@ -22,7 +22,9 @@ FILES = {
     " events_per_second: 0.001}}\n",
     "models/big.sql": "select order_id, total from {{ source('gen', 'orders') }} where total > 0\n",
     "sinks/out.yml": "sinks:\n  - {name: book, from: big, connector: ledger,"
-    " config: {path: out/book}}\n",
+    " config: {path: out/book}}\n"
+    "  - {name: latest, from: big, connector: ledger,"
+    " config: {path: out/latest, mode: merge, key: order_id}}\n",
 }
 
 
@@ -60,3 +62,28 @@ def test_a_connector_added_to_the_registry_compiles_runs_and_is_listed(
     lines = [json.loads(x) for x in (root / "out/book/ledger.jsonl").read_text().splitlines()]
     assert [line["batch"] for line in lines] == [0, 1]
     assert "sink book (ledger out/book)" in rivc(root, "doctor").output
+    latest = json.loads((root / "out/latest/current.json").read_text())
+    assert set(latest) == {str(r["order_id"]) for r in lines[0]["rows"] + lines[1]["rows"]}
+
+    # what the built-in sinks get, through the same hooks: selection by mode, a preview read
+    # back without Spark, housekeeping, and compile's checks of keys and types
+    chosen = rivc(root, "ls", "-s", "config.mode:merge", "--output", "name")
+    assert chosen.output.split() == ["sink:latest"]
+    shown = rivc(root, "show", "sink:book", "--limit", "2")
+    assert shown.exit_code == 0 and "order_id" in shown.output, shown.output
+    kept = rivc(root, "maintain", "-s", "sink:book")
+    assert "sink:book: dropped 1 ledger lines" in kept.output, kept.output
+    assert len((root / "out/book/ledger.jsonl").read_text().splitlines()) == 1
+    wrong = write_files(
+        tmp_path / "wrong",
+        {
+            **FILES,
+            "models/big.sql": "select order_id, interval 1 day as gap "
+            "from {{ source('gen', 'orders') }}\n",
+            "sinks/out.yml": FILES["sinks/out.yml"].replace("key: order_id", "key: order"),
+        },
+    )
+    refused = rivc(wrong, "compile")
+    assert refused.exit_code == 2
+    assert "key 'order' is not a column of 'big'" in refused.output, refused.output
+    assert "sink 'book' cannot hold column 'gap'" in refused.output
