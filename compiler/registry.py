@@ -147,7 +147,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "lakehouse",
             IcebergSourceConfig,
             "an existing Iceberg table (its current snapshot), read by Spark's tasks",
-            f"{_RUNTIME}.iceberg:read_source",
+            f"{_RUNTIME}.iceberg_source:read_source",
         ),
         ConnectorInfo(
             "mqtt",
@@ -188,7 +188,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             IcebergSinkConfig,
             "Apache Iceberg tables (pyiceberg), exactly-once per batch",
             f"{_RUNTIME}.iceberg:IcebergSink",
-            probe=f"{_RUNTIME}.iceberg:probe",
+            probe=f"{_RUNTIME}.iceberg_catalog:probe",
             holds="table",
             aliases=aliases.iceberg_sink,
         ),

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
-from rivc.compiler.connector_specs import IcebergCatalog, IcebergSinkConfig, parse_size
+from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.sql import quote
@@ -24,7 +23,6 @@ from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..plane.base import (
     Sink,
-    SourceContext,
     WriteResult,
     commit_with_retries,
     large,
@@ -34,12 +32,23 @@ from ..plane.base import (
 )
 from ..util.faults import fault
 from ..util.storage import Store, join, shares_disk
+from .iceberg_catalog import (
+    CODECS,
+    footer_data_file,
+    open_catalog,
+    replace_files,
+    spark_arrow_schema,
+    store_path,
+)
+from .iceberg_maintenance import housekeep
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
+
 WRITER = "rivc.writer"  # the table property naming the project that writes the table
-CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "none": "uncompressed"}
+
+
 # Partition transforms Spark can reproduce, so that each file it writes holds one partition value
 # (truncate and bucket: see _spark_partition)
 SPARK_PARTITIONS = {
@@ -148,8 +157,8 @@ class IcebergSink(Sink):
         props = self._props(existing, batch_id)
         table = existing or self._create(catalog, schema)
         location = table.location()
-        uri = _store_path(location)
-        local = "://" not in uri  # _store_path drops file://
+        uri = store_path(location)
+        local = "://" not in uri  # store_path drops file://
         micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
         if local and shares_disk(df) and not micros:
             return None  # Spark's own writer would write INT96 timestamps Iceberg cannot take
@@ -194,7 +203,7 @@ class IcebergSink(Sink):
                     if replaced or buckets:
                         bucketed = {int(n.removeprefix("_rivc_p")) for n in buckets}
                         added = _data_files(fresh, tx.table_metadata, paths, written, bucketed)
-                        _replace_files(tx, replaced, added, props)
+                        replace_files(tx, replaced, added, props)
                     elif paths:
                         tx.add_files(
                             paths,
@@ -284,73 +293,13 @@ class IcebergSink(Sink):
         )
 
     def housekeep(self, retain_hours: int, dry_run: bool) -> tuple[int, int, list[str]] | None:
-        """Iceberg's own housekeeping through pyiceberg: compact each partition's small data
-        files into one (`_compact`; not on a dry run), expire the snapshots older than
-        `retain_hours` (never the current one), then delete the files no remaining snapshot
-        references that are older than the retention: data files under the table's `data/`
-        (what the expired snapshots held, and the files of killed jobs), and under
-        `metadata/` the manifest lists and manifests of expired snapshots and metadata files
-        that are neither current nor in the table's metadata log. Returns (files compacted,
-        snapshots expired, files deleted), or what would be on a dry run; None when there is
-        no table."""
-        from datetime import UTC, datetime, timedelta
-
-        import pyarrow.fs as pafs
-
+        """iceberg_maintenance.housekeep of this sink's table; None when there is none."""
         table = self._table(self.catalog())
         if table is None:
             return None
-        compacted = 0
-        if not dry_run:
-            compacted = _compact(table, self.config.compression)
-            table = table.refresh()
-        cutoff = datetime.now(UTC) - timedelta(hours=retain_hours)
-        current = table.current_snapshot()
-        keep_id = current.snapshot_id if current is not None else None
-        cutoff_ms = int(cutoff.timestamp() * 1000)
-        expired = [
-            s.snapshot_id
-            for s in table.snapshots()
-            if s.timestamp_ms < cutoff_ms and s.snapshot_id != keep_id
-        ]
-        if expired and not dry_run:
-            table.maintenance.expire_snapshots().by_ids(expired).commit()
-            table = table.refresh()
-        kept = {s.snapshot_id for s in table.snapshots()} - set(expired)
-        referenced = {_bare(table.metadata_location)}
-        referenced |= {_bare(e.metadata_file) for e in table.metadata.metadata_log}
-        for s in table.snapshots():
-            if s.snapshot_id in kept:
-                referenced.add(_bare(s.manifest_list))
-                for manifest in s.manifests(table.io):
-                    referenced.add(_bare(manifest.manifest_path))
-                    for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                        referenced.add(_bare(entry.data_file.file_path))
-        uri = _store_path(table.location())
+        uri = store_path(table.location())
         store = Store.of(uri, self.ctx.storage, self.config.storage_options)
-        fs, base = store.filesystem(uri)
-        orphans = []
-        for folder, suffixes in (
-            ("data", (".parquet",)),
-            ("metadata", (".avro", ".metadata.json")),
-        ):
-            where = pafs.FileSelector(
-                f"{base.rstrip('/')}/{folder}", allow_not_found=True, recursive=True
-            )
-            infos = fs.get_file_info(where)
-            orphans += [
-                i.path
-                for i in infos
-                if i.type == pafs.FileType.File
-                and i.path.endswith(suffixes)
-                and _bare(i.path) not in referenced
-                and i.mtime is not None
-                and i.mtime.timestamp() < cutoff.timestamp()
-            ]
-        if not dry_run:
-            for path in orphans:
-                fs.delete_file(path)
-        return compacted, len(expired), orphans
+        return housekeep(table, store, self.config.compression, retain_hours, dry_run)
 
     def _create(self, catalog: Any, schema: Any) -> Any:
         from pyiceberg import transforms as T
@@ -435,110 +384,6 @@ class IcebergSink(Sink):
         return bool(table.refresh().schema() != before)
 
 
-# rivc's storage options (the stores' environment-variable names) as pyiceberg's FileIO properties
-FILE_IO = {
-    "AWS_ENDPOINT_URL": "s3.endpoint",
-    "AWS_ACCESS_KEY_ID": "s3.access-key-id",
-    "AWS_SECRET_ACCESS_KEY": "s3.secret-access-key",
-    "AWS_SESSION_TOKEN": "s3.session-token",
-    "AWS_REGION": "s3.region",
-    "GOOGLE_CLOUD_PROJECT": "gcs.project-id",
-    "AZURE_STORAGE_ACCOUNT_NAME": "adls.account-name",
-    "AZURE_STORAGE_ACCOUNT_KEY": "adls.account-key",
-    "AZURE_STORAGE_SAS_TOKEN": "adls.sas-token",
-}
-
-
-def _bare(path: str) -> str:
-    """A file's path without its scheme and bucket prefix style, to compare listings with the
-    paths a manifest holds (file:///x, file:/x, /x; s3://b/k and b/k)."""
-    rest = path.split("://", 1)[-1] if "://" in path else path.removeprefix("file:")
-    return "/" + rest.lstrip("/")
-
-
-def probe(config: IcebergSinkConfig, root: Path, storage: Mapping[str, str]) -> tuple[bool, str]:
-    """Doctor: the sink's catalog opens and lists its namespaces."""
-    c = config.catalog
-    where = f"{c.type} catalog {c.name}" + (f" at {c.uri}" if c.uri else "")
-    try:
-        store = Store.of(c.warehouse or "", storage, config.storage_options)
-        namespaces = open_catalog(c, root, store).list_namespaces()
-    except Exception as exc:  # noqa: BLE001  (any client's error is the answer)
-        return False, f"{where}: {str(exc).strip().splitlines()[0][:300] or type(exc).__name__}"
-    return True, f"{where} lists {len(namespaces)} namespace(s)"
-
-
-def open_catalog(c: IcebergCatalog, root: Path, store: Store) -> Any:
-    """The catalog a config names: REST, or SQL (by default rivc's SQLite catalog in
-    .rivc/iceberg/, with its warehouse beside it); relative warehouses are under the project."""
-    io = file_io(store)
-    if c.type == "rest":
-        from pyiceberg.catalog.rest import RestCatalog
-
-        props = {
-            "uri": c.uri,
-            "warehouse": c.warehouse,
-            "credential": c.credential,
-            "token": c.token,
-        }
-        return RestCatalog(c.name, **{k: v for k, v in props.items() if v}, **io)
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    home = root / STATE_DIR / "iceberg"
-    home.mkdir(parents=True, exist_ok=True)
-    warehouse = c.warehouse or str(home / "warehouse")
-    if "://" not in warehouse:
-        warehouse = (root / warehouse).resolve().as_uri()
-    return SqlCatalog(
-        c.name, uri=c.uri or f"sqlite:///{home / 'catalog.db'}", warehouse=warehouse, **io
-    )
-
-
-def read_source(spark: Any, ctx: SourceContext) -> Any:
-    """The registry's entry point of the iceberg source: the table's current snapshot, read by
-    Spark's tasks from its data files. A table rivc cannot read faithfully by column name is
-    refused by name: one with delete files (equality or position deletes) or with a column
-    renamed since any of its files was written."""
-    from pyiceberg.exceptions import NoSuchTableError
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from ..plane.tableread import DataFile, read_files
-
-    c = ctx.config
-    name = f"{c.namespace}.{c.table}"
-    store = Store.of(c.catalog.warehouse or "", dict(ctx.storage), dict(c.storage_options))
-    try:
-        table = open_catalog(c.catalog, ctx.root, store).load_table(name)
-    except NoSuchTableError:
-        raise ConnectorError(f"source {ctx.name}: no iceberg table {name}") from None
-    tasks = list(table.scan().plan_files())
-    if any(t.delete_files for t in tasks):
-        raise ConnectorError(
-            f"source {ctx.name}: iceberg table {name} has delete files (row-level deletes), "
-            "which rivc does not apply; compact it first (e.g. Spark's rewrite_data_files)"
-        )
-    names: dict[int, set[str]] = {}
-    for schema in table.schemas().values():
-        for field in schema.fields:
-            names.setdefault(field.field_id, set()).add(field.name)
-    renamed = sorted("/".join(sorted(n)) for n in names.values() if len(n) > 1)
-    if renamed:
-        raise ConnectorError(
-            f"source {ctx.name}: iceberg table {name} renamed column {renamed[0]}; rivc reads "
-            "columns by name and would read its older files wrongly"
-        )
-    schema = _spark_arrow_schema(table)
-    missing = [col for col in ctx.columns if col not in schema.names]
-    if missing:
-        raise ConnectorError(f"source {ctx.name}: {name} has no column {', '.join(missing)}")
-    if not tasks:
-        return spark.createDataFrame([], from_arrow_schema(schema))
-    files = [DataFile(_store_path(t.file.file_path), t.file.file_size_in_bytes, {}) for t in tasks]
-    location = table.location()
-    located = Store.of(location, dict(ctx.storage), dict(c.storage_options))
-    return read_files(spark, files, schema, located)
-
-
 def _spec(table: Any) -> list[tuple[str, str]]:
     """The table's partition fields as (source column, transform) pairs."""
     schema = table.schema()
@@ -568,20 +413,6 @@ def _spark_partition(p: Any, types: dict[str, str]) -> str | None:
     if p.transform == "bucket" and kind in _BUCKETED:
         return "bucket"  # computed by pyiceberg's own transform in Spark's tasks (_Buckets)
     return None
-
-
-def _spark_arrow_schema(table: Any) -> Any:
-    """The table's schema in Arrow as Spark gives and takes it: pyiceberg's has large strings
-    and binaries, which a Python data source may not return to Spark."""
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-
-    return to_arrow_schema(from_arrow_schema(table.schema().as_arrow()), timezone="UTC")
-
-
-def _store_path(path: str) -> str:
-    """A data file's path as the filesystem layer takes it: a local path, or the URI."""
-    parsed = urlparse(path)
-    return unquote(parsed.path) if parsed.scheme in ("", "file") else path
 
 
 # Key types whose Iceberg bounds compare with the values Arrow gives (others: every file counts)
@@ -634,136 +465,13 @@ def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], s
     if DELETE_COLUMN in df.columns:
         rows = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN)
     if replaced:
-        stored = _spark_arrow_schema(table)
-        files = [DataFile(_store_path(f.file_path), f.file_size_in_bytes, {}) for f in replaced]
+        stored = spark_arrow_schema(table)
+        files = [DataFile(store_path(f.file_path), f.file_size_in_bytes, {}) for f in replaced]
         target = read_files(df.sparkSession, files, stored, store)
         rows = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
             rows, allowMissingColumns=True
         )
     return rows.select(*[quote(n) for n in table.schema().column_names if n in rows.columns])
-
-
-SMALL_FILE = 32 * 1024 * 1024  # a data file under this size is compacted with its partition's
-
-
-def _compact(table: Any, compression: str) -> int:
-    """Rewrite each partition's small data files (two or more under SMALL_FILE) as one file
-    under `data/rivc-compact-<uuid>/`, read and written with Arrow in this process (as delta-rs
-    compacts Delta tables), and replace them in one snapshot. Columns a file lacks are read as
-    null. Returns the number of files replaced; none for a table with delete files."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tasks = list(table.scan().plan_files())
-    if any(t.delete_files for t in tasks):
-        return 0
-    groups: dict[tuple[int, tuple[Any, ...]], list[Any]] = {}
-    for t in tasks:
-        if t.file.file_size_in_bytes < SMALL_FILE:
-            key = (t.file.spec_id, tuple(t.file.partition))
-            groups.setdefault(key, []).append(t.file)
-    groups = {k: v for k, v in groups.items() if len(v) > 1}
-    if not groups:
-        return 0
-    schema = _spark_arrow_schema(table)
-    folder = join(table.location(), f"data/rivc-compact-{uuid.uuid4().hex[:8]}")
-    old: list[Any] = []
-    new: list[Any] = []
-    metadata = table.metadata
-    for n, ((spec_id, values), files) in enumerate(sorted(groups.items(), key=str)):
-        parts = []
-        for f in files:
-            with table.io.new_input(f.file_path).open() as stream:
-                data = pq.read_table(stream)
-            parts.append(
-                pa.table(
-                    [
-                        data.column(c).cast(schema.field(c).type)
-                        if c in data.column_names
-                        else pa.nulls(data.num_rows, schema.field(c).type)
-                        for c in schema.names
-                    ],
-                    schema=schema,
-                )
-            )
-        path = f"{folder}/part-{n:05d}.parquet"
-        output = table.io.new_output(path)
-        with output.create() as stream:
-            pq.write_table(pa.concat_tables(parts), stream, compression=CODECS[compression])
-        new.append(_footer_data_file(table, metadata, path, spec_id, _Fixed(values)))
-        old += files
-    fault("before-commit", table.name()[-1])  # the compacted files are in, unreferenced
-    with table.transaction() as tx:
-        _replace_files(tx, old, new, {})
-    return len(old)
-
-
-@dataclass(frozen=True)
-class _Fixed:
-    """A file's partition values, known already (a compacted group's)."""
-
-    values: tuple[Any, ...]
-
-    def __call__(self, stats: Any) -> list[Any]:
-        return list(self.values)
-
-
-def _footer_data_file(
-    table: Any, metadata: Any, path: str, spec_id: int, partition: Callable[[Any], Any]
-) -> Any:
-    """The data file at `path`, with its statistics from its footer and the partition values
-    `partition` gives from those statistics."""
-    import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import (
-        compute_statistics_plan,
-        data_file_statistics_from_parquet_metadata,
-        parquet_path_to_id_mapping,
-    )
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
-
-    source = table.io.new_input(path)
-    with source.open() as stream:
-        footer = pq.read_metadata(stream)
-    schema = metadata.schema()
-    stats = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=footer,
-        stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema),
-    )
-    return DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=path,
-        file_format=FileFormat.PARQUET,
-        partition=Record(*partition(stats)),
-        file_size_in_bytes=len(source),
-        sort_order_id=None,
-        spec_id=spec_id,
-        equality_ids=None,
-        key_metadata=None,
-        **stats.to_serialized_dict(),
-    )
-
-
-def _replace_files(tx: Any, old: list[Any], new: list[Any], props: dict[str, str]) -> None:
-    """In `tx`: one snapshot that removes the data files `old` (an overwrite; none: an append)
-    and adds `new`."""
-    from pyiceberg.table import TableProperties
-
-    if tx.table_metadata.name_mapping() is None:  # files Spark wrote have no field ids
-        tx.set_properties(
-            **{
-                TableProperties.DEFAULT_NAME_MAPPING: (
-                    tx.table_metadata.schema().name_mapping.model_dump_json()
-                )
-            }
-        )
-    snapshot = tx.update_snapshot(snapshot_properties=props)
-    with snapshot.overwrite() if old else snapshot.fast_append() as producer:
-        for data_file in old:
-            producer.delete_data_file(data_file)
-        for data_file in new:
-            producer.append_data_file(data_file)
 
 
 def _data_files(
@@ -793,7 +501,7 @@ def _data_files(
         return values
 
     return [
-        _footer_data_file(table, metadata, path, metadata.default_spec_id, partition(w))
+        footer_data_file(table, metadata, path, metadata.default_spec_id, partition(w))
         for path, w in zip(paths, written, strict=True)
     ]
 
@@ -833,14 +541,6 @@ class _Buckets:
                     [*batch.columns, values], names=[*batch.schema.names, name]
                 )
             yield batch
-
-
-def file_io(store: Store) -> dict[str, str]:
-    """pyiceberg's FileIO properties for the store's options."""
-    props = {FILE_IO[k]: v for k, v in store.options.items() if k in FILE_IO}
-    if "s3.endpoint" in props and "s3.region" not in props:
-        props["s3.region"] = "us-east-1"  # an endpoint of one's own has no region to discover
-    return props
 
 
 def _key_filter(keys: Any) -> Any:
