@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=1_000_000)
     args = parser.parse_args()
 
-    from rivc.adapters.connectors import delta
+    from rivc.adapters.plane import deltamerge, deltatable
     from rivc.adapters.plane.taskwrite import DESCRIPTION, _Task
     from rivc.adapters.run.spark import get_session
     from rivc.adapters.util.storage import Store
@@ -75,7 +75,7 @@ def main() -> None:
     uri = str(base / "table")
     rivc_s = timed(
         "rivc table (Spark writer + Delta commit)",
-        lambda: delta.write_batch(df, uri, Store(), "replace", delta.arrow_schema(df)),
+        lambda: deltatable.write_batch(df, uri, Store(), "replace", deltatable.arrow_schema(df)),
     )
     task = _Task(str(base / "tasks"), Store(), "rivc-bench", "snappy", (), None)
     tasks_s = timed(
@@ -90,16 +90,16 @@ def main() -> None:
     changed = frame(0, args.changed, 4, 2)  # keys in the first files only
     share = args.changed / n
     started = time.perf_counter()
-    result = delta.merge(changed, uri, Store(), ("id",))
+    result = deltamerge.merge(changed, uri, Store(), ("id",))
     merge_s = time.perf_counter() - started
     full_s = timed(
         "full rewrite of the table",
-        lambda: delta.write_batch(
-            delta.read(spark, uri).where("id >= 0"),
+        lambda: deltatable.write_batch(
+            deltatable.read(spark, uri).where("id >= 0"),
             str(base / "rewrite"),
             Store(),
             "replace",
-            delta.arrow_schema(df),
+            deltatable.arrow_schema(df),
         ),
     )
     print(
@@ -107,7 +107,7 @@ def main() -> None:
         f"{result.removed} of {FILES} files rewritten; full rewrite {full_s:.1f} s "
         f"({merge_s / full_s:.0%}); rss {rss_mb():.0f} MB"
     )
-    got = delta.read(spark, uri)
+    got = deltatable.read(spark, uri)
     assert got.count() == n and got.where("v = 2").count() == args.changed
     spark.stop()
     shutil.rmtree(base, ignore_errors=True)

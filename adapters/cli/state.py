@@ -249,7 +249,7 @@ def maintain(
     files (under the run lock)."""
     from rivc.compiler.specs import parse_duration
 
-    from ..connectors import delta
+    from ..plane import deltatable
     from ..plane.base import SinkContext
     from ..plane.registry import sink_for
     from ..run.retention import retain
@@ -285,8 +285,8 @@ def maintain(
             elif node.kind == "sink":
                 sinks.append(nid)
         for nid, uri, store in tables:
-            done = delta.maintain(uri, store, retain_hours, dry_run)
-            click.echo(f"{nid}: {delta.maintained(done, dry_run)}")
+            done = deltatable.maintain(uri, store, retain_hours, dry_run)
+            click.echo(f"{nid}: {deltatable.maintained(done, dry_run)}")
         for nid in sinks:  # after the tables: a retention Delta refuses stops before these
             name = plan.nodes[nid].name
             sink = plan.project.sinks[name]

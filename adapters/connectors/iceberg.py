@@ -428,7 +428,7 @@ def _upsert_files(table: Any, df: Any, key: str) -> list[Any] | None:
 
     from pyiceberg.conversions import from_bytes
 
-    from .delta import _KeyProbe
+    from ..plane.deltamerge import KeyProbe
 
     tasks = list(table.scan().plan_files())
     if any(t.delete_files for t in tasks):
@@ -449,7 +449,7 @@ def _upsert_files(table: Any, df: Any, key: str) -> list[Any] | None:
         if kind == "date":  # days since the epoch
             low, high = date(1970, 1, 1) + timedelta(low), date(1970, 1, 1) + timedelta(high)
         ranges.append((n, low, high))
-    hits = df.select(key).mapInArrow(_KeyProbe(key, False, ranges), "n int").distinct().collect()
+    hits = df.select(key).mapInArrow(KeyProbe(key, False, ranges), "n int").distinct().collect()
     chosen = {r.n for r in hits}
     return [t.file for n, t in enumerate(tasks) if n in chosen]
 

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from dataclasses import replace as replace_
 from typing import TYPE_CHECKING, Any
 
-from ..connectors import delta
+from ..plane import deltatable
 from ..plane.base import footer_stats
 from ..plane.tableread import DataFile, read_files
 from ..plane.taskwrite import Written
@@ -86,7 +86,7 @@ class Landing:
         to it (the run lock keeps other runs and `rivc maintain` out)."""
         with self._lock:
             if self._dt is None:
-                self._dt = delta.open_table(self.uri, self.store.delta)
+                self._dt = deltatable.open_table(self.uri, self.store.delta)
             return self._dt
 
     def position(self, dt: DeltaTable | None = None) -> Position:
@@ -106,7 +106,7 @@ class Landing:
         """The table's columns, without the batch column."""
         import pyarrow as pa
 
-        return pa.schema([f for f in delta.table_schema(dt) if f.name != BATCH])
+        return pa.schema([f for f in deltatable.table_schema(dt) if f.name != BATCH])
 
     def rel(self, uri: str) -> str:
         """A file's path in the table (as its log names it)."""
@@ -133,15 +133,15 @@ class Landing:
         dt = self.table()
         columns = pa.schema([*(f for f in schema if f.name != BATCH), pa.field(BATCH, pa.int64())])
         if dt is not None and not replace:  # keep the table's columns: older batches have them
-            have = delta.table_schema(dt)
+            have = deltatable.table_schema(dt)
             columns = pa.schema([*have, *(f for f in columns if f.name not in have.names)])
         written = self._describe(batch, files)
         base = self.position(dt).base if dt is not None else None
         position = replace_(position, base=batch if base is None else base)
-        stamp = delta.Stamp(metadata={"position": position.to_json()})
+        stamp = deltatable.Stamp(metadata={"position": position.to_json()})
         with self._lock:
             self._dt = None
-        delta.commit(
+        deltatable.commit(
             self.uri,
             self.store,
             "replace" if replace else "append",
@@ -179,7 +179,7 @@ class Landing:
             dt = dt or self.table()
             if dt is None or upto is None:
                 return []
-            listed = delta.table_files(dt, self.uri)
+            listed = deltatable.table_files(dt, self.uri)
         return [f for f in listed if (after is None or batch_of(f) > after) and batch_of(f) <= upto]
 
     def whole_files(self, upto: int | None, dt: DeltaTable | None = None) -> list[DataFile]:
@@ -202,7 +202,7 @@ class Landing:
 
         with self._lock:
             dt = self.table()
-            schema = delta.table_schema(dt) if dt is not None else pa.schema([])
+            schema = deltatable.table_schema(dt) if dt is not None else pa.schema([])
         names = [n for n in columns if n in schema.names]
         stored = pa.schema([schema.field(n) for n in names])
         df = _read(spark, files, stored, pa.schema([*stored, pa.field(BATCH, pa.int64())]), self)

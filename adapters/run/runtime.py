@@ -23,7 +23,7 @@ from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.manifest import ManifestNode
 from rivc.compiler.specs import RateLimit
 
-from ..connectors import delta
+from ..plane import deltamerge, deltatable
 from ..plane.base import SinkContext, SourceContext, WriteResult
 from ..plane.registry import read_source
 from ..state import NodeResult, StateStore
@@ -169,12 +169,12 @@ class Runtime:
             elif mat in ("table", "incremental"):
                 uri = self.table_uri(node)
                 store = self.plan.store(uri)
-                if delta.open_table(uri, store.delta) is None:
+                if deltatable.open_table(uri, store.delta) is None:
                     raise StateError(
                         f"model {node.name!r} has not been built yet; "
                         f"run `rivc run --select +{node.name}` first"
                     )
-                delta.read(self.spark, uri, store).createOrReplaceTempView(node.name)
+                deltatable.read(self.spark, uri, store).createOrReplaceTempView(node.name)
 
     def table_uri(self, node: ManifestNode) -> str:
         return join(self.plan.warehouse, node.name)
@@ -216,7 +216,7 @@ class Runtime:
         if node.kind == "source":
             return self.landing(nid).position().batch
         uri = self.table_uri(node)
-        table = delta.open_table(uri, self.plan.store(uri).delta)
+        table = deltatable.open_table(uri, self.plan.store(uri).delta)
         if table is None:
             return None
         found = table.transaction_version(self._model_app(node.name))
@@ -355,10 +355,10 @@ class Runtime:
             return NodeResult(nid, "model", "success", schema=self._schema(nid, df), message="view")
         uri = self.table_uri(node)
         store = self.plan.store(uri)
-        table = delta.open_table(uri, store.delta)
+        table = deltatable.open_table(uri, store.delta)
         incremental = mat == "incremental" and not self.full_refresh and table is not None
         if incremental:
-            delta.read(self.spark, uri, store).createOrReplaceTempView(name)  # {{ this }}
+            deltatable.read(self.spark, uri, store).createOrReplaceTempView(name)  # {{ this }}
             df = self.spark.sql(self.plan.sql(nid, incremental=True))
         else:
             df = self.spark.sql(self.plan.sql(nid))
@@ -375,14 +375,14 @@ class Runtime:
             how = "already committed by the killed run"
             result = WriteResult()
         elif not incremental:
-            result = delta.write_batch(
+            result = deltatable.write_batch(
                 df,
                 uri,
                 store,
                 "replace",
-                delta.arrow_schema(df),
+                deltatable.arrow_schema(df),
                 config.partition_by,
-                delta.Stamp.batch(app_id, batch_id),
+                deltatable.Stamp.batch(app_id, batch_id),
             )
             how = "table"
         else:
@@ -393,23 +393,29 @@ class Runtime:
                     f"model {name!r}: partition_by {list(config.partition_by)} differs from its "
                     f"table's {list(parts)}; run with --full-refresh to rebuild it"
                 )
-            df, target = delta.reconcile(df, table, config.on_schema_change, f"model {name!r}")
-            gone = [n for n in delta.table_schema(table).names if n not in target.names]
+            df, target = deltatable.reconcile(df, table, config.on_schema_change, f"model {name!r}")
+            gone = [n for n in deltatable.table_schema(table).names if n not in target.names]
             if gone:  # sync_all_columns: the model no longer has them
-                delta.drop_columns(self.spark, uri, store, gone)
+                deltatable.drop_columns(self.spark, uri, store, gone)
                 parts = tuple(p for p in parts if p not in gone)
             strategy = node.incremental_strategy
             if strategy == "merge":
-                stamp = delta.Stamp.batch(app_id, batch_id)
-                result = delta.merge(df, uri, store, node.unique_key, target, stamp)
+                stamp = deltatable.Stamp.batch(app_id, batch_id)
+                result = deltamerge.merge(df, uri, store, node.unique_key, target, stamp)
                 how = f"incremental merge, {result.removed} files rewritten"
             else:
-                result = delta.write_batch(
-                    df, uri, store, "append", target, parts, delta.Stamp.batch(app_id, batch_id)
+                result = deltatable.write_batch(
+                    df,
+                    uri,
+                    store,
+                    "append",
+                    target,
+                    parts,
+                    deltatable.Stamp.batch(app_id, batch_id),
                 )
                 how = "incremental append"
         fault("after-commit", name)
-        delta.read(self.spark, uri, store).createOrReplaceTempView(name)
+        deltatable.read(self.spark, uri, store).createOrReplaceTempView(name)
         return NodeResult(
             nid,
             "model",

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from rivc.adapters.connectors import delta
+from rivc.adapters.plane import deltatable
 from rivc.adapters.plane.tableread import read_group
 from rivc.adapters.plane.taskwrite import DESCRIPTION, Written, _Task
 from rivc.adapters.util.storage import Store
@@ -71,18 +71,18 @@ def test_tasks_write_edge_values_that_read_back_exactly(spark, tmp_path):
     ]
     assert sum(w.rows for w in written) == 4
     assert all(w.size == (tmp_path / "edge" / w.rel).stat().st_size for w in written)
-    schema = delta.arrow_schema(df)
-    delta.commit(
-        uri, store, "append", schema, written, ("part",), stamp=delta.Stamp.batch("edge", 0)
+    schema = deltatable.arrow_schema(df)
+    deltatable.commit(
+        uri, store, "append", schema, written, ("part",), stamp=deltatable.Stamp.batch("edge", 0)
     )
 
     table = DeltaTable(uri)
     assert table.transaction_version("edge") == 0
     by_delta = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
-    files = delta.table_files(table, uri)
+    files = deltatable.table_files(table, uri)
     by_rivc = sorted(
         pa.Table.from_batches(
-            list(read_group(files, delta.table_schema(table), store))
+            list(read_group(files, deltatable.table_schema(table), store))
         ).to_pylist(),
         key=lambda r: r["id"],
     )
