@@ -9,6 +9,7 @@ from rivc.compiler.errors import RivcError, StateError
 from rivc.compiler.locate import SPARK_LOG, STATE_DIR
 
 from ..state import StateStore
+from .execute import execute
 from .plan import Plan
 from .runtime import Runtime
 from .scheduler import bind_upstream
@@ -98,9 +99,9 @@ def run_sink_job(root: Path, sink: str, detached: bool = False) -> int:
                 )
             with graceful_interrupt(runtime.interrupt):
                 bind_upstream(runtime, upstream, extracted)
-                results = [runtime.execute(up) for up in extracted]
+                results = [execute(runtime, up) for up in extracted]
                 failed = next((r for r in results if r.status != "success"), None)
-                result = failed or runtime.execute(nid)
+                result = failed or execute(runtime, nid)
             state.finish_run(run_id, "success" if result.status == "success" else "error")
     except RivcError as exc:
         print(str(exc), file=sys.stderr)

@@ -19,6 +19,7 @@ from rivc.compiler.errors import ProjectError
 from rivc.compiler.locate import TARGET_DIR
 
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
+from .execute import execute as execute_node
 from .plan import Plan
 from .runtime import Runtime
 from .sparkprogress import SparkProgress
@@ -218,7 +219,7 @@ def _schedule(
             runtime.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         runtime.tracker.enter(nid)
         on_start(nid)
-        return runtime.execute(nid)
+        return execute_node(runtime, nid)
 
     def finish(result: NodeResult) -> None:
         with lock:
