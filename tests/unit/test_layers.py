@@ -124,3 +124,9 @@ def test_the_checker_sees_a_circle_and_an_upward_import():
     mods = modules()
     assert "rivc.adapters.run.runtime" in imports(mods)["rivc.adapters.run.scheduler"]
     assert "rivc.compiler.registry" in imports(mods)["rivc.adapters.plane.registry"]
+
+
+def test_no_module_over_600_lines():
+    """A module that grows past this is two things; split it by what each part is."""
+    long = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}
