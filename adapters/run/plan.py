@@ -17,6 +17,7 @@ from rivc.compiler.errors import StateError
 from rivc.compiler.locate import TARGET_DIR
 from rivc.compiler.manifest import Manifest, ManifestNode
 from rivc.compiler.project import Project, load_project
+from rivc.compiler.redact import redact
 from rivc.compiler.specs import ProfileSpec
 
 from ..util.storage import Store, resolve
@@ -52,6 +53,12 @@ class Plan:
                     except OSError:
                         pass  # named in the error of sql() if a node needs it
         project = load_project(root, os.environ if env is None else env)
+        edited = _edited_since_compile(manifest, project)
+        if edited is not None:
+            raise StateError(
+                f"{edited}: changed since `rivc compile` wrote {TARGET_DIR}/ (or its environment "
+                "variables did); compile again, so that what runs is what was compiled"
+            )
         return cls(root, manifest, project, compiled)
 
     @classmethod
@@ -122,3 +129,25 @@ class Plan:
                     seen.add(dep)
                     stack.append(dep)
         return [n for n in self.nodes if n in seen]
+
+
+def _edited_since_compile(manifest: Manifest, project: Project) -> str | None:
+    """The spec file of a source or sink whose config, as re-read now, differs from what the
+    manifest recorded at compile (compared as the manifest holds it: redacted)."""
+    for node in manifest.nodes.values():
+        now: object = None
+        if node.kind == "sink" and node.sink_config is not None:
+            sink = project.sinks.get(node.name)
+            now = None if sink is None else redact(sink.config.model_dump(mode="json"))
+            if now != node.sink_config:
+                return node.path
+        elif node.kind == "source" and node.table is not None:
+            source = project.sources.get(node.name)
+            dumped = (
+                None
+                if source is None
+                else source.table.model_dump(mode="json", exclude_defaults=True, by_alias=True)
+            )
+            if (None if dumped is None else redact(dumped)) != node.table:
+                return node.path
+    return None

@@ -29,3 +29,19 @@ def test_a_manifest_of_another_schema_version_is_refused_by_name():
     data["schema_version"] = 99
     with pytest.raises(ValueError, match="manifest schema version 99.*rivc compile"):
         Manifest.loads(json.dumps(data))
+
+
+def test_a_job_refuses_a_spec_edited_since_compile(make_project):
+    """A generated job reads target/ and re-reads the specs for their secrets: a spec edited in
+    between is named, not run half old, half new."""
+    from rivc.adapters.run.plan import Plan
+    from rivc.compiler.errors import StateError
+    from rivc_testing import rivc
+
+    sinks = "sinks:\n  - {name: lake, from: stg, connector: delta, config: {table_uri: out/a}}\n"
+    root = make_project({"sinks/out.yml": sinks})
+    assert rivc(root, "compile").exit_code == 0
+    assert Plan.load(root, env={}).nodes["sink:lake"].connector == "delta"
+    (root / "sinks/out.yml").write_text(sinks.replace("out/a", "out/b"))
+    with pytest.raises(StateError, match=r"sinks/out.yml: changed since `rivc compile`"):
+        Plan.load(root, env={})
