@@ -44,18 +44,18 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
             extra["compiled_batches_path"] = f"compiled/sink/{node.name}.batches.sql"
             files[extra["compiled_batches_path"]] = node.extra["batch_sql"]
         nodes[nid] = ManifestNode(
-            nid,
-            node.kind,
-            node.name,
-            node.path.as_posix(),
-            node.description,
-            tuple(node.tags),
-            node.config,
-            tuple(graph.parents(nid)),
-            node.checksum,
-            node.columns,
-            paths["compiled_path"],
-            paths["compiled_incremental_path"],
+            id=nid,
+            kind=node.kind,
+            name=node.name,
+            path=node.path.as_posix(),
+            description=node.description,
+            tags=tuple(node.tags),
+            config=node.config,
+            depends_on=tuple(graph.parents(nid)),
+            checksum=node.checksum,
+            columns=node.columns,
+            compiled_path=paths["compiled_path"],
+            compiled_incremental_path=paths["compiled_incremental_path"],
             **extra,
         )
         if node.kind == "sink":

@@ -19,7 +19,7 @@ def node_id(kind: Kind, name: str) -> NodeId:
     return NodeId(f"{kind}:{name}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Node:
     """One node of the project as compile knows it; `config` is JSON-ready."""
 

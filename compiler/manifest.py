@@ -34,7 +34,7 @@ _OPTIONAL = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ManifestNode:
     id: str
     kind: Kind
@@ -112,18 +112,18 @@ class ManifestNode:
     def from_json(cls, nid: str, data: dict[str, Any]) -> ManifestNode:
         extra = {("from_" if key == "from" else key): data[key] for key in _OPTIONAL if key in data}
         return cls(
-            nid,
-            cast(Kind, data["kind"]),
-            data["name"],
-            data["path"],
-            data.get("description", ""),
-            tuple(data.get("tags", ())),
-            dict(data.get("config", {})),
-            tuple(data.get("depends_on", ())),
-            data.get("checksum", ""),
-            data.get("columns"),
-            data.get("compiled_path"),
-            data.get("compiled_incremental_path"),
+            id=nid,
+            kind=cast(Kind, data["kind"]),
+            name=data["name"],
+            path=data["path"],
+            description=data.get("description", ""),
+            tags=tuple(data.get("tags", ())),
+            config=dict(data.get("config", {})),
+            depends_on=tuple(data.get("depends_on", ())),
+            checksum=data.get("checksum", ""),
+            columns=data.get("columns"),
+            compiled_path=data.get("compiled_path"),
+            compiled_incremental_path=data.get("compiled_incremental_path"),
             **extra,
         )
 

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExtractContext:
     """What an extraction reads from its run. It writes the landing table, and schema
     records to the state store, and returns the rest as an Extraction."""

@@ -25,18 +25,18 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
             )
         done = extract(
             ExtractContext(
-                nid,
-                node.name,
-                source.table,
-                Conn.resolve(spec, os.environ),
-                source.source.tuning.resolved(),
-                rt.plan.sql(nid),
-                rt.landing(nid),
-                rt.state,
-                rt.run_id,
-                rt.full_refresh,
-                rt.resume_from,
-                lambda: rt.spark,
+                nid=nid,
+                name=node.name,
+                table=source.table,
+                conn=Conn.resolve(spec, os.environ),
+                tuning=source.source.tuning.resolved(),
+                query=rt.plan.sql(nid),
+                landing=rt.landing(nid),
+                state=rt.state,
+                run_id=rt.run_id,
+                full_refresh=rt.full_refresh,
+                resume_from=rt.resume_from,
+                spark=lambda: rt.spark,
             )
         )
         if done.result.status == "success" and done.batch is not None:

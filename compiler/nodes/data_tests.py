@@ -73,10 +73,10 @@ def test_nodes(
                 out.append(node)
     for name, singular in sorted(project.tests.items()):
         node = Node(
-            node_id("test", name),
-            "test",
-            name,
-            singular.path,
+            id=node_id("test", name),
+            kind="test",
+            name=name,
+            path=singular.path,
             checksum=hashlib.sha256(singular.text.encode()).hexdigest(),
             config={"severity": "error", "test": "singular"},
         )
@@ -172,17 +172,16 @@ def generic_test(
         "model": model,
     }
     return Node(
-        node_id("test", name),
-        "test",
-        name,
-        loc.path,
-        deps,
-        (),
-        config,
-        "",
-        sql + "\n",
+        id=node_id("test", name),
+        kind="test",
+        name=name,
+        path=loc.path,
+        depends_on=deps,
+        tags=(),
+        config=config,
+        description="",
+        sql=sql + "\n",
         checksum=content_hash(model, column, test),
-        # `line`: where a failure is reported (the SQL is rivc's, not the file's)
         extra={"spec_path": loc.path.as_posix(), "line": loc.line},
     )
 

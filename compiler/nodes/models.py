@@ -162,18 +162,18 @@ def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Nod
     deps = [node_id("model", r) for r in res.refs] + [node_id("source", s) for s in res.sources]
     config = res.config or {}
     return Node(
-        node_id("model", res.name),
-        "model",
-        res.name,
-        model.path,
-        deps,
-        tuple(config.get("tags", ())),
-        config,
-        props[0].description if props else "",
-        res.sql,
-        res.sql_incremental,
-        columns,
-        hashlib.sha256(model.text.encode()).hexdigest(),
+        id=node_id("model", res.name),
+        kind="model",
+        name=res.name,
+        path=model.path,
+        depends_on=deps,
+        tags=tuple(config.get("tags", ())),
+        config=config,
+        description=props[0].description if props else "",
+        sql=res.sql,
+        sql_incremental=res.sql_incremental,
+        columns=columns,
+        checksum=hashlib.sha256(model.text.encode()).hexdigest(),
     )
 
 

@@ -109,19 +109,19 @@ def sink_node(
     if isinstance(mode, str):
         cfg["mode"] = mode
     return Node(
-        node_id("sink", spec.name),
-        "sink",
-        spec.name,
-        path,
-        deps,
-        spec.tags,
-        cfg,
-        spec.description,
-        sql,
-        None,
-        columns,
-        content_hash(spec.model_dump(mode="json", by_alias=True)),
-        extra,
+        id=node_id("sink", spec.name),
+        kind="sink",
+        name=spec.name,
+        path=path,
+        depends_on=deps,
+        tags=spec.tags,
+        config=cfg,
+        description=spec.description,
+        sql=sql,
+        sql_incremental=None,
+        columns=columns,
+        checksum=content_hash(spec.model_dump(mode="json", by_alias=True)),
+        extra=extra,
     )
 
 

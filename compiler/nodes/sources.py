@@ -99,23 +99,23 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
         extra["tuning"] = table.source.tuning.resolved()
     cfg = spec.model_dump(mode="json", include={"mode"})
     return Node(
-        node_id("source", table.fqn),
-        "source",
-        table.fqn,
-        path,
-        [],
-        (),
-        cfg,
-        spec.description or table.source.description,
-        sql,
-        None,
-        dict(columns) if columns is not None else None,
-        content_hash(
+        id=node_id("source", table.fqn),
+        kind="source",
+        name=table.fqn,
+        path=path,
+        depends_on=[],
+        tags=(),
+        config=cfg,
+        description=spec.description or table.source.description,
+        sql=sql,
+        sql_incremental=None,
+        columns=dict(columns) if columns is not None else None,
+        checksum=content_hash(
             table.source.name,
             table.source.connector,
             table.source.connection,
             table.source.tuning,
             spec,
         ),
-        extra,
+        extra=extra,
     )
