@@ -9,7 +9,6 @@ of a source's whole query that previews, tests and unselected upstream sources u
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -324,11 +323,29 @@ def decode(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Cursor:
+    """Where an incremental table's extraction stands: the high-water mark, encoded (`encode`:
+    typed JSON), and with a `unique_key` the keys of the rows at that value delivered already."""
+
+    value: Any
+    keys: tuple[tuple[Any, ...], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "keys": [list(k) for k in self.keys]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Cursor | None:
+        if data is None:
+            return None
+        return cls(data["value"], tuple(tuple(k) for k in data.get("keys", ())))
+
+
+@dataclass(frozen=True)
 class Window:
     """What one run of a source table reads, and the cursor state it leaves on commit."""
 
     predicate: str | None  # on the wrapped query; None: everything
-    cursor: dict[str, Any] | None = None  # state to store after commit
+    cursor: Cursor | None = None  # the position to commit with the window's rows
     chunks: list[tuple[int, str]] | None = None  # chunked: (chunk number, predicate)
     description: str = ""
     sparse: bool = False  # chunked: most windows are empty (fewer rows than 10% of the span)
@@ -346,7 +363,7 @@ def plan_window(
     kind: str,
     base: str,
     table: SourceTable,
-    stored: dict[str, Any] | None,
+    stored: Cursor | None,
     now: datetime | None = None,
 ) -> Window:
     """The predicate of this run's extraction, from the mode and the stored cursor."""
@@ -360,8 +377,8 @@ def plan_window(
         hwm = scalar(conn, f"SELECT MAX({col}) FROM {wrapped}")
         if hwm is None:
             return Window("1 = 0", None, description="incremental: the table is empty")
-        last = decode(stored["value"]) if stored else None
-        keys = stored.get("keys", []) if stored else []
+        last = decode(stored.value) if stored else None
+        keys = stored.keys if stored else ()
         if table.unique_key:
             # [last, hwm], minus the rows at `last` whose keys an earlier run delivered: rows that
             # share the boundary value are neither lost nor delivered twice.
@@ -381,20 +398,17 @@ def plan_window(
                 f"{low}{col} <= {lit(hwm)}{seen}",
                 # compared as stored: a time-zone-aware high-water mark never equals the naive
                 # decoded one, and ties would be delivered again
-                {
-                    "value": encode(hwm),
-                    "keys": keys if stored and encode(hwm) == stored["value"] else [],
-                },
+                Cursor(encode(hwm), keys if stored and encode(hwm) == stored.value else ()),
                 description=f"incremental {col} in [{last}, {hwm}]",
             )
         # No key to deduplicate by: [last, hwm) — every row of one cursor value is read in the
         # same run; the newest value waits for a newer one.
-        if stored and encode(hwm) == stored["value"]:
+        if stored and encode(hwm) == stored.value:
             return Window("1 = 0", None, description=f"incremental: nothing below {hwm}")
         low = f"{col} >= {lit(last)} AND " if last is not None else ""
         return Window(
             f"{low}{col} < {lit(hwm)}",
-            {"value": encode(hwm)},
+            Cursor(encode(hwm)),
             description=f"incremental {col} in [{last}, {hwm})",
         )
     if table.mode == "time_window":
@@ -572,11 +586,3 @@ def read_query(
         *(f"{dbtypes.spark_convert(label, d)} AS {quote_name(d.name)}" for d in plan)
     )
     return out
-
-
-def dump_cursor(cursor: dict[str, Any]) -> str:
-    return json.dumps(cursor, sort_keys=True)
-
-
-def load_cursor(text: str | None) -> dict[str, Any] | None:
-    return json.loads(text) if text else None

@@ -24,6 +24,7 @@ from rivc.compiler.sql import quote
 
 from ..connectors.relational import (
     Conn,
+    Cursor,
     ExtractError,
     connection,
     driver_errors,
@@ -100,7 +101,7 @@ def explain(db: Any, kind: str, sql: str) -> tuple[int, str]:
     return estimate, scan
 
 
-def check_table(project: Project, fqn: str, sql: str, stored: dict[str, Any] | None) -> Check:
+def check_table(project: Project, fqn: str, sql: str, stored: Cursor | None) -> Check:
     """EXPLAIN the next extraction of `fqn` from the cursor its landing table holds
     (`stored`, None before the first)."""
     source = project.sources[fqn]

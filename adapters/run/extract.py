@@ -26,6 +26,7 @@ from rivc.compiler.sql import quote
 
 from ..connectors.relational import (
     Conn,
+    Cursor,
     ExtractError,
     Window,
     connection,
@@ -101,7 +102,7 @@ def extract(ctx: ExtractContext) -> Extraction:
     stored = at.cursor if table.mode == "incremental" and not ctx.full_refresh else None
     upgraded = table.mode == "incremental" and not ctx.full_refresh and at.batch is None
     if upgraded:  # a project whose earlier rivc kept the cursor in the state store
-        stored = ctx.state.legacy_cursor(nid)
+        stored = Cursor.from_json(ctx.state.legacy_cursor(nid))
     via = ""
     window_batch = new_batch_id(_last_id(at))  # a retry stages into the same batch again
 
@@ -175,7 +176,7 @@ def extract(ctx: ExtractContext) -> Extraction:
         )
     cursor = window.cursor
     if cursor is not None and table.unique_key and rows:
-        cursor = {**cursor, "keys": _boundary_keys(dataset(files, store), table, cursor)}
+        cursor = replace(cursor, keys=_boundary_keys(dataset(files, store), table, cursor))
     if (
         table.mode == "incremental"
         and not ctx.full_refresh
@@ -429,12 +430,12 @@ def _quality(files: list[str], store: Store, table: Any, rows: int) -> tuple[lis
     return fails, warns
 
 
-def _boundary_keys(data: pads.Dataset, table: Any, cursor: dict[str, Any]) -> list[list[Any]]:
+def _boundary_keys(data: pads.Dataset, table: Any, cursor: Cursor) -> tuple[tuple[Any, ...], ...]:
     """Keys of the extracted rows at the new cursor value (plus those delivered before at it)."""
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    value = decode(cursor["value"])
+    value = decode(cursor.value)
     column = data.schema.field(table.cursor_column)
     if isinstance(value, datetime) and pa.types.is_timestamp(column.type) and column.type.tz:
         value = value.replace(tzinfo=UTC) if value.tzinfo is None else value
@@ -442,8 +443,8 @@ def _boundary_keys(data: pads.Dataset, table: Any, cursor: dict[str, Any]) -> li
         columns=list(table.unique_key),
         filter=pads.field(table.cursor_column) == pa.scalar(value, type=column.type),
     )
-    new = [[encode(_naive(v)) for v in row.values()] for row in at.to_pylist()]
-    old = [k for k in cursor.get("keys", []) if k not in new]
+    new = tuple(tuple(encode(_naive(v)) for v in row.values()) for row in at.to_pylist())
+    old = tuple(k for k in cursor.keys if k not in new)
     return old + new
 
 

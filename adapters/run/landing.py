@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from dataclasses import replace as replace_
 from typing import TYPE_CHECKING, Any
 
+from ..connectors.relational import Cursor
 from ..plane import deltatable
 from ..plane.base import footer_stats
 from ..plane.tableread import DataFile, read_files
@@ -47,7 +48,7 @@ class Position:
     """Where the source's extraction stands, as the landing table's last commit says."""
 
     batch: int | None = None  # the newest complete batch
-    cursor: dict[str, Any] | None = None  # incremental: {"value", "keys"} (relational.py)
+    cursor: Cursor | None = None  # incremental: the high-water mark and its boundary keys
     chunking: dict[str, Any] | None = None  # a chunked pass under way: {"batch", "plan", "done"}
     columns: dict[str, str] = field(default_factory=dict)  # the newest batch's columns
     floor: int | None = None  # retention folded the batches up to this one into it
@@ -55,11 +56,14 @@ class Position:
     run: str | None = None  # the run that made the last commit
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["cursor"] = None if self.cursor is None else self.cursor.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Position:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["cursor"] = Cursor.from_json(known.get("cursor"))
         return cls(**known)
 
 

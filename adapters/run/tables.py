@@ -36,7 +36,7 @@ def positions(runtime: Runtime) -> list[dict[str, Any]]:
                 "source": nid,
                 "batch": at.batch,
                 "landed_at": batch_time(at.batch),
-                "cursor": None if at.cursor is None else at.cursor.get("value"),
+                "cursor": None if at.cursor is None else at.cursor.value,
                 "batches": len(held),
                 "chunks_done": None if at.chunking is None else len(at.chunking["done"]),
             }

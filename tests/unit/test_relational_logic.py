@@ -212,7 +212,7 @@ def test_binary_keys_are_hex_literals():
 
 
 def test_key_columns_are_quoted_identifiers_whatever_their_name():
-    from rivc.adapters.connectors.relational import plan_window
+    from rivc.adapters.connectors.relational import Cursor, plan_window
     from rivc.compiler.specs import SourceTable
 
     class Recorder:
@@ -248,7 +248,7 @@ def test_key_columns_are_quoted_identifiers_whatever_their_name():
     )
     for kind, quoted in (("postgres", '"x"" IS NULL OR 1=1; --"'), ("mysql", f"`{hostile}`")):
         db = Recorder()
-        window = plan_window(db, kind, "SELECT * FROM t", table, {"value": 3, "keys": [[1]]})
+        window = plan_window(db, kind, "SELECT * FROM t", table, Cursor(3, ((1,),)))
         assert db.sql == [f"SELECT MAX({quoted}) FROM (SELECT * FROM t) AS _rivc"]
         assert window.predicate is not None and window.predicate.startswith(f"{quoted} >= 3")
         key = '"k`"' if kind == "postgres" else "`k```"
