@@ -465,6 +465,13 @@ def test_check_and_doctor(spark, tmp_path, kind):
         assert unset.exit_code == 1, unset.output
         assert "[FAIL] connection db" in unset.output and "RIVC_UNSET_PASSWORD" in unset.output
         assert "[OK] sink lake" in unset.output
+        user = "postgres" if kind == "postgres" else "root"
+        (root / "profiles.yml").write_text(
+            db.profile.replace(f"user: {user}", "user: rivc_no_such_role")
+        )
+        denied = rivc(root, "doctor").output
+        line = next(x for x in denied.splitlines() if x.startswith("[FAIL] connection db"))
+        assert line.count("auth error") == 1, line
 
 
 def test_copy_reader_types_nulls_and_awkward_text(spark, tmp_path):
