@@ -12,7 +12,7 @@ from ..state import StateStore
 from .execute import execute
 from .plan import Plan
 from .runtime import Runtime
-from .scheduler import bind_upstream
+from .scheduler import bind_upstream, check_sink_locations
 from .streaming import graceful_interrupt
 
 
@@ -97,6 +97,7 @@ def run_sink_job(root: Path, sink: str, detached: bool = False) -> int:
                     "runs, and would extract into a landing table of its own; run the job "
                     "beside the project folder"
                 )
+            check_sink_locations(plan, [nid])
             with graceful_interrupt(runtime.interrupt):
                 bind_upstream(runtime, upstream, extracted)
                 results = [execute(runtime, up) for up in extracted]

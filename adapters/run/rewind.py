@@ -50,7 +50,7 @@ def rewind(runtime: Runtime, sink: str, to: str, inputs: Sequence[str]) -> list[
     if not chosen:
         raise StateError(f"{nid} reads no landed source or stored model: it takes its whole input")
     place = place_before(to)
-    writer = runtime.sink_writer(node.name, check=False)
+    writer = runtime.sink_writer(node.name)
     lines = []
     for target in (writer.main, *writer.targets.values()):
         held = target.held(chosen)

@@ -32,7 +32,7 @@ from ..util.storage import environment, join
 from .delivery import BatchWriter
 from .landing import Landing
 from .plan import Plan
-from .sinkwriter import SinkWriter, health_check, transform_source
+from .sinkwriter import SinkWriter, transform_source
 from .sparkprogress import SparkProgress
 from .warehouse import writer_id
 
@@ -272,9 +272,9 @@ class Runtime:
         self.state.hand_out(self.run_id, nid, batch_id)
         return batch_id
 
-    def sink_writer(self, name: str, check: bool = True) -> SinkWriter:
-        """The foreachBatch function of sink `name`, with its route and dead-letter targets;
-        each location is health-checked first (`check`)."""
+    def sink_writer(self, name: str) -> SinkWriter:
+        """The foreachBatch function of sink `name`, with its route and dead-letter targets
+        (their locations were probed before the run's first node: check_sink_locations)."""
         sinks = self.plan.project.sinks
         spec = sinks[name].spec
 
@@ -289,8 +289,6 @@ class Runtime:
                 self.writer,
                 d.spec.shared,
             )
-            if spec.health_check and check:
-                health_check(ctx, d.connector, d.config)
             return BatchWriter(
                 f"sink:{sink}", d.spec.connector, d.config, ctx, self.run_id, self.state.path
             )

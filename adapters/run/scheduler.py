@@ -159,21 +159,26 @@ def execute(
 
 
 def check_sink_locations(plan: Plan, todo: list[str]) -> None:
-    """Before the first node: every sink that will run can write where it writes (a sink on
-    this machine's disk; object stores answer at their first write). An extraction and hours
-    of models should not run into a directory the sink cannot write."""
+    """Before the first node: every sink that will run, its route targets and its dead-letter
+    sink can write where they write (on this machine's disk; object stores answer at their
+    first write, and `rivc doctor` probes them). An extraction and hours of models should not
+    run into a directory a sink cannot write."""
     from ..ops.preflight import probe_sink
 
+    sinks = plan.project.sinks
     for nid in todo:
         if not nid.startswith("sink:"):
             continue
-        sink = plan.project.sinks[nid.removeprefix("sink:")]
-        if not sink.spec.health_check:  # the user's word: its writes fail (and retry) instead
+        spec = sinks[nid.removeprefix("sink:")].spec
+        if not spec.health_check:  # the user's word: its writes fail (and retry) instead
             continue
-        error = probe_sink(sink.connector, sink.config, plan.root)
-        if error:
-            where = sink.where.location("config")
-            raise ProjectError(f"sink {sink.spec.name}: cannot write its location: {error}", where)
+        for sink in (sinks[spec.name], *(sinks[t] for t in spec.targets)):
+            error = probe_sink(sink.connector, sink.config, plan.root)
+            if error:
+                where = sink.where.location("config")
+                raise ProjectError(
+                    f"sink {sink.spec.name}: cannot write its location: {error}", where
+                )
 
 
 def bind_upstream(runtime: Runtime, needed: list[str], todo: list[str]) -> None:

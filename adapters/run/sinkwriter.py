@@ -22,13 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler import transforms as tf
 from rivc.compiler.errors import ConnectorError, RivcError
-from rivc.compiler.registry import ConnectorInfo
 from rivc.compiler.specs import RateLimit, SinkRetry
 from rivc.compiler.sql import literal
 from rivc.compiler.sql import quote as q
 from rivc.compiler.transforms import ERROR_COLUMN, Expectation
 
-from ..plane.base import SinkContext
 from ..util.errortext import transient
 from .delivery import BatchWriter
 
@@ -324,12 +322,3 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
     from pyspark.errors import PySparkException
 
     return (PySparkException,)
-
-
-def health_check(ctx: SinkContext, info: ConnectorInfo, config: Any) -> None:
-    """Before the first batch: the sink's local location can be written."""
-    from ..ops.preflight import probe_sink
-
-    error = probe_sink(info, config, ctx.root)
-    if error:
-        raise ConnectorError(f"sink {ctx.sink}: health check failed: {error}")

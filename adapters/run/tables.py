@@ -56,7 +56,7 @@ def consumers(runtime: Runtime, source: str | None = None) -> list[dict[str, Any
         tracked = [t for t in node.input.get("tracked", ()) if source in (None, t)]
         if not tracked:
             continue
-        writer = runtime.sink_writer(node.name, check=False)
+        writer = runtime.sink_writer(node.name)
         routes = [w for t, w in writer.targets.items() if t != writer.dead_letter]
         for target in (writer.main, *routes):  # a dead-letter target holds only failed rows
             held = target.held(tracked)

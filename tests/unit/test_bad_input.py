@@ -263,3 +263,24 @@ def test_a_sink_location_that_cannot_be_written_stops_the_run_before_any_node(ma
         f"{root / 'out'} is not a directory"
     )
     assert not (root / "warehouse").exists()  # nothing extracted, nothing built
+
+
+def test_a_dead_letter_location_that_cannot_be_written_is_found_before_any_node(make_project):
+    root = make_project(
+        {
+            "sinks/out.yml": """
+                sinks:
+                  - name: lake
+                    from: stg
+                    connector: delta
+                    config: {table_uri: out/lake}
+                    dead_letter: {connector: files, config: {path: dlq/rows, format: jsonl}}
+            """
+        }
+    )
+    (root / "dlq").write_text("a file where the dead letters' directory would be")
+    code, out = run(root, "run")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith("sinks/out.yml:") and "lake__dead_letter: cannot write" in line, line
+    assert not (root / "warehouse").exists()
