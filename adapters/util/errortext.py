@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import re
 
+_SPARK_TAIL = re.compile(r"(\s*SQLSTATE: \w+)?(;\s*line \d+,? pos \d+)?\s*$")
+
+
 _RIVC_ERROR = re.compile(r"rivc\.compiler\.errors\.\w+: (?:error: )?([^\n]+)")
 
 
@@ -20,10 +23,7 @@ def rivc_error_inside(text: str) -> str | None:
     """The innermost rivc error in `text`, one line, or None (without the SQLSTATE Spark adds
     to a raise_error's text)."""
     inner = _RIVC_ERROR.findall(text)
-    return _SQLSTATE.sub("", str(inner[-1])).strip()[:500] if inner else None
-
-
-_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
+    return _SPARK_TAIL.sub("", str(inner[-1])).strip()[:500] if inner else None
 
 
 def python_error_inside(text: str) -> str | None:
@@ -39,9 +39,6 @@ def python_error_inside(text: str) -> str | None:
                 found = f"{name.rsplit('.', 1)[-1]}: {message.strip()}" if sep else name
             inside = False
     return found[:500] if found else None
-
-
-_SPARK_TAIL = re.compile(r"(\s*SQLSTATE: \w+)?(;\s*line \d+,? pos \d+)?\s*$")
 
 
 def model_error(exc: BaseException, sql: str, path: str) -> str | None:
