@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from .driver import CompiledProject
 from .graph import Node
 from .inline import final_sql
-from .manifest import Manifest, ManifestNode
+from .manifest import Manifest, ManifestNode, SinkFacts
 from .redact import redact
 from .version import VERSION
 
@@ -35,14 +36,10 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
                 inc = compiled_path(node, incremental=True)
                 files[inc] = final_sql(graph, node, node.sql_incremental)
                 paths["compiled_incremental_path"] = inc
-        extra = {
-            ("from_" if k == "from" else k): v
-            for k, v in node.extra.items()
-            if k not in ("spec_path", "batch_sql")
-        }
-        if "batch_sql" in node.extra:
-            extra["compiled_batches_path"] = f"compiled/sink/{node.name}.batches.sql"
-            files[extra["compiled_batches_path"]] = node.extra["batch_sql"]
+        facts = node.facts
+        if isinstance(facts, SinkFacts) and node.sql_batches is not None:
+            facts = replace(facts, compiled_batches_path=f"compiled/sink/{node.name}.batches.sql")
+            files[facts.compiled_batches_path or ""] = node.sql_batches
         nodes[nid] = ManifestNode(
             id=nid,
             kind=node.kind,
@@ -56,7 +53,8 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
             columns=node.columns,
             compiled_path=paths["compiled_path"],
             compiled_incremental_path=paths["compiled_incremental_path"],
-            **extra,
+            facts=facts,
+            line=node.line,
         )
         if node.kind == "sink":
             files[f"jobs/{node.name}.py"] = sink_job(compiled, node)
@@ -99,8 +97,8 @@ def sink_job(compiled: CompiledProject, node: Node) -> str:
     ]
     return env.get_template("sink_job.py.j2").render(
         sink=node.name,
-        source=node.extra.get("from", ""),
-        connector=node.extra.get("connector", ""),
+        source=node.facts.from_ if isinstance(node.facts, SinkFacts) else "",
+        connector=node.facts.connector if isinstance(node.facts, SinkFacts) else "",
         upstream=[n.id for n in upstream if n.id != node.id],
         version=VERSION,
     )

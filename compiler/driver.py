@@ -149,9 +149,7 @@ def _analyze(
     sink_inputs(project, graph, findings)
     chosen = select(graph, options.select, options.exclude)
     needed = graph.with_upstream(chosen)
-    scope = {nodes[n].path.as_posix() for n in needed} | {
-        n.extra["spec_path"] for n in (nodes[i] for i in needed) if "spec_path" in n.extra
-    }
+    scope = {nodes[n].path.as_posix() for n in needed}
     findings = [f for f in findings if f.location is None or f.location.path.as_posix() in scope]
     findings.sort(
         key=lambda f: (

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import networkx as nx
 
 from .errors import GraphError, SourceLocation
+from .manifest import Facts
 from .specs import NodeId
 
 Kind = Literal["source", "model", "sink", "test"]
@@ -35,7 +36,14 @@ class Node:
     sql_incremental: str | None = None  # incremental models: the is_incremental() variant
     columns: dict[str, str] | None = None  # name -> type ("" when not known)
     checksum: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    sql_batches: str | None = None  # sinks of new batches: the SQL of one batch
+    facts: Facts = None  # sources and sinks: what only their kind has (manifest.py)
+    line: int | None = None  # sources, sinks, generic tests: the line of their YAML entry
+
+    @property
+    def relation(self) -> str:
+        """The relation a node's SQL names: a source's view, a model's name."""
+        return self.facts.relation if self.facts is not None else self.name
 
 
 class ProjectGraph:

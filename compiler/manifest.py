@@ -17,21 +17,120 @@ SCHEMA_VERSION = 2
 
 Kind = Literal["source", "model", "sink", "test"]
 
-# Fields only some kinds have, in the order they are written after `compiled_path`.
-_OPTIONAL = (
-    "connector",
-    "connection",
-    "from",
-    "relation",
-    "table",
-    "tuning",
-    "sink_config",
-    "trigger",
-    "targets",
-    "input",
-    "compiled_batches_path",
-    "line",
-)
+InputKind = Literal["batches", "whole", "stream"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkInput:
+    """What a sink consumes (compiler/nodes/consumers.py): `batches` of landed incremental
+    sources, the `whole` relation when a `tracked` input has a newer version, or a `stream`."""
+
+    kind: InputKind
+    changing: tuple[str, ...] = ()  # landed incremental sources: they grow by batches
+    tracked: tuple[str, ...] = ()  # inputs with versions: landed sources and stored models
+    untracked: bool = False  # reads an input without versions: delivered on every run
+    through: str | None = None  # `whole` past a view new batches cannot pass: that view
+    why: str | None = None  # and why they cannot
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "changing": list(self.changing),
+            "tracked": list(self.tracked),
+            "untracked": self.untracked,
+        }
+        if self.through is not None:
+            out.update(through=self.through, why=self.why)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SinkInput:
+        return cls(
+            kind=cast(InputKind, data["kind"]),
+            changing=tuple(data.get("changing", ())),
+            tracked=tuple(data.get("tracked", ())),
+            untracked=bool(data.get("untracked", False)),
+            through=data.get("through"),
+            why=data.get("why"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceFacts:
+    """What a source table's node carries from compile to run, beside every node's fields."""
+
+    connector: str
+    connection: str | None  # relational sources: the profile's connection
+    relation: str  # the view `source()` reads
+    table: dict[str, Any]  # the table's spec, redacted
+    tuning: dict[str, int] | None = None  # relational sources
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "connector": self.connector,
+            "connection": self.connection,
+            "relation": self.relation,
+            "table": self.table,
+        }
+        if self.tuning is not None:
+            out["tuning"] = self.tuning
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SourceFacts:
+        return cls(
+            connector=data["connector"],
+            connection=data.get("connection"),
+            relation=data["relation"],
+            table=dict(data["table"]),
+            tuning=data.get("tuning"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkFacts:
+    """What a sink's node carries from compile to run, beside every node's fields."""
+
+    connector: str
+    from_: str  # `from:`
+    relation: str  # the relation it reads
+    config: dict[str, Any]  # the connector config, redacted
+    trigger: str | dict[str, Any]
+    targets: dict[str, Any]  # route and dead-letter targets
+    input: SinkInput | None = None  # None: a sink that reads nothing (no `from:`)
+    compiled_batches_path: str | None = None  # sinks of new batches: their batch SQL
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "connector": self.connector,
+            "from": self.from_,
+            "relation": self.relation,
+            "sink_config": self.config,
+            "trigger": self.trigger,
+            "targets": self.targets,
+        }
+        if self.input is not None:
+            out["input"] = self.input.to_json()
+        if self.compiled_batches_path is not None:
+            out["compiled_batches_path"] = self.compiled_batches_path
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SinkFacts:
+        given = data.get("input")
+        return cls(
+            connector=data["connector"],
+            from_=data["from"],
+            relation=data["relation"],
+            config=dict(data["sink_config"]),
+            trigger=data["trigger"],
+            targets=dict(data["targets"]),
+            input=None if given is None else SinkInput.from_json(given),
+            compiled_batches_path=data.get("compiled_batches_path"),
+        )
+
+
+Facts = SourceFacts | SinkFacts | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,18 +147,27 @@ class ManifestNode:
     columns: dict[str, str] | None = None  # name -> Spark type ("" when not known)
     compiled_path: str | None = None  # under target/; None when not selected or no SQL
     compiled_incremental_path: str | None = None  # incremental models
-    connector: str | None = None  # sources and sinks
-    connection: str | None = None  # relational sources: the profile's connection
-    relation: str = ""  # sources: their view; sinks: the relation they read
-    table: dict[str, Any] | None = None  # sources: the table's spec (redacted)
-    tuning: dict[str, int] | None = None  # relational sources
-    from_: str | None = None  # sinks: `from:`
-    sink_config: dict[str, Any] | None = None  # sinks: the config (redacted)
-    trigger: str | dict[str, Any] | None = None  # sinks
-    targets: dict[str, Any] | None = None  # sinks: route targets
-    input: dict[str, Any] | None = None  # sinks: what they consume (compiler/nodes/consumers.py)
-    compiled_batches_path: str | None = None  # sinks of new batches: their batch SQL
+    facts: Facts = None  # sources and sinks: what only their kind has
     line: int | None = None  # sources, sinks, generic tests: the line of their YAML entry
+
+    @property
+    def source(self) -> SourceFacts:
+        """A source table's facts; asking a node of another kind is a bug."""
+        if not isinstance(self.facts, SourceFacts):
+            raise TypeError(f"{self.id} is not a source")
+        return self.facts
+
+    @property
+    def sink(self) -> SinkFacts:
+        """A sink's facts; asking a node of another kind is a bug."""
+        if not isinstance(self.facts, SinkFacts):
+            raise TypeError(f"{self.id} is not a sink")
+        return self.facts
+
+    @property
+    def relation(self) -> str:
+        """The view a source's `source()` reads, or the relation a sink reads."""
+        return self.facts.relation if self.facts is not None else ""
 
     @property
     def model_config(self) -> ModelConfig:
@@ -95,25 +203,25 @@ class ManifestNode:
             "columns": self.columns,
             "compiled_path": self.compiled_path,
         }
-        for key in _OPTIONAL:
-            value = getattr(self, "from_" if key == "from" else key)
-            source_key = self.kind == "source" and key in ("connection", "relation")
-            if (
-                source_key
-                or (self.kind == "sink" and key == "relation")
-                or (value is not None and key != "relation")
-            ):
-                out[key] = value
+        if self.facts is not None:
+            out.update(self.facts.to_json())
+        if self.line is not None:
+            out["line"] = self.line
         if self.compiled_incremental_path is not None:
             out["compiled_incremental_path"] = self.compiled_incremental_path
         return out
 
     @classmethod
     def from_json(cls, nid: str, data: dict[str, Any]) -> ManifestNode:
-        extra = {("from_" if key == "from" else key): data[key] for key in _OPTIONAL if key in data}
+        kind = cast(Kind, data["kind"])
+        facts: Facts = None
+        if kind == "source":
+            facts = SourceFacts.from_json(data)
+        elif kind == "sink":
+            facts = SinkFacts.from_json(data)
         return cls(
             id=nid,
-            kind=cast(Kind, data["kind"]),
+            kind=kind,
             name=data["name"],
             path=data["path"],
             description=data.get("description", ""),
@@ -124,7 +232,8 @@ class ManifestNode:
             columns=data.get("columns"),
             compiled_path=data.get("compiled_path"),
             compiled_incremental_path=data.get("compiled_incremental_path"),
-            **extra,
+            facts=facts,
+            line=data.get("line"),
         )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rivc.compiler.errors import ConnectorError, StateError
 from rivc.compiler.locate import STATE_DIR
-from rivc.compiler.manifest import ManifestNode
+from rivc.compiler.manifest import ManifestNode, SinkInput
 
 from ..state import NodeResult
 from ..util.storage import Store, is_local, join, shares_disk
@@ -31,10 +31,10 @@ STAGING_AREA = "_rivc_staging"  # under the warehouse: batches a remote Spark ha
 
 
 def run_sink(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
-    name, connector = node.name, node.connector
+    name, connector = node.name, node.sink.connector
     writer = rt.sink_writer(name)
-    given = node.input or {}
-    kind = given.get("kind", "whole")
+    given = node.sink.input or SinkInput(kind="whole", untracked=True)
+    kind = given.kind
     streaming = False
     schema = None
     if kind == "stream":
@@ -44,8 +44,8 @@ def run_sink(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
         _stream(rt, df, writer, node)
     else:
         _refuse_behind(rt, writer)
-        changing = list(given.get("changing", ()))
-        tracked = list(given.get("tracked", ()))
+        changing = list(given.changing)
+        tracked = list(given.tracked)
         steps = plan_steps(
             name,
             kind,
@@ -53,7 +53,7 @@ def run_sink(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
             {t: rt.version(t) for t in tracked},
             {c: _landed(rt, c) for c in changing},
             writer.held(tracked),
-            bool(given.get("untracked", True)) or not tracked,
+            given.untracked or not tracked,
             bool(writer.keys),
         )
         if not steps:
@@ -136,9 +136,9 @@ def _as_is(
 ) -> list[str] | None:
     """The landed files a sink takes unchanged: a local landing table delivered as it is
     (no transforms, meta columns or checks on the way, no key's older version to drop)."""
-    source = (node.from_ or "").removeprefix("source:")
+    source = node.sink.from_.removeprefix("source:")
     nid = f"source:{source}"
-    if not (node.from_ or "").startswith("source:") or not rt.plan.is_extracted(nid):
+    if not node.sink.from_.startswith("source:") or not rt.plan.is_extracted(nid):
         return None
     table = rt.plan.project.sources[source].table
     meta = table.meta_columns.exported_at or table.meta_columns.row_hash
@@ -168,7 +168,7 @@ def _sink_input(
 
     if kind != "batches" or not step.ranges:
         return rt.spark.sql(rt.plan.sql(nid))
-    for source in (node.input or {}).get("changing", ()):
+    for source in node.sink.input.changing if node.sink.input else ():
         landing = rt.landing(source)
         table = rt.plan.project.sources[rt.plan.nodes[source].name].table
         after, upto = step.ranges.get(source, (0, 0))
@@ -219,7 +219,7 @@ def _stream(rt: Runtime, df: DataFrame, writer: SinkWriter, node: ManifestNode) 
         .option("checkpointLocation", checkpoint)
         .queryName(f"rivc_{node.name}")
     )
-    trigger = node.trigger
+    trigger = node.sink.trigger
     if trigger == "once":
         stream = stream.trigger(once=True)
     elif trigger == "available_now":

@@ -45,7 +45,8 @@ class Plan:
             raise StateError(f"{path}: {exc}") from None
         compiled = {}
         for node in manifest.nodes.values():
-            paths = (node.compiled_path, node.compiled_incremental_path, node.compiled_batches_path)
+            batches = node.sink.compiled_batches_path if node.kind == "sink" else None
+            paths = (node.compiled_path, node.compiled_incremental_path, batches)
             for rel in paths:
                 if rel is not None:
                     try:
@@ -114,7 +115,7 @@ class Plan:
 
     def batch_sql(self, nid: str) -> str:
         """A sink's SQL over the new batches of its changing sources (compiler/increments.py)."""
-        rel = self.nodes[nid].compiled_batches_path
+        rel = self.nodes[nid].sink.compiled_batches_path
         if rel is None or rel not in self.compiled:
             raise StateError(f"{nid}: its batch SQL is missing from target/; run `rivc compile`")
         return self.compiled[rel]
@@ -136,18 +137,18 @@ def _edited_since_compile(manifest: Manifest, project: Project) -> str | None:
     manifest recorded at compile (compared as the manifest holds it: redacted)."""
     for node in manifest.nodes.values():
         now: object = None
-        if node.kind == "sink" and node.sink_config is not None:
+        if node.kind == "sink":
             sink = project.sinks.get(node.name)
             now = None if sink is None else redact(sink.config.model_dump(mode="json"))
-            if now != node.sink_config:
+            if now != node.sink.config:
                 return node.path
-        elif node.kind == "source" and node.table is not None:
+        elif node.kind == "source":
             source = project.sources.get(node.name)
             dumped = (
                 None
                 if source is None
                 else source.table.model_dump(mode="json", exclude_defaults=True, by_alias=True)
             )
-            if (None if dumped is None else redact(dumped)) != node.table:
+            if (None if dumped is None else redact(dumped)) != node.source.table:
                 return node.path
     return None

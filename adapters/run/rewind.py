@@ -40,7 +40,7 @@ def rewind(runtime: Runtime, sink: str, to: str, inputs: Sequence[str]) -> list[
     node = plan.nodes.get(nid)
     if node is None or node.kind != "sink":
         raise SelectionError(f"rewind takes a sink, got {sink!r}")
-    tracked = list((node.input or {}).get("tracked", ()))
+    tracked = list(node.sink.input.tracked if node.sink.input else ())
     for name in inputs:
         if name not in tracked:
             raise SelectionError(

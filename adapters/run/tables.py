@@ -51,9 +51,9 @@ def consumers(runtime: Runtime, source: str | None = None) -> list[dict[str, Any
     plan = runtime.plan
     out = []
     for nid, node in plan.nodes.items():
-        if node.kind != "sink" or not node.input:
+        if node.kind != "sink" or not node.sink.input:
             continue
-        tracked = [t for t in node.input.get("tracked", ()) if source in (None, t)]
+        tracked = [t for t in node.sink.input.tracked if source in (None, t)]
         if not tracked:
             continue
         writer = runtime.sink_writer(node.name)

@@ -11,12 +11,13 @@ A sink's input is one of:
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from ..connector_specs import sink_mode
 from ..graph import Node, ProjectGraph
 from ..increments import batch_sql, changes, new_batches_relation
 from ..inline import final_sql
+from ..manifest import SinkFacts, SinkInput
 from ..project import Project
 from ..render import source_relation
 from ..rules import Finding
@@ -36,14 +37,16 @@ def source_role(project: Project, node: Node) -> str:
 
 
 def sink_inputs(project: Project, graph: ProjectGraph, findings: list[Finding]) -> None:
-    """Set every sink's `input` (and, for new batches, its `batch_sql`) in its node's extra.
+    """Set every sink's `input` in its facts (and, for new batches, its `sql_batches`).
     A stream that cannot be replayed (MQTT: its broker keeps nothing once delivered) feeds one
     sink: two would share one broker session and one spool, and each take the other's rows."""
     held: dict[str, str] = {}
     for node in sorted(graph.nodes.values(), key=lambda n: n.id):
         if node.kind != "sink" or not node.depends_on:
             continue
-        node.extra.update(_sink_input(project, graph, node, findings))
+        assert isinstance(node.facts, SinkFacts)
+        given, node.sql_batches = _sink_input(project, graph, node, findings)
+        node.facts = replace(node.facts, input=given)
         for nid in sorted(graph.upstream(node.id)):
             up = graph.nodes[nid]
             if up.kind != "source" or project.sources[up.name].connector.replayable:
@@ -64,7 +67,8 @@ def sink_inputs(project: Project, graph: ProjectGraph, findings: list[Finding]) 
 
 def _sink_input(
     project: Project, graph: ProjectGraph, sink: Node, findings: list[Finding]
-) -> dict[str, Any]:
+) -> tuple[SinkInput, str | None]:
+    """What `sink` consumes, and the SQL of one batch when it consumes new batches."""
     start = sink.depends_on[0]
     views: list[NodeId] = []
     leaves: dict[NodeId, str] = {}
@@ -85,14 +89,16 @@ def _sink_input(
             if parent not in seen:
                 seen.add(parent)
                 stack.append(parent)
-    info: dict[str, Any] = {
-        "changing": sorted(n for n, r in leaves.items() if r == "log"),
-        "tracked": sorted(n for n, r in leaves.items() if r in ("log", "snapshot", "model")),
-        "untracked": any(r == "untracked" for r in leaves.values()),
-    }
+    changing = tuple(sorted(n for n, r in leaves.items() if r == "log"))
+    info = SinkInput(
+        kind="whole",
+        changing=changing,
+        tracked=tuple(sorted(n for n, r in leaves.items() if r in ("log", "snapshot", "model"))),
+        untracked=any(r == "untracked" for r in leaves.values()),
+    )
     if any(r == "stream" for r in leaves.values()):
-        return {"input": {"kind": "stream", **info}}
-    passing = {source_relation(*graph.nodes[n].name.split(".", 1)) for n in info["changing"]}
+        return replace(info, kind="stream"), None
+    passing = {source_relation(*graph.nodes[n].name.split(".", 1)) for n in changing}
     sources = set(passing)
     broken: dict[str, tuple[str, str]] = {}  # view -> (the view that stopped batches, why)
     for nid in graph.order(views):
@@ -106,7 +112,7 @@ def _sink_input(
             broken[view.name] = (view.name, why)
         elif moving:
             passing.add(view.name)
-    relation = sink.extra.get("relation") or ""
+    relation = sink.relation
     if relation in passing:
         chain = [
             (graph.nodes[n].name, final_sql(graph, graph.nodes[n], graph.nodes[n].sql or ""))
@@ -114,13 +120,10 @@ def _sink_input(
             if graph.nodes[n].name in passing
         ]
         renamed = {s: new_batches_relation(sink.name, s) for s in sources}
-        return {
-            "input": {"kind": "batches", **info},
-            "batch_sql": batch_sql(relation, chain, renamed),
-        }
+        return replace(info, kind="batches"), batch_sql(relation, chain, renamed)
     if relation in broken:
         stopper, why = broken[relation]
-        info.update(through=stopper, why=why)
+        info = replace(info, through=stopper, why=why)
         spec = project.sinks[sink.name]
         if sink_mode(spec.config) == "append":
             findings.append(
@@ -133,4 +136,4 @@ def _sink_input(
                     "from",
                 )
             )
-    return {"input": {"kind": "whole", **info}}
+    return info, None

@@ -155,7 +155,7 @@ def generic_test(
                 loc,
             )
         deps.append(target)
-        parent = quote(nodes[target].extra.get("relation") or nodes[target].name)
+        parent = quote(nodes[target].relation)
         field_ = quote(spec.field)
         sql = (
             f"SELECT child.{col}\nFROM {rel} AS child\nLEFT JOIN {parent} AS parent\n"
@@ -182,7 +182,7 @@ def generic_test(
         description="",
         sql=sql + "\n",
         checksum=content_hash(model, column, test),
-        extra={"spec_path": loc.path.as_posix(), "line": loc.line},
+        line=loc.line,
     )
 
 

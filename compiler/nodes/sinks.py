@@ -13,6 +13,7 @@ from ..errors import (
     did_you_mean,
 )
 from ..graph import Node, node_id
+from ..manifest import SinkFacts
 from ..project import Located, Project, SinkDef
 from ..redact import redact
 from ..rules import Finding
@@ -90,19 +91,17 @@ def sink_node(
                             )
                         )
                     )
-    relation = (nodes[upstream].extra.get("relation") or nodes[upstream].name) if deps else ""
-    extra = {
-        "connector": spec.connector,
-        "from": src,
-        "relation": relation,
-        "spec_path": path.as_posix(),
-        "line": sink.where.location().line,
-        "sink_config": redact(sink.config.model_dump(mode="json")),
-        "trigger": spec.trigger
+    relation = nodes[upstream].relation if deps else ""
+    facts = SinkFacts(
+        connector=spec.connector,
+        from_=src,
+        relation=relation,
+        config=redact(sink.config.model_dump(mode="json")),
+        trigger=spec.trigger
         if isinstance(spec.trigger, str)
         else spec.trigger.model_dump(mode="json"),
-        "targets": spec.targets,
-    }
+        targets=dict(spec.targets),
+    )
     sql = f"SELECT * FROM {quote(relation)}\n" if relation else None
     cfg = {"connector": spec.connector}
     mode = getattr(sink.config, "mode", None)  # every sink that has one: selectable
@@ -121,7 +120,8 @@ def sink_node(
         sql_incremental=None,
         columns=columns,
         checksum=content_hash(spec.model_dump(mode="json", by_alias=True)),
-        extra=extra,
+        facts=facts,
+        line=sink.where.location().line,
     )
 
 

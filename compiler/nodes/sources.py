@@ -9,6 +9,7 @@ from ..errors import (
     SqlError,
 )
 from ..graph import Node, node_id
+from ..manifest import SourceFacts
 from ..params import bind
 from ..project import SourceTableDef
 from ..redact import redact
@@ -87,16 +88,13 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
                     )
     if spec.transforms:
         columns = transformed(spec.transforms, columns, where, findings, "source")
-    extra = {
-        "connector": table.source.connector,
-        "connection": table.source.connection,
-        "relation": source_relation(table.source.name, spec.name),
-        "spec_path": path.as_posix(),
-        "line": where.location().line,
-        "table": redact(spec.model_dump(mode="json", exclude_defaults=True, by_alias=True)),
-    }
-    if table.connector.relational:
-        extra["tuning"] = table.source.tuning.resolved()
+    facts = SourceFacts(
+        connector=table.source.connector,
+        connection=table.source.connection,
+        relation=source_relation(table.source.name, spec.name),
+        table=redact(spec.model_dump(mode="json", exclude_defaults=True, by_alias=True)),
+        tuning=table.source.tuning.resolved() if table.connector.relational else None,
+    )
     cfg = spec.model_dump(mode="json", include={"mode"})
     return Node(
         id=node_id("source", table.fqn),
@@ -117,5 +115,6 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
             table.source.tuning,
             spec,
         ),
-        extra=extra,
+        facts=facts,
+        line=where.location().line,
     )

@@ -9,6 +9,7 @@ import pytest
 from rivc.adapters.run.consume import WHOLE, Landed, Step, plan_steps
 from rivc.compiler.errors import StateError
 from rivc.compiler.increments import changes
+from rivc.compiler.manifest import SinkInput
 from rivc_testing import analyze_dir
 
 C = {"src__t"}
@@ -83,13 +84,13 @@ def test_a_sink_through_row_wise_views_reads_its_own_new_batches(make_project):
     )
     assert not compiled.errors, [str(f) for f in compiled.errors]
     sink = compiled.graph.nodes["sink:lake"]
-    assert sink.extra["input"] == {
-        "kind": "batches",
-        "changing": ["source:db.orders"],
-        "tracked": ["source:db.customers", "source:db.orders"],
-        "untracked": False,
-    }
-    sql = sink.extra["batch_sql"]
+    assert sink.facts.input == SinkInput(
+        kind="batches",
+        changing=("source:db.orders",),
+        tracked=("source:db.customers", "source:db.orders"),
+        untracked=False,
+    )
+    sql = sink.sql_batches
     assert "`_rivc_new__lake__db__orders`" in sql and "`db__customers`" in sql
     assert sql.index("`enriched` AS (") < sql.index("`big` AS (")  # in dependency order
 
@@ -110,8 +111,8 @@ def test_an_append_sink_past_an_aggregating_view_is_refused_at_its_from(make_pro
     (error,) = compiled.errors
     assert error.location is not None and str(error.location.path) == "sinks/out.yml"
     assert error.location.line == 2 and "'appended'" in str(error) and "aggregates" in str(error)
-    merged = compiled.graph.nodes["sink:merged"].extra["input"]
-    assert merged["kind"] == "whole" and merged["through"] == "daily"
+    merged = compiled.graph.nodes["sink:merged"].facts.input
+    assert merged.kind == "whole" and merged.through == "daily"
 
 
 def test_a_stream_that_cannot_be_replayed_feeds_one_sink(make_project):

@@ -18,7 +18,7 @@ def test_the_manifest_reads_back_as_it_was_written():
     manifest = Manifest.loads(text)
     assert manifest.dumps() == text
     sink = manifest.nodes["sink:orders_lake"]
-    assert (sink.kind, sink.connector, sink.from_) == ("sink", "delta", "orders_enriched")
+    assert (sink.kind, sink.sink.connector, sink.sink.from_) == ("sink", "delta", "orders_enriched")
     model = manifest.nodes["model:customer_orders"]
     assert model.materialized in ("view", "table", "incremental")
     assert all(d in manifest.nodes for n in manifest.nodes.values() for d in n.depends_on)
@@ -41,7 +41,7 @@ def test_a_job_refuses_a_spec_edited_since_compile(make_project):
     sinks = "sinks:\n  - {name: lake, from: stg, connector: delta, config: {table_uri: out/a}}\n"
     root = make_project({"sinks/out.yml": sinks})
     assert rivc(root, "compile").exit_code == 0
-    assert Plan.load(root, env={}).nodes["sink:lake"].connector == "delta"
+    assert Plan.load(root, env={}).nodes["sink:lake"].sink.connector == "delta"
     (root / "sinks/out.yml").write_text(sinks.replace("out/a", "out/b"))
     with pytest.raises(StateError, match=r"sinks/out.yml: changed since `rivc compile`"):
         Plan.load(root, env={})
