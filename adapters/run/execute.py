@@ -11,11 +11,13 @@ from rivc.compiler.locate import STATE_DIR
 from ..state import NodeResult
 from ..util.errortext import model_error, python_error_inside, rivc_error_inside, spark_message
 from ..util.faults import fault
+from .binding import bind_views
 from .node_model import run_model
 from .node_sink import run_sink
 from .node_source import run_source
 from .node_test import run_test
-from .runtime import Runtime, peak_rss_mb
+from .runtime import Runtime
+from .spark import peak_rss_mb
 
 
 def execute(rt: Runtime, nid: str) -> NodeResult:
@@ -24,7 +26,7 @@ def execute(rt: Runtime, nid: str) -> NodeResult:
     started = time.perf_counter()
     caught: tuple[type[BaseException], ...] = (RivcError, *_spark_errors())
     try:
-        rt.bind_views(nid)
+        bind_views(rt, nid)
         fn = {
             "source": run_source,
             "model": run_model,

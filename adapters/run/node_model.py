@@ -1,9 +1,16 @@
-"""Model nodes, one way per materialization: a view is its SQL; a table is replaced and an
-incremental model appended or merged in one Delta commit, with the model's batch id."""
+"""Model nodes, one class per materialization: an ephemeral model is inlined by compile; a view is
+its SQL; a table is replaced and an incremental model appended or merged, each in one Delta
+commit of the warehouse (plane/deltatable) stamped with the model's batch id.
+
+Each class builds its model in a run (`build`) and, for an unselected model a selected one reads,
+makes its relation available without building it (`bind`).
+"""
 
 from __future__ import annotations
 
-from rivc.compiler.errors import ConnectorError
+from typing import TYPE_CHECKING
+
+from rivc.compiler.errors import ConnectorError, StateError
 from rivc.compiler.manifest import ManifestNode
 
 from ..plane import deltamerge, deltatable
@@ -12,88 +19,198 @@ from ..state import NodeResult
 from ..util.faults import fault
 from .runtime import Runtime
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame
 
-def run_model(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
-    name, mat = node.name, node.materialized
-    if mat == "ephemeral":
+
+class Ephemeral:
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
         return NodeResult(nid, "model", "success", message="ephemeral: inlined")
-    if mat == "view":
+
+    def bind(self, rt: Runtime, node: ManifestNode) -> None:
+        pass  # compile inlined it into every model that reads it
+
+
+class View:
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
         df = rt.spark.sql(rt.plan.sql(nid))
-        df.createOrReplaceTempView(name)
+        df.createOrReplaceTempView(node.name)
         return NodeResult(nid, "model", "success", schema=rt.schema_of(nid, df), message="view")
-    uri = rt.table_uri(node)
-    store = rt.plan.store(uri)
-    table = deltatable.open_table(uri, store.delta)
-    incremental = mat == "incremental" and not rt.full_refresh and table is not None
-    if incremental:
-        deltatable.read(rt.spark, uri, store).createOrReplaceTempView(name)  # {{ this }}
-        df = rt.spark.sql(rt.plan.sql(nid, incremental=True))
-    else:
-        df = rt.spark.sql(rt.plan.sql(nid))
-    if df.isStreaming:
-        raise ConnectorError(
-            f"model {name!r} reads a stream: materialize it as a view and deliver it with a sink"
-        )
-    schema = rt.schema_of(nid, df)
-    config = node.model_config
-    app_id = rt.model_app(name)
-    last = None if table is None else table.transaction_version(app_id)
-    batch_id = rt.hand_out(nid, None if last is None else int(last))
-    if last is not None and int(last) >= batch_id:  # a resumed run: this batch is in
-        how = "already committed by the killed run"
-        result = WriteResult()
-    elif not incremental:
-        result = deltatable.write_batch(
-            df,
-            uri,
-            store,
-            "replace",
-            deltatable.arrow_schema(df),
-            config.partition_by,
-            deltatable.Stamp.batch(app_id, batch_id),
-        )
-        how = "table"
-    else:
-        assert table is not None
-        parts = tuple(table.metadata().partition_columns)
-        if config.partition_by and tuple(config.partition_by) != parts:
+
+    def bind(self, rt: Runtime, node: ManifestNode) -> None:
+        rt.spark.sql(rt.plan.sql(node.id)).createOrReplaceTempView(node.name)
+
+
+class Table:
+    """A table model: its whole result replaces the table, stamped with the model's batch id (a
+    resumed run skips the batch a killed one committed)."""
+
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        table = deltatable.open_table(uri, store.delta)
+        grows = self.grows(rt, table)
+        if grows:
+            deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)  # {{ this }}
+        df = rt.spark.sql(rt.plan.sql(nid, incremental=grows))
+        if df.isStreaming:
             raise ConnectorError(
-                f"model {name!r}: partition_by {list(config.partition_by)} differs from its "
-                f"table's {list(parts)}; run with --full-refresh to rebuild it"
+                f"model {node.name!r} reads a stream: materialize it as a view and deliver it "
+                "with a sink"
             )
-        df, target = deltatable.reconcile(df, table, config.on_schema_change, f"model {name!r}")
-        gone = [n for n in deltatable.table_schema(table).names if n not in target.names]
-        if gone:  # sync_all_columns: the model no longer has them
-            deltatable.drop_columns(rt.spark, uri, store, gone)
-            parts = tuple(p for p in parts if p not in gone)
-        strategy = node.incremental_strategy
-        if strategy == "merge":
-            stamp = deltatable.Stamp.batch(app_id, batch_id)
-            result = deltamerge.merge(df, uri, store, node.unique_key, target, stamp)
-            how = f"incremental merge, {result.removed} files rewritten"
+        schema = rt.schema_of(nid, df)
+        app_id = rt.model_app(node.name)
+        last = None if table is None else table.transaction_version(app_id)
+        batch_id = rt.hand_out(nid, None if last is None else int(last))
+        stamp = deltatable.Stamp.batch(app_id, batch_id)
+        if last is not None and int(last) >= batch_id:  # a resumed run: this batch is in
+            how, result = "already committed by the killed run", WriteResult()
+        elif table is not None and grows:
+            how, result = self.add(rt, node, df, table, stamp)
         else:
             result = deltatable.write_batch(
                 df,
                 uri,
                 store,
-                "append",
-                target,
-                parts,
-                deltatable.Stamp.batch(app_id, batch_id),
+                "replace",
+                deltatable.arrow_schema(df),
+                node.model_config.partition_by,
+                stamp,
             )
-            how = "incremental append"
-    fault("after-commit", name)
-    deltatable.read(rt.spark, uri, store).createOrReplaceTempView(name)
-    return NodeResult(
-        nid,
-        "model",
-        "success",
-        rows=result.rows,
-        bytes=result.bytes,
-        files=len(result.files),
-        retries=result.retries,
-        schema=schema,
-        message=how,
-        commits=result.commits,
-        commit_ms=result.commit_s * 1000,
-    )
+            how = "table"
+        fault("after-commit", node.name)
+        deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
+        return NodeResult(
+            nid,
+            "model",
+            "success",
+            rows=result.rows,
+            bytes=result.bytes,
+            files=len(result.files),
+            retries=result.retries,
+            schema=schema,
+            message=how,
+            commits=result.commits,
+            commit_ms=result.commit_s * 1000,
+        )
+
+    def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
+        """Whether this run adds to the table rather than replacing it."""
+        return False
+
+    def add(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        table: DeltaTable,
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        raise NotImplementedError  # only incremental models grow
+
+    def bind(self, rt: Runtime, node: ManifestNode) -> None:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        if deltatable.open_table(uri, store.delta) is None:
+            raise StateError(
+                f"model {node.name!r} has not been built yet; "
+                f"run `rivc run --select +{node.name}` first"
+            )
+        deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
+
+
+class Incremental(Table):
+    """An incremental model: its first run (and --full-refresh) builds the table; later runs
+    add the rows its `is_incremental()` SQL selects, the table's schema reconciled by
+    `on_schema_change`."""
+
+    def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
+        return table is not None and not rt.full_refresh
+
+    def add(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        table: DeltaTable,
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        parts = tuple(table.metadata().partition_columns)
+        given = node.model_config.partition_by
+        if given and tuple(given) != parts:
+            raise ConnectorError(
+                f"model {node.name!r}: partition_by {list(given)} differs from its "
+                f"table's {list(parts)}; run with --full-refresh to rebuild it"
+            )
+        on_change = node.model_config.on_schema_change
+        df, target = deltatable.reconcile(df, table, on_change, f"model {node.name!r}")
+        gone = [n for n in deltatable.table_schema(table).names if n not in target.names]
+        if gone:  # sync_all_columns: the model no longer has them
+            deltatable.drop_columns(rt.spark, uri, store, gone)
+            parts = tuple(p for p in parts if p not in gone)
+        return self.commit(rt, node, df, target, parts, stamp)
+
+    def commit(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        target: pa.Schema,
+        parts: tuple[str, ...],
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        raise NotImplementedError
+
+
+class Append(Incremental):
+    def commit(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        target: pa.Schema,
+        parts: tuple[str, ...],
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        result = deltatable.write_batch(df, uri, store, "append", target, parts, stamp)
+        return "incremental append", result
+
+
+class Merge(Incremental):
+    def commit(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        target: pa.Schema,
+        parts: tuple[str, ...],
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        uri = rt.table_uri(node)
+        result = deltamerge.merge(df, uri, rt.plan.store(uri), node.unique_key, target, stamp)
+        return f"incremental merge, {result.removed} files rewritten", result
+
+
+Materialization = Ephemeral | View | Table
+
+
+def materialization(node: ManifestNode) -> Materialization:
+    """The class that builds `node`, by its materialization (and incremental strategy)."""
+    mat = node.materialized
+    if mat == "ephemeral":
+        return Ephemeral()
+    if mat == "view":
+        return View()
+    if mat == "table":
+        return Table()
+    return Merge() if node.incremental_strategy == "merge" else Append()
+
+
+def run_model(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+    return materialization(node).build(rt, nid, node)

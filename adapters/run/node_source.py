@@ -1,15 +1,23 @@
 """Source nodes: a database table extracted into its landing table, any other source read by its
-connector and registered as the view `source()` names."""
+connector and registered as the view `source()` names. `bind` gives an unselected source's view
+to the selected nodes that read it."""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.manifest import ManifestNode
 
+from ..plane.base import SourceContext
+from ..plane.registry import read_source
 from ..state import NodeResult
 from .runtime import Runtime
+from .sinkwriter import transform_source
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
@@ -40,8 +48,54 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
             )
         )
         if done.result.status == "success" and done.batch is not None:
-            rt.landed_view(nid, done.batch)
+            landed_view(rt, nid, done.batch)
         return done.result
-    df = rt.source_df(node)
+    df = source_df(rt, node)
     df.createOrReplaceTempView(node.relation)
     return NodeResult(nid, "source", "success", schema=rt.schema_of(nid, df))
+
+
+def bind(rt: Runtime, nid: str) -> None:
+    """An unselected source's view: an extracted table as landed so far (the database's table
+    as it is now when it was never extracted); any other source as its connector reads it."""
+    node = rt.plan.nodes[nid]
+    if rt.plan.is_extracted(nid):
+        batch = rt.landing(nid).position().batch
+        if batch is not None:
+            landed_view(rt, nid, batch)
+            return
+    source_df(rt, node).createOrReplaceTempView(node.relation)
+
+
+def landed_view(rt: Runtime, nid: str, batch: int | None) -> None:
+    """`source()` of an extracted table: its landing table as of `batch`."""
+    from .extract import source_frame
+
+    node = rt.plan.nodes[nid]
+    table = rt.plan.project.sources[node.name].table
+    landing = rt.landing(nid)
+    columns = landing.position().columns
+
+    def make(spark: SparkSession) -> DataFrame:
+        return source_frame(landing.whole(spark, batch, columns), table)
+
+    rt.view(node.relation, make)
+
+
+def source_df(rt: Runtime, node: ManifestNode) -> DataFrame:
+    """A source table as its connector reads it (plane/registry names the reader), with the
+    table's transforms."""
+    source = rt.plan.project.sources[node.name]
+    relational = source.connector.relational
+    ctx = SourceContext(
+        node.name,
+        rt.plan.manifest.project,
+        rt.plan.root,
+        source.config,
+        dict(source.table.columns),
+        rt.plan.sql(f"source:{node.name}") if relational else None,
+        rt.plan.profile.connections.get(source.source.connection or ""),
+        source.source.tuning.resolved() if relational else {},
+        rt.plan.profile.storage,
+    )
+    return transform_source(read_source(rt.spark, source.connector, ctx), source.table.transforms)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rivc.compiler.sql import quote
 
 from ..state import StateStore
+from .binding import bind
 from .plan import Plan
 from .runtime import Runtime
 from .scheduler import RunOptions, compile_for_run
@@ -41,14 +42,14 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
         runtime = Runtime(lambda: spark_factory(plan), plan, "show", state)
         for nid in compiled.selected:
             if nid != target[0] and compiled.graph.nodes[nid].kind != "test":
-                runtime.bind(nid)
+                bind(runtime, nid)
         nid = target[0]
         meta = plan.nodes[nid]
         if meta.kind == "source":
-            runtime.bind(nid)
+            bind(runtime, nid)
             df = runtime.spark.table(quote(meta.relation or meta.name))
         elif meta.kind == "model" and meta.materialized in ("table", "incremental"):
-            runtime.bind(nid)
+            bind(runtime, nid)
             df = runtime.spark.table(quote(meta.name))
         else:
             df = runtime.spark.sql(plan.sql(nid))

@@ -10,21 +10,17 @@ scheduler does in-process, and needs the project folder beside target/.
 
 from __future__ import annotations
 
-import resource
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rivc.compiler.connector_specs import merge_keys_of
-from rivc.compiler.errors import StateError
 from rivc.compiler.manifest import ManifestNode
 from rivc.compiler.specs import RateLimit
 
 from ..plane import deltatable
-from ..plane.base import SinkContext, SourceContext
-from ..plane.registry import read_source
+from ..plane.base import SinkContext
 from ..state import StateStore
 from ..util.faults import carried
 from ..util.sparkkind import is_connect
@@ -32,7 +28,8 @@ from ..util.storage import environment, join
 from .delivery import BatchWriter
 from .landing import Landing
 from .plan import Plan
-from .sinkwriter import SinkWriter, transform_source
+from .sinkwriter import SinkWriter
+from .spark import fence
 from .sparkprogress import SparkProgress
 from .warehouse import writer_id
 
@@ -44,21 +41,6 @@ CHECKPOINT_AREA = "_rivc_checkpoints"  # under the warehouse: every stream's che
 RECEIPTS = "rivc-receipts"  # in such a stream's checkpoint: its committed batches, for rivc
 STAGING_AREA = "_rivc_staging"  # under the warehouse: batches a remote Spark hands to rivc
 SAMPLE_ROWS = 5  # failing rows a test prints
-
-
-def peak_rss_mb(spark: SparkSession | None) -> float:
-    """Peak resident memory of this process plus, for local Spark, its JVM."""
-    total = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if spark is None or is_connect(spark):
-        return round(total, 1)  # the server's memory is not ours to read
-    try:
-        pid = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                total += int(line.split()[1]) / 1024
-    except (AttributeError, OSError, ValueError):
-        pass  # spark-submit started the JVM: only this Python process is counted
-    return round(total, 1)
 
 
 def columns_of(df: DataFrame) -> dict[str, str]:
@@ -84,13 +66,13 @@ class Runtime:
     detached: bool = False  # a generated job on a copied project: no state between runs
     unbound: list[str] = field(default_factory=list)  # unselected views, bound when first read
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
-    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _writer: str | None = field(default=None, init=False, repr=False)
     _landings: dict[str, Landing] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def spark(self) -> SparkSession:
-        with self._lock:
+        with self.lock:
             if self._spark is None:
                 self.tracker.starting = True
                 try:
@@ -98,7 +80,7 @@ class Runtime:
                 finally:
                     self.tracker.starting = False
                 if is_connect(spark):
-                    self._fence(spark)
+                    fence(spark, self.state, self.run_id, self.on_warning)
                 self.tracker.attach(spark)
                 self._spark = spark
                 for register in self.deferred.values():  # views made before Spark ran
@@ -106,21 +88,6 @@ class Runtime:
                 self.deferred.clear()
             self.tracker.here(self._spark)
             return self._spark
-
-    def _fence(self, spark: SparkSession) -> None:
-        """On Spark Connect, a killed rivc leaves its operations running in the server. Stop
-        those of every killed run before this one writes, then record this run's session."""
-        from .spark import interrupt_session
-
-        for run_id, session in self.state.killed_sessions(self.run_id):
-            stopped = interrupt_session(spark, session)
-            if stopped:
-                self.on_warning(
-                    f"run {run_id} was killed: stopped {stopped} of its Spark operation"
-                    f"{'s' if stopped != 1 else ''} still running on the server"
-                )
-            self.state.set_spark_session(run_id, None)
-        self.state.set_spark_session(self.run_id, spark.session_id)  # type: ignore[attr-defined]
 
     @property
     def started(self) -> bool:
@@ -132,7 +99,7 @@ class Runtime:
         def register(spark: SparkSession) -> None:
             make(spark).createOrReplaceTempView(relation)
 
-        with self._lock:
+        with self.lock:
             if self._spark is not None:
                 register(self._spark)
             else:
@@ -144,32 +111,6 @@ class Runtime:
         return is_connect(self._spark)
 
     # ------------------------------------------------------------------ relations
-
-    def bind(self, nid: str) -> None:
-        """Make an unselected upstream node's relation available without running it."""
-        node = self.plan.nodes[nid]
-        if node.kind == "source" and self.plan.is_extracted(nid):
-            landing = self.landing(nid)
-            batch = landing.position().batch
-            if batch is not None:  # the source as extracted so far
-                self.landed_view(nid, batch)
-            else:  # never extracted: the database's table as it is now
-                self.source_df(node).createOrReplaceTempView(node.relation)
-        elif node.kind == "source":
-            self.source_df(node).createOrReplaceTempView(node.relation)
-        elif node.kind == "model":
-            mat = node.materialized
-            if mat == "view":
-                self.spark.sql(self.plan.sql(nid)).createOrReplaceTempView(node.name)
-            elif mat in ("table", "incremental"):
-                uri = self.table_uri(node)
-                store = self.plan.store(uri)
-                if deltatable.open_table(uri, store.delta) is None:
-                    raise StateError(
-                        f"model {node.name!r} has not been built yet; "
-                        f"run `rivc run --select +{node.name}` first"
-                    )
-                deltatable.read(self.spark, uri, store).createOrReplaceTempView(node.name)
 
     def table_uri(self, node: ManifestNode) -> str:
         return join(self.plan.warehouse, node.name)
@@ -185,24 +126,10 @@ class Runtime:
     def landing(self, nid: str) -> Landing:
         """The landing table of an extracted source, one object per run (it keeps the table it
         read until it commits)."""
-        with self._lock:
+        with self.lock:
             if nid not in self._landings:
                 self._landings[nid] = self.plan.landing(nid)
             return self._landings[nid]
-
-    def landed_view(self, nid: str, batch: int | None) -> None:
-        """`source()` of an extracted table: its landing table as of `batch`."""
-        from .extract import source_frame
-
-        node = self.plan.nodes[nid]
-        table = self.plan.project.sources[node.name].table
-        landing = self.landing(nid)
-        columns = landing.position().columns
-
-        def make(spark: SparkSession) -> DataFrame:
-            return source_frame(landing.whole(spark, batch, columns), table)
-
-        self.view(node.relation, make)
 
     def version(self, nid: str) -> int | None:
         """The newest version of a tracked input: a landed source's newest complete batch, a
@@ -219,35 +146,6 @@ class Runtime:
 
     def model_app(self, name: str) -> str:
         return f"rivc:{self.plan.manifest.project}:model:{name}"
-
-    def bind_views(self, nid: str) -> None:
-        """Bind the unselected views `nid` reads, now that what they read has run."""
-        with self._lock:
-            needed = set(self.plan.upstream(nid))
-            for view in [v for v in self.unbound if v in needed]:
-                self.bind(view)
-                self.unbound.remove(view)
-
-    def source_df(self, node: ManifestNode) -> DataFrame:
-        source = self.plan.project.sources[node.name]
-        return transform_source(self._read_source(node), source.table.transforms)
-
-    def _read_source(self, node: ManifestNode) -> DataFrame:
-        """A source table as its connector reads it (rivc.compiler.registry names the reader)."""
-        source = self.plan.project.sources[node.name]
-        relational = source.connector.relational
-        ctx = SourceContext(
-            node.name,
-            self.plan.manifest.project,
-            self.plan.root,
-            source.config,
-            dict(source.table.columns),
-            self.plan.sql(f"source:{node.name}") if relational else None,
-            self.plan.profile.connections.get(source.source.connection or ""),
-            source.source.tuning.resolved() if relational else {},
-            self.plan.profile.storage,
-        )
-        return read_source(self.spark, source.connector, ctx)
 
     # ------------------------------------------------------------------ nodes
 

@@ -19,6 +19,7 @@ from rivc.compiler.errors import ProjectError
 from rivc.compiler.locate import TARGET_DIR
 
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
+from .binding import bind
 from .execute import execute as execute_node
 from .plan import Plan
 from .runtime import Runtime
@@ -192,7 +193,7 @@ def bind_upstream(runtime: Runtime, needed: list[str], todo: list[str]) -> None:
         if node.kind == "model" and node.materialized == "view":
             runtime.unbound.append(nid)
         else:
-            runtime.bind(nid)
+            bind(runtime, nid)
 
 
 def _schedule(

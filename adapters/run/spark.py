@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import resource
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rivc.compiler.specs import SparkSpec
+
+from ..state import StateStore
+from ..util.sparkkind import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -103,6 +108,35 @@ def _quiet_python_loggers(log: Path) -> None:
             logger.removeHandler(handler)
         logger.addHandler(logging.FileHandler(log, delay=True))  # created by a first record
         logger.propagate = False
+
+
+def fence(spark: SparkSession, state: StateStore, run_id: str, warn: Callable[[str], None]) -> None:
+    """On Spark Connect, a killed rivc leaves its operations running in the server. Stop those
+    of every killed run before this one writes, then record this run's session."""
+    for killed, session in state.killed_sessions(run_id):
+        stopped = interrupt_session(spark, session)
+        if stopped:
+            warn(
+                f"run {killed} was killed: stopped {stopped} of its Spark operation"
+                f"{'s' if stopped != 1 else ''} still running on the server"
+            )
+        state.set_spark_session(killed, None)
+    state.set_spark_session(run_id, spark.session_id)  # type: ignore[attr-defined]
+
+
+def peak_rss_mb(spark: SparkSession | None) -> float:
+    """Peak resident memory of this process plus, for local Spark, its JVM."""
+    total = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if spark is None or is_connect(spark):
+        return round(total, 1)  # the server's memory is not ours to read
+    try:
+        pid = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) / 1024
+    except (AttributeError, OSError, ValueError):
+        pass  # spark-submit started the JVM: only this Python process is counted
+    return round(total, 1)
 
 
 def interrupt_session(spark: SparkSession, session_id: str) -> int:
