@@ -15,6 +15,7 @@ from .graph import Node, ProjectGraph, node_id
 from .nodes.consumers import sink_inputs
 from .nodes.data_tests import test_nodes
 from .nodes.models import CompileCache, analyze_models, check_model_keys, model_node
+from .nodes.seeds import seed_nodes
 from .nodes.sinks import check_targets, sink_node, star_feeding_sinks
 from .nodes.sources import source_node
 from .params import resolve_params
@@ -113,7 +114,7 @@ def _analyze(
     params = resolve_params(project.spec.params, options.params)
     variables = {**project.spec.vars, **options.vars}
     ctx = RenderContext(
-        frozenset(project.models),
+        frozenset(project.models) | frozenset(project.seeds),
         frozenset(project.sources),
         variables,
         env,
@@ -126,10 +127,16 @@ def _analyze(
     nodes: dict[NodeId, Node] = {}
     for fqn, table in sorted(project.sources.items()):
         nodes[node_id("source", fqn)] = source_node(table, params, findings)
+    for seed in seed_nodes(project, findings):
+        nodes[seed.id] = seed
     sources = {
         source_relation(*fqn.split(".", 1)): dict(columns)
         for fqn in project.sources
         if (columns := nodes[node_id("source", fqn)].columns) is not None
+    } | {
+        name: dict(columns)
+        for name in project.seeds
+        if (columns := nodes[node_id("seed", name)].columns) is not None
     }
     models, types = analyze_models(project, ctx, params, sources, options.workers, cache)
     for name, res in models.items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -13,11 +13,16 @@ from .errors import GraphError, SourceLocation
 from .manifest import Facts
 from .specs import NodeId
 
-Kind = Literal["source", "model", "sink", "test"]
+Kind = Literal["source", "seed", "model", "sink", "test"]
 
 
 def node_id(kind: Kind, name: str) -> NodeId:
     return NodeId(f"{kind}:{name}")
+
+
+def ref_id(name: str, seeds: Collection[str]) -> NodeId:
+    """The node `ref(name)` names: a seed's or a model's (compile refuses one name for both)."""
+    return node_id("seed" if name in seeds else "model", name)
 
 
 @dataclass(kw_only=True)

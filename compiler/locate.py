@@ -85,6 +85,7 @@ def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
         ("models", ("**/*.sql", "**/*.yml", "**/*.yaml")),
         ("macros", ("**/*.sql",)),
         ("tests", ("**/*.sql",)),
+        ("seeds", ("**/*.csv", "**/*.yml", "**/*.yaml")),
     ):
         base = root / paths[key]
         if base.is_dir():

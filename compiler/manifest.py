@@ -15,7 +15,7 @@ from .specs import ModelConfig
 
 SCHEMA_VERSION = 2
 
-Kind = Literal["source", "model", "sink", "test"]
+Kind = Literal["source", "seed", "model", "sink", "test"]
 
 InputKind = Literal["batches", "whole", "stream"]
 
@@ -176,7 +176,14 @@ class ManifestNode:
 
     @property
     def materialized(self) -> str:
+        if self.kind == "seed":
+            return "seed"
         return self.model_config.materialized if self.kind == "model" else "view"
+
+    @property
+    def stored(self) -> bool:
+        """A table in the warehouse: a seed's, a table or incremental model's."""
+        return self.materialized in ("seed", "table", "incremental")
 
     @property
     def unique_key(self) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from .specs import (
     ProfileSpec,
     ProjectSpec,
     PropertiesFile,
+    SeedProps,
     SinksFile,
     SinkSpec,
     SourcesFile,
@@ -94,6 +95,8 @@ class Project:
     tests: dict[str, SqlFile]
     env_used: dict[str, str | None] = field(default_factory=dict)
     target: str = "default"  # the profile output in use (--target, $RIVC_TARGET)
+    seeds: dict[str, SqlFile] = field(default_factory=dict)  # seeds/*.csv, by file stem
+    seed_properties: dict[str, tuple[SeedProps, Located]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -236,13 +239,15 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     sinks: dict[str, SinkDef] = {}
     models: dict[str, SqlFile] = {}
     properties: dict[str, tuple[ModelProps, Located]] = {}
+    seeds: dict[str, SqlFile] = {}
+    seed_properties: dict[str, tuple[SeedProps, Located]] = {}
     macros: list[SqlFile] = []
     tests: dict[str, SqlFile] = {}
     for rel in files:
         top = rel.parts[0]
         if (
             rel.suffix in (".yml", ".yaml")
-            and top in (p.sources, p.sinks, p.models)
+            and top in (p.sources, p.sinks, p.models, p.seeds)
             and len(rel.parts) > 1
         ):
             doc = attempt(load_yaml, root, rel, env)
@@ -254,7 +259,26 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             elif top == p.sinks:
                 attempt(_add_sinks, doc, sinks)
             else:
-                attempt(_add_properties, doc, properties)
+                attempt(_add_properties, doc, properties, seed_properties)
+        elif rel.suffix == ".csv" and top == p.seeds and len(rel.parts) > 1:
+            text = read_project_file(root, rel)
+            if not IDENT.match(rel.stem):
+                errors.append(
+                    ProjectError(
+                        f"{rel.stem!r} is not a valid seed name: a file name is the seed's "
+                        "name, so use letters, digits and _ only",
+                        SourceLocation(rel),
+                    )
+                )
+            elif rel.stem in seeds:
+                errors.append(
+                    ProjectError(
+                        f"seed {rel.stem!r} is also defined in {seeds[rel.stem].path}",
+                        SourceLocation(rel),
+                    )
+                )
+            else:
+                seeds[rel.stem] = SqlFile(rel.stem, rel, text)
         elif rel.suffix == ".sql" and len(rel.parts) > 1:
             text = read_project_file(root, rel)
             sql = SqlFile(rel.stem, rel, text)
@@ -280,6 +304,23 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                 macros.append(sql)
             elif top == p.tests:
                 tests[rel.stem] = sql
+    for name, seed in seeds.items():
+        if name in models:
+            errors.append(
+                ProjectError(
+                    f"seed {name!r} has the name of model {name!r} ({models[name].path}): "
+                    "ref() would not know which one",
+                    SourceLocation(seed.path),
+                )
+            )
+    for name, (_, where) in seed_properties.items():
+        if name not in seeds:
+            errors.append(
+                ProjectError(
+                    f"properties for unknown seed {name!r}{did_you_mean(name, seeds)}",
+                    where.location("name"),
+                )
+            )
     for name, (_, where) in properties.items():
         if name not in models:
             errors.append(
@@ -306,6 +347,8 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         tests,
         env_used,
         target,
+        seeds,
+        seed_properties,
     )
 
 
@@ -446,8 +489,19 @@ def _sink_connector(name: str, doc: YamlDoc, at: YamlPath) -> ConnectorInfo:
     return info
 
 
-def _add_properties(doc: YamlDoc, out: dict[str, tuple[ModelProps, Located]]) -> None:
+def _add_properties(
+    doc: YamlDoc,
+    out: dict[str, tuple[ModelProps, Located]],
+    seeds: dict[str, tuple[SeedProps, Located]],
+) -> None:
     parsed: PropertiesFile = validate_doc(PropertiesFile, doc)
+    for i, seed in enumerate(parsed.seeds):
+        if seed.name in seeds:
+            raise ProjectError(
+                f"properties for seed {seed.name!r} are given twice",
+                doc.location(("seeds", i, "name")),
+            )
+        seeds[seed.name] = (seed, Located(doc, ("seeds", i)))
     for i, props in enumerate(parsed.models):
         if props.name in out:
             raise ProjectError(

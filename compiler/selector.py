@@ -16,7 +16,7 @@ _ATOM = re.compile(
     r"^(?P<at>@)?(?:(?P<up_depth>\d*)(?P<up>\+))?(?:(?P<method>[a-z_]+(?:\.[a-z_]+)?):)?"
     r"(?P<value>[^+@]+?)(?:(?P<down>\+)(?P<down_depth>\d*))?$"
 )
-METHODS = ("tag", "path", "source", "sink", "config")
+METHODS = ("tag", "path", "source", "sink", "config", "resource_type")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +136,9 @@ def _match(graph: ProjectGraph, atom: Atom) -> set[NodeId]:
             {n.name for n in nodes if n.kind == "source"}
             | {n.name.split(".")[0] for n in nodes if n.kind == "source"}
         )
+    elif method == "resource_type":  # dbt's: model, seed, source, sink, test
+        found = {n.id for n in nodes if glob(n.kind)}
+        candidates = sorted({n.kind for n in nodes})
     elif method == "sink":
         found = {n.id for n in nodes if n.kind == "sink" and glob(n.name)}
         candidates = [n.name for n in nodes if n.kind == "sink"]

@@ -47,6 +47,7 @@ class PathsSpec(Spec):
     sinks: str = "sinks"
     macros: str = "macros"
     tests: str = "tests"
+    seeds: str = "seeds"
 
 
 class LintSpec(Spec):
@@ -407,9 +408,35 @@ class ModelProps(Spec):
     columns: tuple[ColumnSpec, ...] = ()
 
 
+class SeedConfig(Spec):
+    """A seed's configuration (docs/seeds.md): `column_types` overrides inferred types."""
+
+    column_types: dict[str, str] = {}
+    delimiter: str = ","
+    tags: StrList = ()
+    enabled: bool = True
+
+    _tuple = field_validator("tags", mode="before")(_as_tuple)
+
+    @field_validator("delimiter")
+    @classmethod
+    def _one_character(cls, value: str) -> str:
+        if len(value) != 1:
+            raise ValueError("delimiter must be one character")
+        return value
+
+
+class SeedProps(Spec):
+    name: Name
+    description: str = ""
+    config: SeedConfig = SeedConfig()
+    columns: tuple[ColumnSpec, ...] = ()
+
+
 class PropertiesFile(Spec):
     version: int | None = None
     models: tuple[ModelProps, ...] = ()
+    seeds: tuple[SeedProps, ...] = ()
 
 
 # --------------------------------------------------------------------------- validation

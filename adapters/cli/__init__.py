@@ -16,7 +16,6 @@ from . import execute, project, state
 # dbt's commands that rivc does not have: named as such, never "did you mean" a neighbour
 # (`seed` is not `server`, `docs` is not `doctor`)
 DBT_ONLY = {
-    "seed": "read CSV files with a files source (format: csv; docs/sources.md)",
     "snapshot": "not yet in rivc (an append sink keeps every version it receives)",
     "docs": "not yet in rivc; target/manifest.json describes every node",
     "deps": "not yet in rivc; copy a package's macros into macros/",
@@ -56,6 +55,7 @@ for command in (
     execute.run,
     execute.test,
     execute.build,
+    execute.seed,
     execute.show,
     execute.check,
     execute.doctor,

@@ -149,6 +149,12 @@ def test(selection: tuple[str, ...], **kw: Any) -> None:
 
 
 @runner_command([full_refresh])
+def seed(selection: tuple[str, ...], **kw: Any) -> None:
+    """Load the seeds of the selection (seeds/*.csv) into their warehouse tables."""
+    _execute("seed", selection, **kw)
+
+
+@runner_command([full_refresh])
 def build(selection: tuple[str, ...], **kw: Any) -> None:
     """Run and test in DAG order: a failing test skips what depends on its model."""
     _execute("build", selection, **kw)

@@ -91,7 +91,8 @@ def compile_cmd(
         kinds[compiled.graph.nodes[nid].kind] = kinds.get(compiled.graph.nodes[nid].kind, 0) + 1
     counts = ", ".join(
         f"{kinds.get(k, 0)} {k}{'' if kinds.get(k) == 1 else 's'}"
-        for k in ("model", "source", "sink", "test")
+        for k in ("model", "seed", "source", "sink", "test")
+        if k != "seed" or kinds.get(k)
     )
     text = f"Compiled {counts} into {target.relative_to(root)}/"
     save_fingerprint(

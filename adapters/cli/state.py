@@ -279,7 +279,7 @@ def maintain(
                         how = f"folded into batch {kept.into}" if kept.into else "removed"
                         click.echo(f"{nid}: {kept.batches} landed batches {how}")
                 tables.append((nid, landing.uri, landing.store))
-            elif node.kind == "model" and node.materialized in ("table", "incremental"):
+            elif node.stored:
                 uri = join(plan.warehouse, node.name)
                 tables.append((nid, uri, plan.store(uri)))
             elif node.kind == "sink":

@@ -13,7 +13,7 @@ def bind(rt: Runtime, nid: str) -> None:
     node = rt.plan.nodes[nid]
     if node.kind == "source":
         node_source.bind(rt, nid)
-    elif node.kind == "model":
+    elif node.kind in ("model", "seed"):
         materialization(node).bind(rt, node)
 
 

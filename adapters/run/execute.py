@@ -30,6 +30,7 @@ def execute(rt: Runtime, nid: str) -> NodeResult:
         fn = {
             "source": run_source,
             "model": run_model,
+            "seed": run_model,
             "sink": run_sink,
             "test": run_test,
         }[node.kind]

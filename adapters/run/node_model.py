@@ -54,7 +54,7 @@ class Table:
         grows = self.grows(rt, table)
         if grows:
             deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)  # {{ this }}
-        df = rt.spark.sql(rt.plan.sql(nid, incremental=grows))
+        df = self.frame(rt, node, grows)
         if df.isStreaming:
             raise ConnectorError(
                 f"model {node.name!r} reads a stream: materialize it as a view and deliver it "
@@ -76,7 +76,7 @@ class Table:
                 store,
                 "replace",
                 deltatable.arrow_schema(df),
-                node.model_config.partition_by,
+                node.model_config.partition_by if node.kind == "model" else (),
                 stamp,
             )
             how = "table"
@@ -84,7 +84,7 @@ class Table:
         deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
         return NodeResult(
             nid,
-            "model",
+            node.kind,
             "success",
             rows=result.rows,
             bytes=result.bytes,
@@ -95,6 +95,10 @@ class Table:
             commits=result.commits,
             commit_ms=result.commit_s * 1000,
         )
+
+    def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
+        """What this run writes: the model's SQL (its is_incremental() variant when it grows)."""
+        return rt.spark.sql(rt.plan.sql(node.id, incremental=grows))
 
     def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
         """Whether this run adds to the table rather than replacing it."""
@@ -114,9 +118,10 @@ class Table:
         uri = rt.table_uri(node)
         store = rt.plan.store(uri)
         if deltatable.open_table(uri, store.delta) is None:
+            how = "rivc seed" if node.kind == "seed" else "rivc run"
             raise StateError(
-                f"model {node.name!r} has not been built yet; "
-                f"run `rivc run --select +{node.name}` first"
+                f"{node.kind} {node.name!r} has not been built yet; "
+                f"run `{how} --select +{node.name}` first"
             )
         deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
 
@@ -197,12 +202,41 @@ class Merge(Incremental):
         return f"incremental merge, {result.removed} files rewritten", result
 
 
+class Seed(Table):
+    """A seed: its CSV file, read as compile read it (compiler/seeds.py), each column cast to
+    its type by Spark's tasks (a value a type cannot hold fails the seed, naming it), replaces
+    its table."""
+
+    def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
+        import pyarrow as pa
+
+        from rivc.compiler.seeds import read_csv
+        from rivc.compiler.sql import quote
+
+        path = rt.plan.root / node.path
+        data = read_csv(path.read_text(encoding="utf-8"), path, node.config.get("delimiter", ","))
+        types = node.columns or {}
+        columns = [f"_{i}" for i in range(len(data.header))]  # any header, any case
+        text = pa.table(
+            {c: pa.array(v, pa.string()) for c, v in zip(columns, data.columns, strict=True)}
+        )
+        raw = rt.spark.createDataFrame(text)
+        return raw.selectExpr(
+            *(
+                f"CAST({c} AS {types.get(name) or 'string'}) AS {quote(name)}"
+                for c, name in zip(columns, data.header, strict=True)
+            )
+        )
+
+
 Materialization = Ephemeral | View | Table
 
 
 def materialization(node: ManifestNode) -> Materialization:
     """The class that builds `node`, by its materialization (and incremental strategy)."""
     mat = node.materialized
+    if mat == "seed":
+        return Seed()
     if mat == "ephemeral":
         return Ephemeral()
     if mat == "view":
@@ -213,4 +247,5 @@ def materialization(node: ManifestNode) -> Materialization:
 
 
 def run_model(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+    """A model's or a seed's node."""
     return materialization(node).build(rt, nid, node)

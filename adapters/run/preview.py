@@ -29,7 +29,7 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
 
         raise SelectionError(f"show takes one model, source table or sink, got {node!r}")
     meta = plan.nodes[target[0]]
-    if meta.kind == "model" and meta.materialized in ("table", "incremental"):
+    if meta.stored:
         stored = _stored_rows(plan, meta.name, limit)
         if stored is not None:  # read with delta-rs: no JVM for what is already on disk
             return stored
@@ -48,7 +48,7 @@ def show(root: Path, node: str, limit: int, spark_factory: Callable[[Plan], Spar
         if meta.kind == "source":
             bind(runtime, nid)
             df = runtime.spark.table(quote(meta.relation or meta.name))
-        elif meta.kind == "model" and meta.materialized in ("table", "incremental"):
+        elif meta.stored:
             bind(runtime, nid)
             df = runtime.spark.table(quote(meta.name))
         else:

@@ -29,11 +29,12 @@ from .streaming import graceful_interrupt
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-Command = Literal["run", "test", "build"]
+Command = Literal["run", "test", "build", "seed"]
 KINDS: dict[str, set[str]] = {
     "run": {"source", "model", "sink"},
     "test": {"test"},
-    "build": {"source", "model", "sink", "test"},
+    "build": {"source", "seed", "model", "sink", "test"},
+    "seed": {"seed"},
 }
 FAILED = {"error", "fail"}
 
@@ -131,13 +132,14 @@ def execute(
                 on_warning=on_warning,
                 tracker=tracker or SparkProgress(),
             )
-            if options.command != "test":  # what the selection reads from a database is extracted
+            if options.command in ("run", "build"):  # what the selection reads from a database
                 chosen = set(todo)
                 todo = [n for n in compiled.selected if n in chosen or plan.is_extracted(n)]
             results: list[NodeResult] = []
             interrupted = runtime.interrupt
             try:
-                bind_upstream(runtime, compiled.selected, todo)
+                needed = compiled.graph.with_upstream(todo)  # `rivc seed`: the seeds alone
+                bind_upstream(runtime, [n for n in compiled.selected if n in needed], todo)
                 with graceful_interrupt(runtime.interrupt):
                     results = _schedule(runtime, compiled.graph, todo, options, on_result, on_start)
             finally:

@@ -80,7 +80,7 @@ def _sink_input(
             leaves[nid] = source_role(project, node)
             continue
         mat = node.config.get("materialized", "view")
-        if mat in STORED:
+        if mat in STORED or node.kind == "seed":
             leaves[nid] = "model"
             continue
         if mat == "view":

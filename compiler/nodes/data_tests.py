@@ -15,7 +15,7 @@ from ..errors import (
     SqlError,
     did_you_mean,
 )
-from ..graph import Node, node_id
+from ..graph import Node, node_id, ref_id
 from ..params import bind
 from ..project import Project
 from ..render import Renderer
@@ -38,9 +38,11 @@ def test_nodes(
 ) -> list[Node]:
     out: list[Node] = []
     seen: set[str] = set()
-    for model_name, (props, where) in sorted(project.properties.items()):
-        model = nodes.get(node_id("model", model_name))
-        for ci, column in enumerate(props.columns):
+    described = [(n, p.columns, w) for n, (p, w) in project.properties.items()]
+    described += [(n, p.columns, w) for n, (p, w) in project.seed_properties.items()]
+    for model_name, columns, where in sorted(described, key=lambda d: d[0]):
+        model = nodes.get(node_id("model", model_name)) or nodes.get(node_id("seed", model_name))
+        for ci, column in enumerate(columns):
             for ti, test in enumerate(column.data_tests):
                 loc = where.location("columns", ci, "tests", ti)
                 try:
@@ -90,7 +92,7 @@ def test_nodes(
             if not unbound:
                 parse_query(sql, singular.path, "spark", "a test")
                 node.sql = sql
-            node.depends_on = [node_id("model", r) for r in rendered.refs] + [
+            node.depends_on = [ref_id(r, project.seeds) for r in rendered.refs] + [
                 node_id("source", s) for s in rendered.sources
             ]
         except RivcError as exc:
@@ -128,7 +130,7 @@ def generic_test(
             f"test {kind}: {'.'.join(map(str, err['loc']))}: {err['msg']}", loc
         ) from None
     rel, col = quote(model), quote(column)
-    deps = [node_id("model", model)]
+    deps = [node_id("seed", model) if node_id("seed", model) in nodes else node_id("model", model)]
     name = f"{kind}_{model}_{column}"
     if kind == "not_null":
         sql = f"SELECT *\nFROM {rel}\nWHERE {col} IS NULL"
@@ -188,7 +190,10 @@ def generic_test(
 
 def test_target(to: str, loc: SourceLocation, nodes: dict[NodeId, Node]) -> NodeId:
     m = _REF.match(to)
-    target = node_id("model", m.group(1)) if m else None
+    target = None
+    if m:
+        target = node_id("seed", m.group(1))
+        target = target if target in nodes else node_id("model", m.group(1))
     if target is None and (s := _SOURCE.match(to)):
         target = node_id("source", f"{s.group(1)}.{s.group(2)}")
     if target is None:

@@ -12,7 +12,7 @@ from ..errors import (
     SourceLocation,
     SqlError,
 )
-from ..graph import Node, node_id
+from ..graph import Node, node_id, ref_id
 from ..project import Project
 from ..render import RenderContext
 from ..rules import Finding
@@ -159,7 +159,9 @@ def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Nod
         columns = {
             c: declared.get(c) or types.get(c, "").replace("UNKNOWN", "") for c in res.columns
         }
-    deps = [node_id("model", r) for r in res.refs] + [node_id("source", s) for s in res.sources]
+    deps = [ref_id(r, project.seeds) for r in res.refs] + [
+        node_id("source", s) for s in res.sources
+    ]
     config = res.config or {}
     return Node(
         id=node_id("model", res.name),

@@ -12,7 +12,7 @@ from ..errors import (
     SqlError,
     did_you_mean,
 )
-from ..graph import Node, node_id
+from ..graph import Node, node_id, ref_id
 from ..manifest import SinkFacts
 from ..project import Located, Project, SinkDef
 from ..redact import redact
@@ -32,7 +32,7 @@ def sink_node(
     if src.startswith("source:"):
         upstream = node_id("source", src.removeprefix("source:"))
     else:
-        upstream = node_id("model", src)
+        upstream = ref_id(src, project.seeds)
     deps: list[NodeId] = []
     columns: dict[str, str] | None = None
     if upstream not in nodes:
