@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CompileFailed
+from . import rules
+from .errors import CompileFailed, GraphError, SourceLocation
 from .graph import Node, ProjectGraph, node_id
 from .nodes.consumers import sink_inputs
 from .nodes.data_tests import test_nodes
@@ -127,19 +128,18 @@ def _analyze(
     nodes: dict[NodeId, Node] = {}
     for fqn, table in sorted(project.sources.items()):
         nodes[node_id("source", fqn)] = source_node(table, params, findings)
-    for seed in seed_nodes(project, findings):
+    seeds = seed_nodes(project, variables, env, findings)
+    for seed in seeds:
         nodes[seed.id] = seed
     sources = {
         source_relation(*fqn.split(".", 1)): dict(columns)
         for fqn in project.sources
         if (columns := nodes[node_id("source", fqn)].columns) is not None
-    } | {
-        name: dict(columns)
-        for name in project.seeds
-        if (columns := nodes[node_id("seed", name)].columns) is not None
-    }
+    } | {seed.name: dict(seed.columns) for seed in seeds if seed.columns is not None}
     models, types = analyze_models(project, ctx, params, sources, options.workers, cache)
     for name, res in models.items():
+        if res.config and not res.config["enabled"]:
+            continue  # as if its file were not there; a ref() to it is an error
         nodes[node_id("model", name)] = model_node(project, res, types.get(name, {}))
         findings += res.findings
         env_used.update(res.env_used)
@@ -152,6 +152,7 @@ def _analyze(
     renderer = Renderer(ctx)
     for node in test_nodes(project, renderer, params, nodes, findings):
         nodes[node.id] = node
+    _refs_to_disabled(nodes, findings)
     graph = ProjectGraph(nodes)
     sink_inputs(project, graph, findings)
     chosen = select(graph, options.select, options.exclude)
@@ -169,3 +170,19 @@ def _analyze(
     return CompiledProject(
         project, graph, graph.order(needed), findings, params, env_used, graph.order(chosen)
     )
+
+
+def _refs_to_disabled(nodes: dict[NodeId, Node], findings: list[Finding]) -> None:
+    """A ref() to a model or seed with `enabled: false` (which has no node) is an error."""
+    for node in nodes.values():
+        for dep in [d for d in node.depends_on if d not in nodes]:
+            kind, _, name = dep.partition(":")
+            findings.append(
+                rules.unknown_reference(
+                    GraphError(
+                        f"ref({name!r}): that {kind} is disabled (enabled: false)",
+                        SourceLocation(node.path),
+                    )
+                )
+            )
+            node.depends_on.remove(dep)

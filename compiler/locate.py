@@ -8,6 +8,7 @@ from pathlib import Path
 from .errors import ProjectError
 
 PROJECT_FILE = "rivc_project.yml"
+DBT_PROJECT_FILE = "dbt_project.yml"  # a dbt project, read as it is when it has no PROJECT_FILE
 TARGET_ENV = "RIVC_TARGET"  # the profile output to use; what --target sets
 TARGET_DIR = "target"  # what compile writes: manifest, compiled SQL, jobs
 STATE_DIR = ".rivc"  # what runs keep: the state store, staged copies, checkpoints, logs
@@ -19,6 +20,7 @@ DEFAULT_PATHS = {
     "sinks": "sinks",
     "macros": "macros",
     "tests": "tests",
+    "seeds": "seeds",
 }
 
 
@@ -56,12 +58,21 @@ def read_project_file(root: Path, rel: Path) -> str:
 
 
 def find_project_root(start: Path) -> Path:
-    """The nearest directory at or above `start` holding rivc_project.yml."""
+    """The nearest directory at or above `start` holding rivc_project.yml or dbt_project.yml."""
     start = start.resolve()
     for folder in (start, *start.parents):
-        if (folder / PROJECT_FILE).is_file():
+        if (folder / PROJECT_FILE).is_file() or (folder / DBT_PROJECT_FILE).is_file():
             return folder
-    raise ProjectError(f"no {PROJECT_FILE} found in {start} or any parent directory")
+    raise ProjectError(
+        f"no {PROJECT_FILE} (or {DBT_PROJECT_FILE}) found in {start} or any parent directory"
+    )
+
+
+def project_file(root: Path) -> Path:
+    """The project's own file: rivc_project.yml, else a dbt project's dbt_project.yml."""
+    if not (root / PROJECT_FILE).is_file() and (root / DBT_PROJECT_FILE).is_file():
+        return Path(DBT_PROJECT_FILE)
+    return Path(PROJECT_FILE)
 
 
 def find_profiles(root: Path, env: Mapping[str, str]) -> Path | None:
@@ -75,7 +86,7 @@ def find_profiles(root: Path, env: Mapping[str, str]) -> Path | None:
 
 def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
     """Every project file compile reads, relative to root, sorted."""
-    files = [Path(PROJECT_FILE)]
+    files = [project_file(root)]
     if (root / PROFILES_FILE).is_file():
         files.append(Path(PROFILES_FILE))
     yml = ("*.yml", "*.yaml")
@@ -87,7 +98,7 @@ def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
         ("tests", ("**/*.sql",)),
         ("seeds", ("**/*.csv", "**/*.yml", "**/*.yaml")),
     ):
-        base = root / paths[key]
+        base = root / paths.get(key, key)
         if base.is_dir():
             for pattern in patterns:
                 files += [f.relative_to(root) for f in base.glob(pattern) if f.is_file()]

@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from .aliases import translate
+from .dbtproject import dbt_project_spec
 from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
+from .folders import check_tree
 from .locate import (
     PROJECT_FILE,
     TARGET_ENV,
     find_profiles,
     list_project_files,
+    project_file,
     read_project_file,
 )
 from .registry import ConnectorInfo, connector, unknown
@@ -104,10 +107,17 @@ class Project:
 
 
 def load_project_spec(root: Path, env: Mapping[str, str]) -> tuple[ProjectSpec, YamlDoc]:
-    doc = load_yaml(root, Path(PROJECT_FILE), env)
+    """rivc_project.yml, else a dbt project's dbt_project.yml (compiler/dbtproject.py)."""
+    rel = project_file(root)
+    doc = load_yaml(root, rel, env)
     if not isinstance(doc.data, dict):
-        raise ProjectError("rivc_project.yml must be a mapping", doc.location(()))
-    return validate_doc(ProjectSpec, doc), doc
+        raise ProjectError(f"{rel} must be a mapping", doc.location(()))
+    spec: ProjectSpec = (
+        validate_doc(ProjectSpec, doc) if rel.name == PROJECT_FILE else dbt_project_spec(doc, env)
+    )
+    for kind in ("models", "seeds"):
+        check_tree(doc, kind, getattr(spec, kind))
+    return spec, doc
 
 
 DEFAULT_TARGET = "default"  # the name of a profile without outputs:

@@ -82,6 +82,9 @@ class ProjectSpec(Spec):
     params: dict[str, ParamValue] = {}
     paths: PathsSpec = PathsSpec()
     defaults: ModelConfig = ModelConfig()
+    # per-folder configs, as dbt_project.yml has them (compiler/folders.py)
+    models: dict[str, Any] = {}
+    seeds: dict[str, Any] = {}
     lint: LintSpec = LintSpec()
     # how long `rivc maintain` keeps landed batches every consumer took (docs/sources.md)
     landing_retention: str = "7d"

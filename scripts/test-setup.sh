@@ -35,4 +35,11 @@ if ! command -v azurite-blob >/dev/null && [ ! -x "$tools/node_modules/.bin/azur
   npm install --silent --no-audit --no-fund --prefix "$tools" azurite@3.37.0 >/dev/null
 fi
 
+# dbt-core with dbt-duckdb, the peer the dbt-project tests compare with, in a virtualenv of its
+# own (dbt pins its own versions of Jinja, protobuf and more)
+if [ ! -x "$tools/dbt/bin/dbt" ]; then
+  python3 -m venv "$tools/dbt"
+  "$tools/dbt/bin/python" -m pip install --quiet "dbt-core~=1.11.0" "dbt-duckdb~=1.11.0"
+fi
+
 python -m pip install --quiet -e '.[spark,dev]'

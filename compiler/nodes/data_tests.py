@@ -42,6 +42,8 @@ def test_nodes(
     described += [(n, p.columns, w) for n, (p, w) in project.seed_properties.items()]
     for model_name, columns, where in sorted(described, key=lambda d: d[0]):
         model = nodes.get(node_id("model", model_name)) or nodes.get(node_id("seed", model_name))
+        if model is None:
+            continue  # a disabled model's tests are disabled with it
         for ci, column in enumerate(columns):
             for ti, test in enumerate(column.data_tests):
                 loc = where.location("columns", ci, "tests", ti)

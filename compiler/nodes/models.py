@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import rules
@@ -12,6 +13,7 @@ from ..errors import (
     SourceLocation,
     SqlError,
 )
+from ..folders import folder_config
 from ..graph import Node, node_id, ref_id
 from ..project import Project
 from ..render import RenderContext
@@ -44,9 +46,13 @@ def analyze_models(
         sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params, ctx.target, VERSION
     )
     tasks, keys = [], {}
+    folder = Path(project.spec.paths.models)
     for name in sorted(project.models):
         model = project.models[name]
         config = dict(defaults)
+        folders = model.path.relative_to(folder).parent.parts
+        tree = project.spec.models
+        config.update(folder_config(tree, "models", project.name, folders, name, ctx.vars, ctx.env))
         if name in project.properties:
             config.update(
                 project.properties[name][0].config.model_dump(mode="json", exclude_unset=True)

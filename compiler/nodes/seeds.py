@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
 
 from .. import rules
-from ..errors import RivcError, SqlError
+from ..errors import ProjectError, RivcError, SourceLocation, SqlError
+from ..folders import folder_config
 from ..graph import Node, node_id
 from ..project import Project, SqlFile
 from ..rules import Finding
@@ -15,13 +20,44 @@ from ..transforms import spark_type
 from .common import suggest
 
 
-def seed_nodes(project: Project, findings: list[Finding]) -> list[Node]:
-    return [seed_node(project, seed, findings) for _, seed in sorted(project.seeds.items())]
+def seed_nodes(
+    project: Project, variables: Mapping[str, Any], env: Mapping[str, str], findings: list[Finding]
+) -> list[Node]:
+    """Every enabled seed's node."""
+    out = []
+    for _, seed in sorted(project.seeds.items()):
+        try:
+            config = seed_config(project, seed, variables, env)
+        except RivcError as exc:  # its node stays, so that the error is in the compile's scope
+            findings.append(rules.from_error(exc))
+            config = SeedConfig()
+        if config.enabled:
+            out.append(seed_node(project, seed, config, findings))
+    return out
 
 
-def seed_node(project: Project, seed: SqlFile, findings: list[Finding]) -> Node:
+def seed_config(
+    project: Project, seed: SqlFile, variables: Mapping[str, Any], env: Mapping[str, str]
+) -> SeedConfig:
+    """The folder configs (dbt_project.yml's `seeds:`), then the seed's properties."""
+    folders = seed.path.relative_to(project.spec.paths.seeds).parent.parts
+    tree = project.spec.seeds
+    given = folder_config(tree, "seeds", project.name, folders, seed.name, variables, env)
     props = project.seed_properties.get(seed.name)
-    config = props[0].config if props else SeedConfig()
+    if props:
+        given.update(props[0].config.model_dump(mode="json", exclude_unset=True))
+    try:
+        return SeedConfig.model_validate(given)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise ProjectError(
+            f"seed {seed.name}: config {'.'.join(map(str, err['loc']))}: {err['msg']}",
+            SourceLocation(seed.path),
+        ) from None
+
+
+def seed_node(project: Project, seed: SqlFile, config: SeedConfig, findings: list[Finding]) -> Node:
+    props = project.seed_properties.get(seed.name)
     columns: dict[str, str] | None = None
     try:
         data = read_csv(seed.text, seed.path, config.delimiter)
@@ -29,10 +65,16 @@ def seed_node(project: Project, seed: SqlFile, findings: list[Finding]) -> Node:
         findings.append(rules.from_error(exc))
     else:
         overrides: dict[str, str] = {}
+        own = props is not None and "column_types" in props[0].config.model_fields_set
         for name, text in config.column_types.items():
-            assert props is not None  # overrides come from properties
-            where = props[1].location("config", "column_types", name)
+            where = (
+                props[1].location("config", "column_types", name)
+                if props
+                else SourceLocation(seed.path)  # from dbt_project.yml's seeds:
+            )
             if name.lower() not in (h.lower() for h in data.header):
+                if not own:
+                    continue  # a folder's column_types name columns of some of its seeds
                 findings.append(
                     rules.unknown_column(
                         SqlError(

@@ -1,0 +1,117 @@
+"""A dbt project's dbt_project.yml read as rivc's project spec (docs/dbt.md).
+
+What maps: name, profile, the folders of models, seeds, tests and macros, `vars` (global and
+scoped to this project), and the per-folder `models:` and `seeds:` configs (with or without
+dbt's `+`). What dbt has and rivc does not need (its version pins, target-path, clean-targets,
+dbt Cloud's ids, ...) is accepted and left alone; a key dbt does not know either is an error at
+its line, as in rivc_project.yml.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ProjectError
+from .specs import ProjectSpec, validate_doc
+from .yamlio import YamlDoc
+
+DBT_PROJECT_FILE = "dbt_project.yml"
+
+# dbt_project.yml keys rivc accepts and does not act on (docs/dbt.md says why for each)
+IGNORED = frozenset(
+    {
+        "config-version",
+        "require-dbt-version",
+        "target-path",
+        "log-path",
+        "packages-install-path",
+        "clean-targets",
+        "docs-paths",
+        "asset-paths",
+        "analysis-paths",
+        "snapshot-paths",
+        "dbt-cloud",
+        "quoting",
+        "query-comment",
+        "restrict-access",
+        "flags",
+        "dispatch",
+        "snapshots",
+        "data_tests",
+        "tests",
+        "sources",
+        "metrics",
+        "semantic-models",
+        "saved-queries",
+        "exposures",
+        "analyses",
+        "unit_tests",
+        "on-run-start",
+        "on-run-end",
+    }
+)
+PATHS = {
+    "model-paths": "models",
+    "seed-paths": "seeds",
+    "test-paths": "tests",
+    "macro-paths": "macros",
+}
+
+
+def dbt_project_spec(doc: YamlDoc, env: Mapping[str, str]) -> ProjectSpec:
+    """dbt_project.yml as rivc's ProjectSpec; errors name the file, line and key."""
+    data = doc.data
+    if not isinstance(data, dict):
+        raise ProjectError(f"{DBT_PROJECT_FILE} must be a mapping", doc.location(()))
+    spec: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in ("name", "profile", "version"):
+            spec[key] = value
+        elif key in PATHS:
+            spec.setdefault("paths", {})[PATHS[key]] = _one_folder(doc, key, value)
+        elif key == "vars":
+            spec["vars"] = _vars(doc, value, str(data.get("name", "")))
+        elif key in ("models", "seeds"):
+            spec[key] = value if value is not None else {}
+        elif key not in IGNORED:
+            from .errors import did_you_mean
+
+            known = [*PATHS, "name", "profile", "version", "vars", "models", "seeds", *IGNORED]
+            raise ProjectError(
+                f"unknown key {key!r} in {DBT_PROJECT_FILE}{did_you_mean(str(key), known)}",
+                doc.location((key,)),
+            )
+    if "profile" not in spec:
+        spec["profile"] = "default"
+    return validate_doc(ProjectSpec, doc, (), spec)  # type: ignore[no-any-return]
+
+
+def _one_folder(doc: YamlDoc, key: str, value: Any) -> str:
+    folders = [value] if isinstance(value, str) else value
+    if not isinstance(folders, list) or not folders or not all(isinstance(f, str) for f in folders):
+        raise ProjectError(f"{key} must be a list of folders", doc.location((key,)))
+    if len(folders) > 1:
+        raise ProjectError(
+            f"{key}: rivc reads one folder of each kind, got {len(folders)}; keep one "
+            "(subfolders are read too)",
+            doc.location((key,)),
+        )
+    return str(folders[0]).rstrip("/")
+
+
+def _vars(doc: YamlDoc, value: Any, project: str) -> dict[str, Any]:
+    """dbt's vars: global ones, and those scoped to this project (`vars: {proj: {x: 1}}`);
+    vars scoped to a package apply inside the package only, so they are left out."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProjectError("vars must be a mapping", doc.location(("vars",)))
+    out: dict[str, Any] = {}
+    scoped: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == project and isinstance(item, dict):
+            scoped = item
+        elif not isinstance(item, dict) or ":" in str(key):
+            out[str(key)] = item
+    return {**out, **scoped}

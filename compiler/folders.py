@@ -1,0 +1,158 @@
+"""Per-folder configs, as dbt_project.yml gives them (and rivc_project.yml may):
+
+    models:
+      +materialized: view            # every model
+      jaffle_shop:                   # this project's models
+        marts:
+          +materialized: table       # models under models/marts/
+          orders: {+tags: [daily]}   # models/marts/orders.sql
+
+A key with dbt's `+` is a config; one without is a config when it names one and its value is not
+a mapping, else a folder (or a file's name). Deeper levels win; tags add up. Configs that name
+warehouse places rivc does not use (schema, database, alias, grants, ...) are accepted and
+ignored (docs/dbt.md). A string value with `{{ }}` is rendered with `var()` and `env_var()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ProjectError
+from .specs import ModelConfig, SeedConfig
+from .yamlio import YamlDoc
+
+# dbt configs rivc accepts and ignores: rivc names a model's table by the model, in its warehouse
+IGNORED = frozenset(
+    {
+        "schema",
+        "database",
+        "alias",
+        "persist_docs",
+        "docs",
+        "meta",
+        "grants",
+        "file_format",
+        "location_root",
+        "group",
+        "access",
+        "contract",
+        "quote_columns",
+        "full_refresh",
+        "sql_header",
+        "pre-hook",
+        "post-hook",
+        "pre_hook",
+        "post_hook",
+        "tblproperties",
+        "clustered_by",
+        "buckets",
+        "on_configuration_change",
+        "labels",
+        "event_time",
+        "batch_size",
+        "lookback",
+        "begin",
+        "copy_grants",
+        "column_types",
+    }
+)
+KEYS = {
+    "models": frozenset(ModelConfig.model_fields),
+    "seeds": frozenset(SeedConfig.model_fields),
+}
+
+
+def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
+    """Refuse a `+key` that is no config of `kind`, at its line."""
+    keys = KEYS[kind] | IGNORED - ({"column_types"} if kind == "models" else set())
+
+    def walk(level: Any, at: tuple[str | int, ...]) -> None:
+        if not isinstance(level, dict):
+            raise ProjectError(
+                f"{kind}: expected a mapping of folders and configs", doc.location(at)
+            )
+        for key, value in level.items():
+            name = str(key)
+            if name.startswith("+"):
+                if name[1:] not in keys:
+                    from .errors import did_you_mean
+
+                    raise ProjectError(
+                        f"unknown {kind[:-1]} config {name!r}{did_you_mean(name[1:], keys)}",
+                        doc.location((*at, key)),
+                    )
+            elif isinstance(value, dict):
+                walk(value, (*at, key))
+
+    walk(tree, (kind,))
+
+
+def folder_config(
+    tree: Mapping[str, Any],
+    kind: str,
+    project: str,
+    folders: tuple[str, ...],
+    name: str,
+    variables: Mapping[str, Any],
+    env: Mapping[str, str],
+) -> dict[str, Any]:
+    """The configs `tree` gives a node of `kind` named `name` in `folders` (relative to the kind's
+    folder), outermost first; deeper levels win, tags add up."""
+    keys = KEYS[kind]
+    out: dict[str, Any] = {}
+    level: Mapping[str, Any] = tree
+    _take(level, keys, out, variables, env)
+    for step in (project, *folders, name):
+        deeper = level.get(step)
+        if not isinstance(deeper, dict):
+            break
+        level = deeper
+        _take(level, keys, out, variables, env)
+    return out
+
+
+def _take(
+    level: Mapping[str, Any],
+    keys: frozenset[str],
+    out: dict[str, Any],
+    variables: Mapping[str, Any],
+    env: Mapping[str, str],
+) -> None:
+    for raw, value in level.items():
+        key = str(raw).removeprefix("+")
+        plus = str(raw).startswith("+")
+        if not plus and (key not in keys or isinstance(value, dict)):
+            continue  # a folder
+        if key not in keys:
+            continue  # a dbt config rivc ignores
+        value = _render(value, variables, env)
+        if key == "tags":
+            given = [value] if isinstance(value, str) else list(value or ())
+            out["tags"] = [
+                *out.get("tags", []),
+                *(t for t in given if t not in out.get("tags", [])),
+            ]
+        else:
+            out[key] = value
+
+
+def _render(value: Any, variables: Mapping[str, Any], env: Mapping[str, str]) -> Any:
+    """`{{ var('x', default) }}` and `{{ env_var('X') }}` in a config value, as dbt renders them
+    (a rendered `true`/`false` becomes a boolean)."""
+    if not isinstance(value, str) or "{{" not in value:
+        return value
+    import jinja2
+
+    def var(name: str, default: Any = None) -> Any:
+        return variables.get(name, default)
+
+    def env_var(name: str, default: str | None = None) -> str:
+        found = env.get(name, default)
+        if found is None:
+            raise ProjectError(f"env_var({name!r}): not set and no default")
+        return found
+
+    text = jinja2.Environment(autoescape=False).from_string(value).render(var=var, env_var=env_var)
+    lowered = text.strip().lower()
+    return {"true": True, "false": False}.get(lowered, text)

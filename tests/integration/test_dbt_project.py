@@ -1,0 +1,97 @@
+"""A dbt project run as it is: tests/fixtures/dbt_shop (jaffle_shop's shape: dbt_project.yml
+with per-folder configs and vars, seeds, staging views, mart tables, generic and singular
+tests) is built by dbt-core with dbt-duckdb and by `rivc build`, and every table is compared
+value for value, each read by another reader (DuckDB; delta-rs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pytest
+from deltalake import DeltaTable
+
+from rivc_testing import rivc
+
+pytestmark = pytest.mark.integration
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_shop"
+TOOLS = Path(os.environ.get("RIVC_TOOLS", Path.home() / ".cache" / "rivc-tools"))
+DBT = TOOLS / "dbt" / "bin" / "dbt"  # scripts/test-setup.sh installs it
+TABLES = ("raw_customers", "raw_orders", "raw_payments", "customers", "orders")
+
+
+def dbt_build(tmp: Path) -> Path:
+    """dbt's own build of the fixture, in DuckDB: the reference."""
+    project = tmp / "dbt"
+    shutil.copytree(FIXTURE, project)
+    (tmp / "profiles").mkdir()
+    (tmp / "profiles" / "profiles.yml").write_text(
+        "shop:\n  target: dev\n  outputs:\n"
+        f"    dev: {{type: duckdb, path: '{tmp / 'shop.duckdb'}', threads: 1}}\n"
+    )
+    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    done = subprocess.run(
+        [str(DBT), "build", "--profiles-dir", str(tmp / "profiles")],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    return tmp / "shop.duckdb"
+
+
+def same(a: object, b: object) -> bool:
+    """Equal values; a number compared by value (rivc keeps `0.25` a decimal where dbt-duckdb
+    reads the seed column as a double)."""
+    if a is None or b is None:
+        return a is b
+    numbers = (int, float, Decimal)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-12)
+    return a == b
+
+
+def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
+    reference = dbt_build(tmp_path)
+    root = tmp_path / "rivc"
+    shutil.copytree(FIXTURE, root)
+    built = rivc(root, "build")
+    assert built.exit_code == 0, built.output
+    results = json.loads((root / "target/run_results.json").read_text())["results"]
+    statuses = {r["node"]: r["status"] for r in results}
+    assert statuses["model:stg_orders"] == "success" and statuses["seed:raw_orders"] == "success"
+    assert statuses["test:no_negative_amounts"] == "pass"
+    assert sum(1 for n in statuses if n.startswith("test:")) == 14  # as many as dbt runs
+    assert all(s in ("success", "pass") for s in statuses.values()), statuses
+
+    manifest = json.loads((root / "target/manifest.json").read_text())["nodes"]
+    assert (
+        manifest["model:stg_orders"]["config"]["materialized"] == "view"
+    )  # staging: +materialized
+    assert manifest["model:stg_orders"]["tags"] == ["staging"]
+    assert manifest["model:orders"]["config"]["materialized"] == "table"  # the project's default
+    assert not (root / "warehouse" / "stg_orders").exists()  # a view has no table
+
+    with duckdb.connect(str(reference), read_only=True) as con:
+        for name in TABLES:
+            theirs = con.sql(f"select * from main.{name}").to_arrow_table()
+            ours = DeltaTable(str(root / "warehouse" / name)).to_pyarrow_table()
+            assert ours.schema.names == theirs.schema.names, name
+            key = theirs.schema.names[0]
+            expected = sorted(theirs.to_pylist(), key=lambda r: r[key])
+            got = sorted(ours.to_pylist(), key=lambda r: r[key])
+            assert len(got) == len(expected) > 0, name
+            for want, have in zip(expected, got, strict=True):
+                assert all(same(want[k], have[k]) for k in want), (name, want, have)
+    # where they differ, rivc keeps the value as written: the seed's fees are decimals
+    fees = DeltaTable(str(root / "warehouse/raw_payments")).to_pyarrow_table().column("fee")
+    assert str(fees.type) == "decimal128(3, 2)" and Decimal("1.10") in fees.to_pylist()

@@ -1,0 +1,123 @@
+"""dbt_project.yml read as it is: folders, vars, per-folder configs (with or without `+`, tags
+adding up, Jinja in values), enabled: false, and dbt's keys rivc leaves alone; a key neither
+knows is an error at its line."""
+
+from __future__ import annotations
+
+import pytest
+
+from rivc.compiler.errors import CompileFailed, ProjectError
+from rivc.compiler.locate import find_project_root
+from rivc_testing import analyze_dir
+
+DBT_PROJECT = """
+name: shop
+config-version: 2
+version: '1.0'
+profile: shop
+model-paths: ["transform"]
+seed-paths: ["data"]
+clean-targets: [target, dbt_packages]
+require-dbt-version: ">=1.5.0"
+dbt-cloud: {project-id: 1}
+vars:
+  fast: true
+  shop: {scoped: 7}
+  other_package: {hidden: 1}
+  "dbt_date:time_zone": UTC
+models:
+  +tags: [all]
+  shop:
+    materialized: table
+    staging:
+      +materialized: view
+      +tags: staging
+      +schema: ignored_by_rivc
+      stg_b:
+        +enabled: "{{ var('fast', false) == false }}"
+seeds:
+  shop:
+    +schema: raw
+    extra:
+      +enabled: "{{ var('load_extra', false) }}"
+"""
+
+
+def dbt_project(make_project, files: dict[str, str]):
+    return make_project(
+        {
+            "dbt_project.yml": DBT_PROJECT,
+            "transform/staging/stg_a.sql": "select {{ var('scoped') }} as n, '{{ var('dbt_date:time_zone') }}' as tz\n",
+            "transform/staging/stg_b.sql": "select 1 as n\n",
+            "transform/marts/m.sql": "select n from {{ ref('stg_a') }}\n",
+            "data/codes.csv": "code\n1\n",
+            "data/extra/more.csv": "code\n2\n",
+            **files,
+        },
+        base=False,
+    )
+
+
+def test_folders_vars_and_per_folder_configs_apply_as_in_dbt(make_project):
+    root = dbt_project(make_project, {})
+    assert find_project_root(root / "transform") == root.resolve()
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    nodes = compiled.graph.nodes
+    stg, mart = nodes["model:stg_a"], nodes["model:m"]
+    assert (stg.config["materialized"], mart.config["materialized"]) == ("view", "table")
+    assert (stg.tags, mart.tags) == (("all", "staging"), ("all",))  # tags add up
+    assert "7 as n" in (stg.sql or "") and "'UTC'" in (stg.sql or "")
+    assert "model:stg_b" not in nodes  # enabled: false, rendered from a var
+    assert "seed:codes" in nodes and "seed:more" not in nodes  # a disabled folder of seeds
+    assert compiled.project.spec.vars == {"fast": True, "dbt_date:time_zone": "UTC", "scoped": 7}
+
+
+def test_a_ref_to_a_disabled_model_is_an_error_at_the_model(make_project):
+    root = dbt_project(
+        make_project, {"transform/marts/n.sql": "select * from {{ ref('stg_b') }}\n"}
+    )
+    (error,) = analyze_dir(root).errors
+    assert error.location is not None and str(error.location.path) == "transform/marts/n.sql"
+    assert "ref('stg_b'): that model is disabled" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("edit", "said", "line"),
+    [
+        ("      +materialised: view\n", "unknown model config '\\+materialised', did you mean", 20),
+        ("", "unknown key 'modles' in dbt_project.yml", 30),
+        ("", "model-paths: rivc reads one folder of each kind, got 2", 5),
+    ],
+)
+def test_a_key_neither_dbt_nor_rivc_knows_is_an_error_at_its_line(make_project, edit, said, line):
+    text = DBT_PROJECT
+    if "materialised" in said:
+        text = text.replace("      +materialized: view\n", edit)
+    elif "modles" in said:
+        text += "modles: {}\n"
+    else:
+        text = text.replace('["transform"]', '["transform", "more"]')
+    root = dbt_project(make_project, {"dbt_project.yml": text})
+    with pytest.raises(ProjectError, match=said) as caught:
+        analyze_dir(root)
+    assert caught.value.location is not None
+    assert (str(caught.value.location.path), caught.value.location.line) == (
+        "dbt_project.yml",
+        line,
+    )
+
+
+def test_rivc_project_yml_wins_over_dbt_project_yml(make_project):
+    root = make_project({"dbt_project.yml": DBT_PROJECT})  # beside the base rivc_project.yml
+    compiled = analyze_dir(root)
+    assert compiled.project.name == "t"
+
+
+def test_a_seed_config_of_a_folder_is_checked(make_project):
+    text = DBT_PROJECT.replace("    +schema: raw\n", "    +delimiter: ';;'\n")
+    root = dbt_project(make_project, {"dbt_project.yml": text})
+    with pytest.raises(CompileFailed, match="seed codes: config delimiter"):
+        from rivc.compiler import compile_project
+
+        compile_project(root, env={})
