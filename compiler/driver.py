@@ -122,7 +122,7 @@ def _analyze(
         tuple((m.path.as_posix(), m.text) for m in project.macros),
         {"name": project.target, "profile_name": project.spec.profile},
     )
-    findings: list[Finding] = []
+    findings: list[Finding] = [rules.not_run(note) for note in project.not_run]
     env_used = dict(project.env_used)
 
     nodes: dict[NodeId, Node] = {}
@@ -158,7 +158,14 @@ def _analyze(
     chosen = select(graph, options.select, options.exclude)
     needed = graph.with_upstream(chosen)
     scope = {nodes[n].path.as_posix() for n in needed}
-    findings = [f for f in findings if f.location is None or f.location.path.as_posix() in scope]
+    whole = not options.select and not options.exclude  # notes on files that make no node
+    findings = [
+        f
+        for f in findings
+        if f.location is None
+        or f.location.path.as_posix() in scope
+        or (whole and f.rule == "RV012")
+    ]
     findings.sort(
         key=lambda f: (
             str(f.location.path) if f.location else "",

@@ -100,6 +100,7 @@ class Project:
     target: str = "default"  # the profile output in use (--target, $RIVC_TARGET)
     seeds: dict[str, SqlFile] = field(default_factory=dict)  # seeds/*.csv, by file stem
     seed_properties: dict[str, tuple[SeedProps, Located]] = field(default_factory=dict)
+    not_run: tuple[ProjectError, ...] = ()  # dbt resources read and not run (RV012)
 
     @property
     def name(self) -> str:
@@ -251,6 +252,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     properties: dict[str, tuple[ModelProps, Located]] = {}
     seeds: dict[str, SqlFile] = {}
     seed_properties: dict[str, tuple[SeedProps, Located]] = {}
+    not_run: list[ProjectError] = []
     macros: list[SqlFile] = []
     tests: dict[str, SqlFile] = {}
     for rel in files:
@@ -269,7 +271,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             elif top == p.sinks:
                 attempt(_add_sinks, doc, sinks)
             else:
-                attempt(_add_properties, doc, properties, seed_properties)
+                attempt(_add_properties, doc, properties, seed_properties, not_run)
         elif rel.suffix == ".csv" and top == p.seeds and len(rel.parts) > 1:
             text = read_project_file(root, rel)
             if not IDENT.match(rel.stem):
@@ -359,6 +361,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         target,
         seeds,
         seed_properties,
+        tuple(not_run),
     )
 
 
@@ -499,12 +502,30 @@ def _sink_connector(name: str, doc: YamlDoc, at: YamlPath) -> ConnectorInfo:
     return info
 
 
+DBT_ONLY = {  # what rivc does with dbt's other resources in properties YAML (docs/dbt.md)
+    "sources": "dbt sources are not read yet; declare tables in sources/*.yml or use seeds",
+    "snapshots": "snapshots are not run yet",
+    "analyses": "analyses are not compiled",
+    "macros": "macro properties are documentation only",
+    "exposures": "exposures are documentation only",
+    "metrics": "the semantic layer is not run",
+    "semantic_models": "the semantic layer is not run",
+    "saved_queries": "the semantic layer is not run",
+    "groups": "groups (access control between models) are not enforced",
+    "unit_tests": "unit tests are not run yet",
+}
+
+
 def _add_properties(
     doc: YamlDoc,
     out: dict[str, tuple[ModelProps, Located]],
     seeds: dict[str, tuple[SeedProps, Located]],
+    not_run: list[ProjectError],
 ) -> None:
     parsed: PropertiesFile = validate_doc(PropertiesFile, doc)
+    for key in DBT_ONLY:
+        if getattr(parsed, key):
+            not_run.append(ProjectError(f"{key}: {DBT_ONLY[key]}", doc.location((key,))))
     for i, seed in enumerate(parsed.seeds):
         if seed.name in seeds:
             raise ProjectError(

@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import GraphError, RenderError, RivcError, ShapeError, SourceLocation, SqlError
+from .errors import (
+    GraphError,
+    ProjectError,
+    RenderError,
+    RivcError,
+    ShapeError,
+    SourceLocation,
+    SqlError,
+)
 
 Severity = Literal["error", "warning"]
 
@@ -63,6 +71,7 @@ RULES = {
         Rule("RV009", "unknown-column", "a column that no input relation has"),
         Rule("RV010", "unsafe-source-query", "a source query that is not one read-only SELECT"),
         Rule("RV011", "render", "Jinja, var(), env_var() or config() failed"),
+        Rule("RV012", "not-run", "a dbt resource rivc reads and does not run (docs/dbt.md)"),
     )
 }
 
@@ -118,6 +127,10 @@ def unsafe_source_query(error: SqlError) -> Finding:
 
 def render(error: RivcError) -> Finding:
     return Finding("RV011", "error", error)
+
+
+def not_run(error: ProjectError) -> Finding:
+    return Finding("RV012", "warning", error)
 
 
 def source_query(error: SqlError) -> Finding:

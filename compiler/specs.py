@@ -440,6 +440,18 @@ class PropertiesFile(Spec):
     version: int | None = None
     models: tuple[ModelProps, ...] = ()
     seeds: tuple[SeedProps, ...] = ()
+    # dbt's other resources: read and left alone, so a dbt project's YAML loads as it is
+    # (docs/dbt.md says what rivc does with each)
+    sources: Any = None
+    snapshots: Any = None
+    analyses: Any = None
+    macros: Any = None
+    exposures: Any = None
+    metrics: Any = None
+    semantic_models: Any = None
+    saved_queries: Any = None
+    groups: Any = None
+    unit_tests: Any = None
 
 
 # --------------------------------------------------------------------------- validation

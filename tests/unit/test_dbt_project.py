@@ -121,3 +121,30 @@ def test_a_seed_config_of_a_folder_is_checked(make_project):
         from rivc.compiler import compile_project
 
         compile_project(root, env={})
+
+
+def test_dbt_resources_rivc_does_not_run_are_read_with_one_note_each(make_project):
+    props = """
+version: 2
+sources:
+  - name: ecom
+    tables: [{name: raw_orders}]
+unit_tests:
+  - name: t
+    model: m
+    given: []
+    expect: {rows: []}
+semantic_models:
+  - name: orders
+"""
+    root = dbt_project(make_project, {"transform/marts/more.yml": props})
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    notes = sorted(
+        (f.location.line, f.error.message) for f in compiled.warnings if f.rule == "RV012"
+    )
+    assert notes == [
+        (2, "sources: dbt sources are not read yet; declare tables in sources/*.yml or use seeds"),
+        (5, "unit_tests: unit tests are not run yet"),
+        (10, "semantic_models: the semantic layer is not run"),
+    ]
