@@ -115,3 +115,66 @@ def _vars(doc: YamlDoc, value: Any, project: str) -> dict[str, Any]:
         elif not isinstance(item, dict) or ":" in str(key):
             out[str(key)] = item
     return {**out, **scoped}
+
+
+# dbt-spark target keys that name a thrift/ODBC connection or dbt's own behaviour: rivc talks
+# to Spark through PySpark, so they are left alone
+DBT_TARGET_KEYS = frozenset(
+    {
+        "type",
+        "method",
+        "host",
+        "port",
+        "schema",
+        "database",
+        "threads",
+        "user",
+        "token",
+        "cluster",
+        "organization",
+        "endpoint",
+        "driver",
+        "auth",
+        "kerberos_service_name",
+        "use_ssl",
+        "connect_retries",
+        "connect_timeout",
+        "retry_all",
+        "poll_interval",
+        "query_retries",
+        "server_side_parameters",
+    }
+)
+
+
+def dbt_target(doc: YamlDoc, at: tuple[str | int, ...], entry: dict[str, Any]) -> dict[str, Any]:
+    """A dbt profiles.yml target as rivc's profile: `type: spark` with `method: session` runs on
+    local Spark (or the cluster `master:` names), a `host` of the form sc://... is Spark Connect,
+    `server_side_parameters` are Spark confs; rivc's own keys (warehouse, storage, connections,
+    spark) may sit beside them."""
+    kind = entry.get("type")
+    if kind != "spark":
+        raise ProjectError(
+            f"this target is a dbt target of type {kind!r}: rivc runs models on Spark; add a "
+            "target of type spark (method: session), or a rivc profile (docs/dbt.md)",
+            doc.location((*at, "type")),
+        )
+    method = str(entry.get("method", "session"))
+    host = str(entry.get("host", ""))
+    out = {k: v for k, v in entry.items() if k not in DBT_TARGET_KEYS}
+    spark = dict(out.get("spark") or {})
+    if host.startswith("sc://"):
+        spark.setdefault("remote", host)
+    elif method != "session":
+        raise ProjectError(
+            f"method {method!r}: rivc reaches Spark through PySpark, not {method}; use "
+            "method: session (local Spark or the cluster `master:` names) or a Spark Connect "
+            "host (host: sc://...:15002)",
+            doc.location((*at, "method")),
+        )
+    params = entry.get("server_side_parameters") or {}
+    if params:
+        spark["conf"] = {**params, **spark.get("conf", {})}
+    if spark:
+        out["spark"] = spark
+    return out

@@ -76,10 +76,11 @@ def project_file(root: Path) -> Path:
 
 
 def find_profiles(root: Path, env: Mapping[str, str]) -> Path | None:
-    """profiles.yml in the project, then $RIVC_PROFILES_DIR, then ~/.rivc/."""
+    """profiles.yml in the project, then $RIVC_PROFILES_DIR, $DBT_PROFILES_DIR, then ~/.rivc/."""
     candidates = [root / PROFILES_FILE]
-    if env.get("RIVC_PROFILES_DIR"):
-        candidates.append(Path(env["RIVC_PROFILES_DIR"]) / PROFILES_FILE)
+    for var in ("RIVC_PROFILES_DIR", "DBT_PROFILES_DIR"):
+        if env.get(var):
+            candidates.append(Path(env[var]) / PROFILES_FILE)
     candidates.append(Path.home() / ".rivc" / PROFILES_FILE)
     return next((c for c in candidates if c.is_file()), None)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .aliases import translate
-from .dbtproject import dbt_project_spec
+from .dbtproject import dbt_project_spec, dbt_target
 from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .folders import check_tree
@@ -178,6 +178,8 @@ def load_profile(
             f"target {chosen!r}: profile {name!r} has no outputs: (docs/project.md, Targets)",
             doc.location(at),
         )
+    if isinstance(entry, dict) and "type" in entry:  # a dbt target
+        entry = dbt_target(doc, at, entry)
     spec: ProfileSpec = validate_doc(ProfileSpec, doc, at, entry)
     far = remote_spark(spec, env)
     if far and not is_uri(spec.warehouse):

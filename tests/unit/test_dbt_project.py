@@ -148,3 +148,44 @@ semantic_models:
         (5, "unit_tests: unit tests are not run yet"),
         (10, "semantic_models: the semantic layer is not run"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("target", "remote", "said"),
+    [
+        (
+            "{type: spark, method: session, host: NA, schema: analytics, threads: 4,"
+            " server_side_parameters: {spark.sql.shuffle.partitions: '4'}}",
+            None,
+            None,
+        ),
+        (
+            "{type: spark, method: session, host: 'sc://spark.example:15002', schema: a,"
+            " warehouse: 's3://lake/wh'}",
+            "sc://spark.example:15002",
+            None,
+        ),
+        (
+            "{type: spark, method: thrift, host: spark.example, port: 10001, schema: a}",
+            None,
+            "method 'thrift': rivc reaches Spark through PySpark",
+        ),
+        ("{type: duckdb, path: shop.duckdb}", None, "a dbt target of type 'duckdb'"),
+    ],
+)
+def test_a_dbt_spark_target_maps_to_rivcs_profile(make_project, target, remote, said):
+    from rivc.compiler.project import load_profile
+
+    profiles = f"shop:\n  target: dev\n  outputs:\n    dev: {target}\n"
+    root = dbt_project(make_project, {"profiles.yml": profiles})
+    if said:
+        with pytest.raises(ProjectError, match=said) as caught:
+            load_profile(root, "shop", {})
+        assert caught.value.location is not None and caught.value.location.line == 4
+        return
+    spec, _, chosen = load_profile(root, "shop", {})
+    assert chosen == "dev" and spec.spark.remote == remote
+    if remote is None:
+        assert spec.spark.conf == {"spark.sql.shuffle.partitions": "4"}
+    else:
+        assert spec.warehouse == "s3://lake/wh"
