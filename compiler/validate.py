@@ -12,6 +12,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, TokenError
 from sqlglot.optimizer.qualify_columns import qualify_columns, validate_qualify_columns
 from sqlglot.optimizer.qualify_tables import qualify_tables
+from sqlglot.optimizer.scope import Scope, build_scope
 from sqlglot.schema import MappingSchema
 
 from .errors import ShapeError, SourceLocation, SqlError, did_you_mean
@@ -126,7 +127,7 @@ def resolve_columns(
     """Qualify every column against `schema` (relation -> columns).
 
     Returns the output columns with their type where a column passes through unchanged from
-    a relation in `schema`, else "UNKNOWN".
+    a relation in `schema` (through CTEs and subqueries) or is a CAST, else "UNKNOWN".
     """
     ms = MappingSchema({k: dict(v) for k, v in schema.items()}, dialect="spark", normalize=False)
     try:
@@ -137,19 +138,37 @@ def resolve_columns(
         validate_qualify_columns(qualified)
     except OptimizeError as exc:
         raise _column_error(str(exc), tree, sql, path, schema) from None
-    out = {}
-    for sel in qualified.selects:
-        inner = sel.this if isinstance(sel, exp.Alias) else sel
-        kind = "UNKNOWN"
-        if isinstance(inner, exp.Column):
-            types = {cols[inner.name] for cols in schema.values() if inner.name in cols}
-            kind = types.pop() if len(types) == 1 else "UNKNOWN"
-        elif isinstance(inner, exp.Cast):
-            kind = re.sub(r"([,:])\s+", r"\1", inner.to.sql(dialect="spark").lower())
-        elif isinstance(inner, exp.Interval):
-            kind = "interval"
-        out[sel.alias_or_name] = kind
-    return out
+    root = build_scope(qualified)
+    return {sel.alias_or_name: _type_of(sel, root, schema, 0) for sel in qualified.selects}
+
+
+SAME_TYPE = (exp.Max, exp.Min, exp.AnyValue, exp.First, exp.Last)
+
+
+def _type_of(
+    sel: exp.Expression, scope: Scope | None, schema: Mapping[str, Mapping[str, str]], depth: int
+) -> str:
+    """The Spark type of one output column: a column followed to the relation it comes from
+    (a CTE's or subquery's own select list, down to a relation in `schema`), a CAST's type."""
+    inner = sel.this if isinstance(sel, exp.Alias) else sel
+    if isinstance(inner, exp.Cast):
+        return re.sub(r"([,:])\s+", r"\1", inner.to.sql(dialect="spark").lower())
+    if isinstance(inner, exp.Interval):
+        return "interval"
+    if isinstance(inner, exp.Count):
+        return "bigint"
+    if isinstance(inner, SAME_TYPE) and isinstance(inner.this, exp.Column):
+        inner = inner.this  # max(x) has x's type
+    if not isinstance(inner, exp.Column) or scope is None or depth > 50:
+        return "UNKNOWN"
+    source = scope.sources.get(inner.table)
+    if isinstance(source, exp.Table):
+        return schema.get(source.name, {}).get(inner.name, "UNKNOWN")
+    if isinstance(source, Scope) and isinstance(source.expression, exp.Select):
+        for inside in source.expression.selects:
+            if inside.alias_or_name == inner.name:
+                return _type_of(inside, source, schema, depth + 1)
+    return "UNKNOWN"  # a union's column, a table function's, or one compile cannot follow
 
 
 def _column_error(

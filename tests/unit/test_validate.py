@@ -198,3 +198,30 @@ def test_a_relationships_field_the_target_lacks_is_found_at_the_test(make_projec
     assert (f.location.path.as_posix(), f.location.line) == ("models/top.yml", 7)
     assert "field 'customer' is not a column of ref('stg')" in f.error.message
     assert "did you mean 'customer_id'" in f.error.message
+
+
+def test_a_column_s_type_follows_it_through_ctes_and_is_unknown_when_computed():
+    """A CTE's `amount / 100 AS amount` is a double in Spark, not the input's int: a type is
+    taken from the relation a column comes from, never from a column of the same name."""
+    from pathlib import Path
+
+    import sqlglot
+
+    from rivc.compiler.validate import resolve_columns
+
+    sql = (
+        "with source as (select * from raw),\n"
+        "renamed as (select id as payment_id, amount / 100 as amount,\n"
+        "  cast(id as bigint) as wide, max(note) as note, count(*) as n from source group by id)\n"
+        "select r.*, p.amount as raw_amount from renamed r join raw p on p.id = r.payment_id"
+    )
+    schema = {"raw": {"id": "int", "amount": "int", "note": "string"}}
+    got = resolve_columns(sqlglot.parse_one(sql, read="spark"), sql, Path("m.sql"), schema)
+    assert got == {
+        "payment_id": "int",
+        "amount": "UNKNOWN",
+        "wide": "bigint",
+        "note": "string",
+        "n": "bigint",
+        "raw_amount": "int",
+    }
