@@ -364,8 +364,53 @@ class SinksFile(Spec):
 # --------------------------------------------------------------------------- properties
 
 
+_THRESHOLD = re.compile(r"\s*(==|=|!=|<>|>=|<=|>|<)\s*(\d+)\s*")
+
+
 class TestConfig(Spec):
+    """dbt's test configs: `where` filters the tested relation, `limit` caps the failing rows
+    counted, and the failure count is compared with `error_if`/`warn_if` (docs/project.md)."""
+
     severity: Literal["warn", "error"] = "error"
+    where: str | None = None
+    limit: int | None = Field(None, ge=0)
+    warn_if: str = "!= 0"
+    error_if: str = "!= 0"
+    enabled: bool = True
+    tags: StrList = ()
+    meta: dict[str, Any] = {}
+    store_failures: bool | None = None  # accepted; rivc prints a sample of the failing rows
+
+    _tuple = field_validator("tags", mode="before")(_as_tuple)
+
+    @field_validator("severity", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("warn_if", "error_if")
+    @classmethod
+    def _threshold(cls, value: str) -> str:
+        if not _THRESHOLD.fullmatch(value):
+            raise ValueError(f"{value!r} is not a comparison with a number, like '>10' or '!= 0'")
+        return value
+
+
+def failed(count: int, threshold: str) -> bool:
+    """Whether `count` failing rows meet a test's `warn_if`/`error_if` (e.g. '>10')."""
+    match = _THRESHOLD.fullmatch(threshold)
+    assert match is not None  # TestConfig checked it
+    op, n = match.group(1), int(match.group(2))
+    return {
+        "==": count == n,
+        "=": count == n,
+        "!=": count != n,
+        "<>": count != n,
+        ">=": count >= n,
+        "<=": count <= n,
+        ">": count > n,
+        "<": count < n,
+    }[op]
 
 
 class NotNullTest(Spec):

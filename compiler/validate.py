@@ -146,7 +146,7 @@ SAME_TYPE = (exp.Max, exp.Min, exp.AnyValue, exp.First, exp.Last)
 
 
 def _type_of(
-    sel: exp.Expression, scope: Scope | None, schema: Mapping[str, Mapping[str, str]], depth: int
+    sel: exp.Expr, scope: Scope | None, schema: Mapping[str, Mapping[str, str]], depth: int
 ) -> str:
     """The Spark type of one output column: a column followed to the relation it comes from
     (a CTE's or subquery's own select list, down to a relation in `schema`), a CAST's type."""

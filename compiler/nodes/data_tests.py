@@ -55,6 +55,8 @@ def test_nodes(
                 except RivcError as exc:
                     findings.append(rules.from_error(exc))
                     continue
+                if not node.config["enabled"]:
+                    continue
                 if (
                     model is not None
                     and model.columns is not None
@@ -116,9 +118,12 @@ def generic_test(
         kind, args = test, {}
     elif len(test) == 1:
         kind, args = next(iter(test.items()))
-        args = args or {}
+        args = dict(args or {})
+        args.update(args.pop("arguments", None) or {})  # dbt 1.10's place for them
     else:
         raise RenderError(f"a test is a name or a mapping with one key, got {sorted(test)}", loc)
+    given_name = args.pop("name", None)  # dbt's custom name of one test
+    args.pop("description", None)
     cls = GENERIC_TESTS.get(kind)
     if cls is None:
         raise RenderError(f"unknown test {kind!r}{did_you_mean(kind, GENERIC_TESTS)}", loc)
@@ -132,6 +137,9 @@ def generic_test(
             f"test {kind}: {'.'.join(map(str, err['loc']))}: {err['msg']}", loc
         ) from None
     rel, col = quote(model), quote(column)
+    if spec.config.where:
+        where = parse_condition(spec.config.where, loc)
+        rel = f"(SELECT * FROM {rel} WHERE {where}) AS {rel}"
     deps = [node_id("seed", model) if node_id("seed", model) in nodes else node_id("model", model)]
     name = f"{kind}_{model}_{column}"
     if kind == "not_null":
@@ -169,8 +177,15 @@ def generic_test(
         name = (
             f"relationships_{model}_{column}__{nodes[target].name.replace('.', '_')}_{spec.field}"
         )
+    if isinstance(given_name, str) and given_name:
+        name = given_name
+    if spec.config.limit is not None:
+        sql += f"\nLIMIT {spec.config.limit}"
     config = {
         "severity": spec.config.severity,
+        "warn_if": spec.config.warn_if,
+        "error_if": spec.config.error_if,
+        "enabled": spec.config.enabled,
         "test": kind,
         "column": column,
         "model": model,
@@ -181,7 +196,7 @@ def generic_test(
         name=name,
         path=loc.path,
         depends_on=deps,
-        tags=(),
+        tags=spec.config.tags,
         config=config,
         description="",
         sql=sql + "\n",
@@ -205,3 +220,16 @@ def test_target(to: str, loc: SourceLocation, nodes: dict[NodeId, Node]) -> Node
     if target not in nodes:
         raise GraphError(f"relationships: {to} names nothing", loc)
     return target
+
+
+def parse_condition(text: str, loc: SourceLocation) -> str:
+    """A test's `where`: one Spark SQL condition, written back as Spark SQL."""
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
+    try:
+        return sqlglot.parse_one(text, read="spark").sql(dialect="spark")
+    except (ParseError, TokenError) as exc:
+        raise SqlError(
+            f"where: not a Spark SQL condition: {str(exc).splitlines()[0]}", loc
+        ) from None

@@ -46,7 +46,7 @@ def dbt_build(tmp: Path) -> Path:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:]
-    return tmp / "shop.duckdb"
+    return project
 
 
 def same(a: object, b: object) -> bool:
@@ -61,7 +61,8 @@ def same(a: object, b: object) -> bool:
 
 
 def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
-    reference = dbt_build(tmp_path)
+    dbt_project = dbt_build(tmp_path)
+    reference = tmp_path / "shop.duckdb"
     root = tmp_path / "rivc"
     shutil.copytree(FIXTURE, root)
     built = rivc(root, "build")
@@ -70,8 +71,14 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
     statuses = {r["node"]: r["status"] for r in results}
     assert statuses["model:stg_orders"] == "success" and statuses["seed:raw_orders"] == "success"
     assert statuses["test:no_negative_amounts"] == "pass"
-    assert sum(1 for n in statuses if n.startswith("test:")) == 14  # as many as dbt runs
-    assert all(s in ("success", "pass") for s in statuses.values()), statuses
+    # every test dbt ran, with dbt's outcome: where, limit, warn_if/error_if, severity, enabled
+    theirs = json.loads((dbt_project / "target/run_results.json").read_text())["results"]
+    dbt_tests = sorted(r["status"] for r in theirs if r["unique_id"].startswith("test."))
+    assert sorted(s for n, s in statuses.items() if n.startswith("test:")) == dbt_tests
+    assert dbt_tests.count("warn") == 2 and "fail" not in dbt_tests
+    failures = {r["unique_id"].split(".")[2]: r["failures"] for r in theirs if r["failures"]}
+    ours = {r["node"].removeprefix("test:"): r["rows"] for r in results if r["status"] == "warn"}
+    assert ours == failures == {"mostly_completed": 4, "small_orders_only": 1}
 
     manifest = json.loads((root / "target/manifest.json").read_text())["nodes"]
     assert (

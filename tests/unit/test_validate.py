@@ -225,3 +225,39 @@ def test_a_column_s_type_follows_it_through_ctes_and_is_unknown_when_computed():
         "n": "bigint",
         "raw_amount": "int",
     }
+
+
+def test_dbt_test_configs_compile_as_dbt_runs_them(make_project):
+    props = """
+        models:
+          - name: stg
+            columns:
+              - name: total
+                tests:
+                  - accepted_values:
+                      name: big_totals
+                      arguments: {values: [1, 2], quote: false}
+                      config: {where: "customer_id > 3", limit: 5, severity: WARN,
+                               warn_if: ">= 2", error_if: "> 10", tags: [slow]}
+                  - not_null: {config: {enabled: false}}
+                  - unique: {config: {error_if: "about ten"}}
+    """
+    compiled = analyze_dir(make_project({"models/stg.yml": props}))
+    (error,) = compiled.errors
+    assert error.location.line == 12 and "'about ten' is not a comparison" in str(error)
+    test = compiled.graph.nodes["test:big_totals"]
+    assert "FROM (SELECT * FROM `stg` WHERE customer_id > 3) AS `stg`" in test.sql
+    assert test.sql.rstrip().endswith("LIMIT 5") and "NOT IN (1, 2)" in test.sql
+    assert test.config["severity"] == "warn" and test.tags == ("slow",)
+    assert (test.config["warn_if"], test.config["error_if"]) == (">= 2", "> 10")
+    assert not [n for n in compiled.graph.nodes if n.startswith("test:not_null")]  # disabled
+
+
+@pytest.mark.parametrize(
+    ("count", "threshold", "met"),
+    [(0, "!= 0", False), (1, "!= 0", True), (5, ">5", False), (6, ">5", True), (2, "<>2", False)],
+)
+def test_a_threshold_compares_the_failing_rows(count, threshold, met):
+    from rivc.compiler.specs import failed
+
+    assert failed(count, threshold) is met
