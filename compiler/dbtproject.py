@@ -25,7 +25,6 @@ IGNORED = frozenset(
         "require-dbt-version",
         "target-path",
         "log-path",
-        "packages-install-path",
         "clean-targets",
         "docs-paths",
         "asset-paths",
@@ -36,7 +35,6 @@ IGNORED = frozenset(
         "query-comment",
         "restrict-access",
         "flags",
-        "dispatch",
         "snapshots",
         "data_tests",
         "tests",
@@ -74,10 +72,15 @@ def dbt_project_spec(doc: YamlDoc, env: Mapping[str, str]) -> ProjectSpec:
             spec["vars"] = _vars(doc, value, str(data.get("name", "")))
         elif key in ("models", "seeds"):
             spec[key] = value if value is not None else {}
+        elif key == "dispatch":
+            spec["dispatch"] = value or []
+        elif key == "packages-install-path":
+            spec.setdefault("paths", {})["packages"] = str(value).rstrip("/")
         elif key not in IGNORED:
             from .errors import did_you_mean
 
-            known = [*PATHS, "name", "profile", "version", "vars", "models", "seeds", *IGNORED]
+            known = [*PATHS, "name", "profile", "version", "vars", "models", "seeds", "dispatch"]
+            known += ["packages-install-path", *IGNORED]
             raise ProjectError(
                 f"unknown key {key!r} in {DBT_PROJECT_FILE}{did_you_mean(str(key), known)}",
                 doc.location((key,)),

@@ -121,6 +121,9 @@ def _analyze(
         env,
         tuple((m.path.as_posix(), m.text) for m in project.macros),
         {"name": project.target, "profile_name": project.spec.profile},
+        project.name,
+        tuple((p.name, p.macros) for p in project.packages),
+        tuple((d.macro_namespace, d.search_order) for d in project.spec.dispatch),
     )
     findings: list[Finding] = [rules.not_run(note) for note in project.not_run]
     env_used = dict(project.env_used)

@@ -21,6 +21,7 @@ DEFAULT_PATHS = {
     "macros": "macros",
     "tests": "tests",
     "seeds": "seeds",
+    "packages": "dbt_packages",
 }
 
 
@@ -88,6 +89,9 @@ def find_profiles(root: Path, env: Mapping[str, str]) -> Path | None:
 def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
     """Every project file compile reads, relative to root, sorted."""
     files = [project_file(root)]
+    files += [
+        Path(name) for name in ("packages.yml", "dependencies.yml") if (root / name).is_file()
+    ]
     if (root / PROFILES_FILE).is_file():
         files.append(Path(PROFILES_FILE))
     yml = ("*.yml", "*.yaml")
@@ -98,6 +102,7 @@ def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
         ("macros", ("**/*.sql",)),
         ("tests", ("**/*.sql",)),
         ("seeds", ("**/*.csv", "**/*.yml", "**/*.yaml")),
+        ("packages", ("**/*.sql", "*/dbt_project.yml")),
     ):
         base = root / paths.get(key, key)
         if base.is_dir():

@@ -21,6 +21,7 @@ from .locate import (
     project_file,
     read_project_file,
 )
+from .packages import Installed, check_installed, installed
 from .registry import ConnectorInfo, connector, unknown
 from .specbase import IDENT, Spec, is_uri, locations
 from .specs import (
@@ -101,6 +102,7 @@ class Project:
     seeds: dict[str, SqlFile] = field(default_factory=dict)  # seeds/*.csv, by file stem
     seed_properties: dict[str, tuple[SeedProps, Located]] = field(default_factory=dict)
     not_run: tuple[ProjectError, ...] = ()  # dbt resources read and not run (RV012)
+    packages: tuple[Installed, ...] = ()  # installed dbt packages (compiler/packages.py)
 
     @property
     def name(self) -> str:
@@ -343,6 +345,8 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     where.location("name"),
                 )
             )
+    found = attempt(installed, root, p.packages) or []
+    attempt(check_installed, root, p.packages, found)
     far = remote_spark(profile, env)
     if far:
         errors += _local_paths(far, sources, sinks)
@@ -364,6 +368,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         seeds,
         seed_properties,
         tuple(not_run),
+        tuple(found),
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import jinja2
 
+from . import crossdb, dbtjinja
 from .errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
 from .specs import ModelConfig
 from .sql import quote
@@ -46,6 +47,9 @@ class RenderContext:
     env: Mapping[str, str]
     macros: tuple[tuple[str, str], ...]  # (path, text)
     target: Mapping[str, str] = field(default_factory=dict)  # `target.name`, as in dbt
+    project: str = "project"  # the root project's name: its macros' namespace
+    packages: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # name -> macro files
+    dispatch: tuple[tuple[str, tuple[str, ...]], ...] = ()  # dbt_project.yml's dispatch:
 
 
 class _State:
@@ -104,6 +108,11 @@ class _State:
             self.out.config[key] = (value, self.line)
         return ""
 
+    def config_get(self, key: str, default: Any = None) -> Any:
+        """`config.get(key)` in a macro: what the model's config() set so far, else `default`."""
+        given = self.out.config.get(key)
+        return default if given is None else given[0]
+
     def is_incremental(self) -> bool:
         self.out.uses_is_incremental = True
         return self.incremental
@@ -113,14 +122,40 @@ class _State:
         return quote(self.name)
 
 
-class _Loader(jinja2.BaseLoader):
-    def __init__(self) -> None:
-        self.texts: dict[str, str] = {}
+class _Config:
+    """`config`: called in a model (`config(materialized='table')`), read in a macro
+    (`config.get('where')`)."""
 
-    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, Any]:
-        if template not in self.texts:
-            raise jinja2.TemplateNotFound(template)
-        return self.texts[template], template, lambda: True
+    def __init__(self, state: _State) -> None:
+        self._state = state
+
+    def __call__(self, **kwargs: Any) -> str:
+        return self._state.config(**kwargs)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._state.config_get(key, default)
+
+    def require(self, key: str) -> Any:
+        value = self._state.config_get(key)
+        if value is None:
+            raise RenderError(f"config {key!r} is required")
+        return value
+
+
+class _This:
+    """`this` in a model or a macro it calls: the model's own relation."""
+
+    def __init__(self, state: _State) -> None:
+        self._state = state
+
+    def __str__(self) -> str:
+        return self._state.this
+
+    @property
+    def name(self) -> str:
+        return self._state.name
+
+    identifier = name
 
 
 _FAST_IF = re.compile(
@@ -138,42 +173,57 @@ class Renderer:
     def __init__(self, ctx: RenderContext) -> None:
         self.ctx = ctx
         self.state = _State(ctx)
-        self.loader = _Loader()
-        self.env = jinja2.Environment(
-            loader=self.loader,
-            undefined=jinja2.StrictUndefined,
-            autoescape=False,
-            keep_trailing_newline=True,
-            cache_size=0,
-        )
         s = self.state
-        self.env.globals.update(
+        self.common: dict[str, Any] = dict(
             ref=s.ref,
             source=s.source,
             var=s.var,
             env_var=s.env_var,
-            config=s.config,
+            config=_Config(s),
             is_incremental=s.is_incremental,
-            target=dict(ctx.target),
+            this=_This(s),
+            target={"type": "spark", "schema": "default", "threads": 1, **ctx.target},
         )
-        self.macro_names: set[str] = set()
-        for path, text in ctx.macros:
-            self._load_macros(path, text)
+        # every package's macros by name: the root project's, then each package's (dbtjinja.py)
+        self.namespaces: dict[str, dict[str, Any]] = {ctx.project: {}}
+        self.namespaces.update({name: {} for name, _ in ctx.packages})
+        self.common.update(dbtjinja.context(ctx.project, self.namespaces, dict(ctx.dispatch)))
+        for name, files in ctx.packages:
+            env = self._environment()
+            dbtjinja.load_package(env, name, files, self.namespaces[name])
+            env.globals.update(self.namespaces[name])
+        self.env = self._environment()
+        assert isinstance(self.env.loader, dbtjinja.TextLoader)
+        self.loader: dbtjinja.TextLoader = self.env.loader
+        root = self.namespaces[ctx.project]
+        dbtjinja.load_package(self.env, ctx.project, ctx.macros, root)
+        self.env.globals.update(root)
+        self.macro_names: set[str] = set(root)
 
-    def _load_macros(self, path: str, text: str) -> None:
-        self.loader.texts[path] = text
-        try:
-            module = self.env.get_template(path).module
-        except jinja2.TemplateSyntaxError as exc:
-            raise RenderError(
-                exc.message or str(exc), SourceLocation(Path(path), exc.lineno)
-            ) from exc
-        except (jinja2.UndefinedError, RivcError) as exc:
-            raise RenderError(str(exc), SourceLocation(Path(path))) from exc
-        for name in dir(module):
-            if not name.startswith("_"):
-                self.env.globals[name] = getattr(module, name)
-                self.macro_names.add(name)
+    def _environment(self) -> jinja2.Environment:
+        env = jinja2.Environment(
+            loader=dbtjinja.TextLoader(),
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=True,
+            cache_size=0,
+            extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"],
+        )
+        env.globals.update(crossdb.MACROS)  # dbt's global macros, unqualified
+        env.globals.update(self.common)
+        return env
+
+    def macro(self, name: str) -> Any:
+        """A macro by dbt's name: `pkg.name` in that package, `name` in the root project."""
+        package, _, short = name.rpartition(".")
+        return self.namespaces.get(package or self.ctx.project, {}).get(short)
+
+    def render_macro(self, name: str, macro: Any, kwargs: dict[str, Any]) -> Rendered:
+        """A macro's output (a generic test's SQL), recording the refs and sources it uses."""
+        s = self.state
+        s.name, s.incremental, s.out, s.line = name, False, Rendered(""), None
+        s.out.sql = str(macro(**kwargs))
+        return s.out
 
     def render(self, name: str, path: Path, text: str, incremental: bool = False) -> Rendered:
         """Render one template; errors carry the template's path and line."""
@@ -230,6 +280,8 @@ class Renderer:
         pos = 0
         for m in _FAST_CALL.finditer(text):
             func, args = m.group(1), m.group(2)
+            if "{{" in text[pos : m.start()] or "}}" in text[pos : m.start()]:
+                return None  # an expression the fast path does not know (`{{ pkg.macro() }}`)
             if (
                 func not in _FAST_FUNCS
                 or func in self.macro_names

@@ -48,6 +48,12 @@ class PathsSpec(Spec):
     macros: str = "macros"
     tests: str = "tests"
     seeds: str = "seeds"
+    packages: str = "dbt_packages"  # installed dbt packages (docs/dbt.md)
+
+
+class DispatchSpec(Spec):
+    macro_namespace: str
+    search_order: StrList
 
 
 class LintSpec(Spec):
@@ -82,6 +88,8 @@ class ProjectSpec(Spec):
     params: dict[str, ParamValue] = {}
     paths: PathsSpec = PathsSpec()
     defaults: ModelConfig = ModelConfig()
+    # dbt's dispatch search orders: macro namespace -> packages searched, in order
+    dispatch: tuple[DispatchSpec, ...] = ()
     # per-folder configs, as dbt_project.yml has them (compiler/folders.py)
     models: dict[str, Any] = {}
     seeds: dict[str, Any] = {}

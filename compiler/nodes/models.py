@@ -43,7 +43,15 @@ def analyze_models(
     """`sources`: the columns of every source relation compile knows."""
     defaults = project.spec.defaults.model_dump(mode="json", exclude_unset=True)
     context_key = content_hash(
-        sorted(ctx.models), sorted(ctx.sources), ctx.vars, ctx.macros, params, ctx.target, VERSION
+        sorted(ctx.models),
+        sorted(ctx.sources),
+        ctx.vars,
+        ctx.macros,
+        ctx.packages,
+        ctx.dispatch,
+        params,
+        ctx.target,
+        VERSION,
     )
     tasks, keys = [], {}
     folder = Path(project.spec.paths.models)

@@ -1,0 +1,264 @@
+"""dbt's Jinja surface beyond ref/source/var/config: macros with `return()`, packages as
+namespaces (`dbt_utils.star(...)`), `adapter.dispatch` with dbt's search order and the
+`spark__`/`default__` prefixes, `{% test %}` blocks, `{% do %}`, and the context objects macros
+use (`adapter`, `exceptions`, `modules`, `log`, `execute`, `flags`, ...). docs/dbt.md lists them.
+
+As dbt does, every `{% macro %}` (or `{% test %}`) block of a file is its own template, so that
+a macro always calls other macros through the namespace that holds them, and `return()` ends
+the macro that called it with its value (a list, a dict, a string).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import jinja2
+import yaml
+
+from . import crossdb
+from .errors import RenderError, SourceLocation
+from .sql import quote
+
+SPARK_PREFIXES = ("spark__", "default__")  # what adapter.dispatch looks for, in order
+_BLOCK = re.compile(
+    r"(\{%-?\s*)(macro|test)(\s+)(\w+)(\s*\(.*?\)\s*-?%\})(.*?)(\{%-?\s*)end\2(\s*-?%\})", re.S
+)
+_MATERIALIZATION = re.compile(
+    r"\{%-?\s*materialization\b.*?\{%-?\s*endmaterialization\s*-?%\}", re.S
+)
+
+
+class MacroReturn(Exception):  # noqa: N818 (dbt's name: it is how a macro returns, not an error)
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def return_(value: Any = None) -> None:
+    raise MacroReturn(value)
+
+
+class Macro:
+    """A macro as templates call it: its value, or what it `return()`ed."""
+
+    def __init__(self, name: str, package: str, body: Callable[..., Any]) -> None:
+        self.name, self.package, self._body = name, package, body
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._body(*args, **kwargs)
+        except MacroReturn as done:
+            return done.value
+
+    def __repr__(self) -> str:
+        return f"<macro {self.package}.{self.name}>"
+
+
+def macro_blocks(path: str, text: str) -> Iterator[tuple[str, str]]:
+    """(name, template text) of each macro block of a file, `{% test x %}` as macro `test_x`;
+    the text keeps its line numbers. Materializations are dbt's own business and left out."""
+    text = _MATERIALIZATION.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    for m in _BLOCK.finditer(text):
+        name = m.group(4) if m.group(2) == "macro" else f"test_{m.group(4)}"
+        header = f"{m.group(1)}macro{m.group(3)}{name}{m.group(5)}"
+        block = f"{header}{m.group(6)}{m.group(7)}endmacro{m.group(8)}"
+        yield name, "\n" * text.count("\n", 0, m.start()) + block
+
+
+class Namespace:
+    """A package's macros as `package.macro`; a missing one is a clear error."""
+
+    def __init__(self, name: str, macros: dict[str, Any]) -> None:
+        self._name, self._macros = name, macros
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self._macros[name]
+        except KeyError:
+            from .errors import did_you_mean
+
+            raise RenderError(
+                f"{self._name}.{name}: no such macro in {self._name!r}"
+                f"{did_you_mean(name, self._macros)}"
+            ) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._macros.get(name, default)
+
+
+class DbtNamespace(Namespace):
+    """`dbt.<name>`: a `spark__`/`default__` implementation in the root project wins (dbt
+    dispatches its own macros), else rivc's Spark one (compiler/crossdb.py)."""
+
+    def __init__(self, root: dict[str, Any]) -> None:
+        super().__init__("dbt", dict(crossdb.MACROS))
+        self._root = root
+
+    def __getattr__(self, name: str) -> Any:
+        for prefix in SPARK_PREFIXES:
+            if prefix + name in self._root:
+                return self._root[prefix + name]
+        return super().__getattr__(name)
+
+
+class Adapter:
+    """The `adapter` macros see: dispatch, quoting; no warehouse to ask at compile."""
+
+    def __init__(
+        self,
+        root: str,
+        namespaces: Mapping[str, dict[str, Any]],
+        search_orders: Mapping[str, tuple[str, ...]],
+    ) -> None:
+        self.root, self.namespaces, self.search_orders = root, namespaces, search_orders
+
+    def type(self) -> str:
+        return "spark"
+
+    def dispatch(
+        self, macro_name: str, macro_namespace: str | None = None, packages: Any = None
+    ) -> Any:
+        ns = macro_namespace or "dbt"
+        order = self.search_orders.get(ns) or (self.root, ns)
+        for package in order:
+            macros = self.namespaces.get(package, {})
+            for prefix in SPARK_PREFIXES:
+                if prefix + macro_name in macros:
+                    return macros[prefix + macro_name]
+        if ns == "dbt" and macro_name in crossdb.MACROS:
+            return crossdb.MACROS[macro_name]
+        searched = ", ".join(f"{p}{macro_name}" for p in SPARK_PREFIXES)
+        raise RenderError(
+            f"adapter.dispatch: no macro {macro_name!r} in {', '.join(order)} (searched {searched})"
+        )
+
+    def quote(self, identifier: str) -> str:
+        return quote(identifier)
+
+    def _offline(self, what: str) -> Any:
+        raise RenderError(
+            f"adapter.{what}: rivc compiles without a warehouse to ask; not supported yet "
+            "(docs/dbt.md)"
+        )
+
+    def get_columns_in_relation(self, relation: Any) -> Any:
+        return self._offline("get_columns_in_relation")
+
+    def get_relation(self, database: Any = None, schema: Any = None, identifier: Any = None) -> Any:
+        return self._offline("get_relation")
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return self._offline("execute")
+
+
+class Exceptions:
+    def raise_compiler_error(self, message: str, node: Any = None) -> None:
+        raise RenderError(str(message))
+
+    def raise_not_implemented(self, message: str) -> None:
+        raise RenderError(f"not implemented: {message}")
+
+    def warn(self, message: str, node: Any = None) -> str:
+        return ""
+
+
+class Modules:
+    datetime = datetime
+    re = re
+    itertools = itertools
+
+
+class Flags:
+    FULL_REFRESH = False
+    STORE_FAILURES = False
+    WHICH = "compile"
+
+
+def _run_query(*args: Any, **kwargs: Any) -> Any:
+    raise RenderError(
+        "run_query/statement: this macro queries the warehouse while compiling; rivc compiles "
+        "offline, so it is not supported yet (docs/dbt.md)"
+    )
+
+
+def context(
+    root: str,
+    namespaces: Mapping[str, dict[str, Any]],
+    search_orders: Mapping[str, tuple[str, ...]],
+) -> dict[str, Any]:
+    """What every template and macro sees besides ref/source/var/config and its own macros."""
+    now = datetime.datetime.now(datetime.UTC)
+    ctx: dict[str, Any] = {
+        "return": return_,
+        "adapter": Adapter(root, namespaces, search_orders),
+        "exceptions": Exceptions(),
+        "modules": Modules(),
+        "log": lambda msg, info=False: "",
+        "print": lambda msg: "",
+        "execute": True,
+        "flags": Flags(),
+        "run_query": _run_query,
+        "statement": _run_query,
+        "should_store_failures": lambda: False,
+        "should_full_refresh": lambda: False,
+        "zip": zip,
+        "set": set,
+        "tojson": lambda value, sort_keys=False: json.dumps(value, sort_keys=sort_keys),
+        "fromjson": lambda text, default=None: json.loads(text) if text else default,
+        "toyaml": lambda value: yaml.safe_dump(value),
+        "fromyaml": lambda text, default=None: yaml.safe_load(text) if text else default,
+        "local_md5": lambda text: hashlib.md5(str(text).encode()).hexdigest(),
+        "run_started_at": now,
+        "invocation_id": "rivc-compile",
+        "graph": {"nodes": {}, "sources": {}, "macros": {}},
+        "dbt": DbtNamespace(dict(namespaces.get(root, {}))),
+    }
+    for name, macros in namespaces.items():
+        if name != "dbt":
+            ctx[name] = Namespace(name, macros)
+    return ctx
+
+
+def load_package(
+    env: jinja2.Environment, package: str, files: tuple[tuple[str, str], ...], into: dict[str, Any]
+) -> None:
+    """Every macro of a package's files, wrapped, into `into` (the package's namespace)."""
+    loader = env.loader
+    assert isinstance(loader, TextLoader)
+    for path, text in files:
+        for name, block in macro_blocks(path, text):
+            key = f"{path}#{name}"
+            loader.texts[key] = block
+            try:
+                template = env.get_template(key)
+            except jinja2.TemplateSyntaxError as exc:
+                raise RenderError(
+                    exc.message or str(exc), SourceLocation(_path(path), exc.lineno)
+                ) from exc
+            defined = template.new_context()
+            for _ in template.root_render_func(defined):  # defines the macro, renders nothing
+                pass
+            into[name] = Macro(name, package, defined.vars[name])  # `_private` ones too
+
+
+class TextLoader(jinja2.BaseLoader):
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, Any]:
+        if template not in self.texts:
+            raise jinja2.TemplateNotFound(template)
+        return self.texts[template], template.split("#", 1)[0], lambda: True
+
+
+def _path(path: str) -> Any:
+    from pathlib import Path
+
+    return Path(path)
