@@ -316,8 +316,8 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                         )
                     )
                 models[rel.stem] = sql
-            elif top == p.macros:
-                macros.append(sql)
+            elif top == p.macros or (top == p.tests and rel.parts[1:2] == ("generic",)):
+                macros.append(sql)  # tests/generic/ holds {% test %} blocks, as in dbt
             elif top == p.tests:
                 tests[rel.stem] = sql
     for name, seed in seeds.items():

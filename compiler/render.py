@@ -164,6 +164,7 @@ _FAST_IF = re.compile(
     re.S,
 )
 _FAST_CALL = re.compile(r"\{\{\s*([a-z_]+)\s*(\((?:[^{}()]|\([^{}()]*\))*\))?\s*\}\}")
+_RELATION_ARG = re.compile(r"\s*(ref|source)\(.*\)\s*$", re.S)
 _FAST_FUNCS = frozenset({"ref", "source", "var", "config", "env_var", "is_incremental", "this"})
 
 
@@ -188,22 +189,23 @@ class Renderer:
         self.namespaces: dict[str, dict[str, Any]] = {ctx.project: {}}
         self.namespaces.update({name: {} for name, _ in ctx.packages})
         self.common.update(dbtjinja.context(ctx.project, self.namespaces, dict(ctx.dispatch)))
-        for name, files in ctx.packages:
-            env = self._environment()
+        # macros render as in dbt, an undefined name printing nothing (packages rely on it)
+        for name, files in ((ctx.project, ctx.macros), *ctx.packages):
+            env = self._environment(jinja2.Undefined)
             dbtjinja.load_package(env, name, files, self.namespaces[name])
             env.globals.update(self.namespaces[name])
-        self.env = self._environment()
+        # models render strictly: a misspelt name is an error at its line
+        self.env = self._environment(jinja2.StrictUndefined)
         assert isinstance(self.env.loader, dbtjinja.TextLoader)
         self.loader: dbtjinja.TextLoader = self.env.loader
         root = self.namespaces[ctx.project]
-        dbtjinja.load_package(self.env, ctx.project, ctx.macros, root)
         self.env.globals.update(root)
         self.macro_names: set[str] = set(root)
 
-    def _environment(self) -> jinja2.Environment:
+    def _environment(self, undefined: type[jinja2.Undefined]) -> jinja2.Environment:
         env = jinja2.Environment(
             loader=dbtjinja.TextLoader(),
-            undefined=jinja2.StrictUndefined,
+            undefined=undefined,
             autoescape=False,
             keep_trailing_newline=True,
             cache_size=0,
@@ -219,10 +221,21 @@ class Renderer:
         return self.namespaces.get(package or self.ctx.project, {}).get(short)
 
     def render_macro(self, name: str, macro: Any, kwargs: dict[str, Any]) -> Rendered:
-        """A macro's output (a generic test's SQL), recording the refs and sources it uses."""
+        """A macro's output (a generic test's SQL), recording the refs and sources it uses. A
+        string argument written as `ref('m')` or `source('s', 't')` is that relation, as dbt
+        reads test arguments."""
         s = self.state
         s.name, s.incremental, s.out, s.line = name, False, Rendered(""), None
-        s.out.sql = str(macro(**kwargs))
+        try:
+            given = {
+                k: self.env.from_string("{{ " + v + " }}").render()
+                if isinstance(v, str) and _RELATION_ARG.match(v)
+                else v
+                for k, v in kwargs.items()
+            }
+            s.out.sql = str(macro(**given))
+        except jinja2.TemplateError as exc:
+            raise RenderError(str(exc)) from exc
         return s.out
 
     def render(self, name: str, path: Path, text: str, incremental: bool = False) -> Rendered:

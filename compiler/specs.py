@@ -462,6 +462,7 @@ class ModelProps(Spec):
     description: str = ""
     config: ModelConfig = ModelConfig()
     columns: tuple[ColumnSpec, ...] = ()
+    data_tests: tuple[TestDef, ...] = Field((), alias="tests")  # tests of the whole model
 
 
 class SeedConfig(Spec):
@@ -487,6 +488,7 @@ class SeedProps(Spec):
     description: str = ""
     config: SeedConfig = SeedConfig()
     columns: tuple[ColumnSpec, ...] = ()
+    data_tests: tuple[TestDef, ...] = Field((), alias="tests")
 
 
 class PropertiesFile(Spec):

@@ -18,7 +18,6 @@ from . import execute, project, state
 DBT_ONLY = {
     "snapshot": "not yet in rivc (an append sink keeps every version it receives)",
     "docs": "not yet in rivc; target/manifest.json describes every node",
-    "deps": "not yet in rivc; copy a package's macros into macros/",
     "debug": "rivc doctor reaches every connection and sink location",
     "source": "rivc check explains each extraction before it runs",
     "parse": "rivc compile",
@@ -48,6 +47,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 for command in (
     project.init,
+    project.deps,
     project.compile_cmd,
     project.lint,
     project.ls_cmd,

@@ -1,4 +1,4 @@
-"""Commands that need no JVM: init, compile, lint, ls, connectors."""
+"""Commands that need no JVM: init, deps, compile, lint, ls, connectors."""
 
 from __future__ import annotations
 
@@ -26,6 +26,28 @@ from .common import (
     project_dir_option,
     select_options,
 )
+
+
+@click.command()
+@project_dir_option
+@handle_errors
+def deps(project_dir: str | None) -> None:
+    """Install the packages packages.yml asks for into dbt_packages/."""
+    from rivc.compiler.project import load_project_spec
+
+    from ..ops.deps import install
+
+    root = _root(project_dir)
+    spec, _ = load_project_spec(root, os.environ)
+    done, failed = install(root, spec.paths.packages)
+    for line in done:
+        click.echo(line)
+    for line in failed:
+        click.echo(f"error: {line}", err=True)
+    if not done and not failed:
+        click.echo("no packages to install (packages.yml lists none)")
+    if failed:
+        sys.exit(EXIT_FAILED)
 
 
 @click.command()

@@ -17,10 +17,10 @@ from ..errors import (
 )
 from ..graph import Node, node_id, ref_id
 from ..params import bind
-from ..project import Project
+from ..project import Located, Project
 from ..render import Renderer
 from ..rules import Finding
-from ..specs import GENERIC_TESTS, NodeId
+from ..specs import GENERIC_TESTS, ModelProps, NodeId, SeedProps
 from ..sql import literal, quote
 from ..validate import parse_query
 from .common import content_hash, suggest
@@ -38,45 +38,49 @@ def test_nodes(
 ) -> list[Node]:
     out: list[Node] = []
     seen: set[str] = set()
-    described = [(n, p.columns, w) for n, (p, w) in project.properties.items()]
-    described += [(n, p.columns, w) for n, (p, w) in project.seed_properties.items()]
-    for model_name, columns, where in sorted(described, key=lambda d: d[0]):
+    described: list[tuple[str, ModelProps | SeedProps, Located]]
+    described = [(n, p, w) for n, (p, w) in project.properties.items()]
+    described += [(n, p, w) for n, (p, w) in project.seed_properties.items()]
+    for model_name, props, where in sorted(described, key=lambda d: d[0]):
         model = nodes.get(node_id("model", model_name)) or nodes.get(node_id("seed", model_name))
         if model is None:
             continue  # a disabled model's tests are disabled with it
-        for ci, column in enumerate(columns):
-            for ti, test in enumerate(column.data_tests):
-                loc = where.location("columns", ci, "tests", ti)
-                try:
-                    node = generic_test(model_name, column.name, test, loc, nodes)
-                except SqlError as exc:
-                    findings.append(rules.unknown_column(exc))
-                    continue
-                except RivcError as exc:
-                    findings.append(rules.from_error(exc))
-                    continue
-                if not node.config["enabled"]:
-                    continue
-                if (
-                    model is not None
-                    and model.columns is not None
-                    and column.name not in model.columns
-                ):
+        tests: list[tuple[str | None, Any, SourceLocation]] = [
+            (None, test, _test_location(where, (), ti)) for ti, test in enumerate(props.data_tests)
+        ]
+        for ci, column in enumerate(props.columns):
+            tests += [
+                (column.name, test, _test_location(where, ("columns", ci), ti))
+                for ti, test in enumerate(column.data_tests)
+            ]
+        for column_name, test, loc in tests:
+            try:
+                node = generic_test(model_name, column_name, test, loc, nodes, renderer)
+            except SqlError as exc:
+                findings.append(rules.unknown_column(exc))
+                continue
+            except RivcError as exc:
+                findings.append(rules.from_error(exc))
+                continue
+            if not node.config["enabled"]:
+                continue
+            if column_name is not None:
+                if model.columns is not None and column_name not in model.columns:
                     findings.append(
                         rules.unknown_column(
                             SqlError(
-                                f"test on unknown column {column.name!r} of model {model_name!r}"
-                                f"{suggest(column.name, list(model.columns))}",
+                                f"test on unknown column {column_name!r} of {model.kind} "
+                                f"{model_name!r}{suggest(column_name, list(model.columns))}",
                                 loc,
                             )
                         )
                     )
-                base, n = node.name, 2
-                while node.name in seen:
-                    node.name, n = f"{base}_{n}", n + 1
-                node.id = node_id("test", node.name)
-                seen.add(node.name)
-                out.append(node)
+            base, n = node.name, 2
+            while node.name in seen:
+                node.name, n = f"{base}_{n}", n + 1
+            node.id = node_id("test", node.name)
+            seen.add(node.name)
+            out.append(node)
     for name, singular in sorted(project.tests.items()):
         node = Node(
             id=node_id("test", name),
@@ -108,10 +112,11 @@ def test_nodes(
 
 def generic_test(
     model: str,
-    column: str,
+    column: str | None,
     test: str | dict[str, Any],
     loc: SourceLocation,
     nodes: dict[NodeId, Node],
+    renderer: Renderer,
 ) -> Node:
     args: dict[str, Any]
     if isinstance(test, str):
@@ -126,7 +131,20 @@ def generic_test(
     args.pop("description", None)
     cls = GENERIC_TESTS.get(kind)
     if cls is None:
-        raise RenderError(f"unknown test {kind!r}{did_you_mean(kind, GENERIC_TESTS)}", loc)
+        macro = renderer.macro(_macro_name(kind))
+        if macro is None:
+            names = [
+                *GENERIC_TESTS,
+                *(n[5:] for n in renderer.macro_names if n.startswith("test_")),
+            ]
+            raise RenderError(
+                f"unknown test {kind!r}{did_you_mean(kind, names)} (a package's test is "
+                "package.name, from dbt_packages/)",
+                loc,
+            )
+        return custom_test(model, column, kind, args, given_name, loc, nodes, renderer, macro)
+    if column is None:
+        raise RenderError(f"test {kind} tests a column: list it under the column's tests", loc)
     from pydantic import ValidationError
 
     try:
@@ -233,3 +251,91 @@ def parse_condition(text: str, loc: SourceLocation) -> str:
         raise SqlError(
             f"where: not a Spark SQL condition: {str(exc).splitlines()[0]}", loc
         ) from None
+
+
+def _test_location(where: Located, at: tuple[str | int, ...], i: int) -> SourceLocation:
+    """Where test `i` of a model or column is written, under `tests:` or `data_tests:`."""
+    for key in ("data_tests", "tests"):
+        if (*where.at, *at, key, i) in where.doc.marks:
+            return where.location(*at, key, i)
+    return where.location(*at)
+
+
+def _macro_name(kind: str) -> str:
+    """The macro of a generic test: `pkg.name` is `pkg.test_name`, `name` the project's."""
+    package, _, name = kind.rpartition(".")
+    return f"{package}.test_{name}" if package else f"test_{name}"
+
+
+def custom_test(
+    model: str,
+    column: str | None,
+    kind: str,
+    args: dict[str, Any],
+    given_name: Any,
+    loc: SourceLocation,
+    nodes: dict[NodeId, Node],
+    renderer: Renderer,
+    macro: Any,
+) -> Node:
+    """A generic test from a `{% test %}` block (the project's or a package's): its macro
+    renders the failing rows' query, as dbt runs it."""
+    from pydantic import ValidationError
+
+    from ..specs import TestConfig
+
+    try:
+        config = TestConfig.model_validate(args.pop("config", None) or {})
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise RenderError(
+            f"test {kind}: config.{'.'.join(map(str, err['loc']))}: {err['msg']}", loc
+        ) from None
+    rel = quote(model)
+    if config.where:
+        rel = f"(SELECT * FROM {rel} WHERE {parse_condition(config.where, loc)}) AS {rel}"
+    kwargs = {**args, "model": rel}
+    if column is not None:
+        kwargs["column_name"] = column
+    name = (
+        str(given_name)
+        if given_name
+        else "_".join(p for p in (kind.replace(".", "_"), model, column) if p)
+    )
+    try:
+        rendered = renderer.render_macro(name, macro, kwargs)
+    except TypeError as exc:  # a missing or unknown argument
+        raise RenderError(f"test {kind}: {exc}", loc) from None
+    except RivcError as exc:
+        raise type(exc)(f"test {kind}: {exc.message}", loc) from None
+    sql = rendered.sql.strip()
+    parse_query(sql, loc.path, "spark", "a test")
+    if config.limit is not None:
+        sql += f"\nLIMIT {config.limit}"
+    target = node_id("seed", model) if node_id("seed", model) in nodes else node_id("model", model)
+    deps = [target, *(ref_id(r, _seeds(nodes)) for r in rendered.refs if r != model)]
+    deps += [node_id("source", s) for s in rendered.sources]
+    return Node(
+        id=node_id("test", name),
+        kind="test",
+        name=name,
+        path=loc.path,
+        depends_on=list(dict.fromkeys(deps)),
+        tags=config.tags,
+        config={
+            "severity": config.severity,
+            "warn_if": config.warn_if,
+            "error_if": config.error_if,
+            "enabled": config.enabled,
+            "test": kind,
+            "column": column,
+            "model": model,
+        },
+        sql=sql + "\n",
+        checksum=content_hash(model, column, kind, args),
+        line=loc.line,
+    )
+
+
+def _seeds(nodes: dict[NodeId, Node]) -> set[str]:
+    return {n.name for n in nodes.values() if n.kind == "seed"}

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_shop"
 TOOLS = Path(os.environ.get("RIVC_TOOLS", Path.home() / ".cache" / "rivc-tools"))
 DBT = TOOLS / "dbt" / "bin" / "dbt"  # scripts/test-setup.sh installs it
-TABLES = ("raw_customers", "raw_orders", "raw_payments", "customers", "orders")
+TABLES = ("raw_customers", "raw_orders", "raw_payments", "customers", "orders", "payment_counts")
 
 
 def dbt_build(tmp: Path) -> Path:
@@ -37,15 +37,16 @@ def dbt_build(tmp: Path) -> Path:
         f"    dev: {{type: duckdb, path: '{tmp / 'shop.duckdb'}', threads: 1}}\n"
     )
     env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
-    done = subprocess.run(
-        [str(DBT), "build", "--profiles-dir", str(tmp / "profiles")],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:]
+    for command in ("deps", "build"):
+        done = subprocess.run(
+            [str(DBT), command, "--profiles-dir", str(tmp / "profiles")],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout[-3000:]
     return project
 
 
@@ -65,6 +66,11 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
     reference = tmp_path / "shop.duckdb"
     root = tmp_path / "rivc"
     shutil.copytree(FIXTURE, root)
+    refused = rivc(root, "build")  # packages.yml asks for a package dbt_packages/ lacks
+    assert refused.exit_code == 2 and "run `rivc deps`" in refused.output
+    installed = rivc(root, "deps")
+    assert installed.exit_code == 0, installed.output
+    assert "installed shop_utils (local: packages/shop_utils)" in installed.output
     built = rivc(root, "build")
     assert built.exit_code == 0, built.output
     results = json.loads((root / "target/run_results.json").read_text())["results"]
@@ -86,6 +92,12 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
     )  # staging: +materialized
     assert manifest["model:stg_orders"]["tags"] == ["staging"]
     assert manifest["model:orders"]["config"]["materialized"] == "table"  # the project's default
+    # the package's macros (dispatch, return, do) and generic tests, and the project's own
+    assert "cast(amount / 100 as decimal(16, 2))" in manifest_sql(root, "model", "stg_payments")
+    assert {"shop_utils_row_count_between_orders", "shop_utils_at_most_orders_amount"} <= {
+        n.removeprefix("test:") for n in statuses
+    }
+    assert statuses["test:is_positive_orders_amount"] == "pass"
     assert not (root / "warehouse" / "stg_orders").exists()  # a view has no table
 
     with duckdb.connect(str(reference), read_only=True) as con:
@@ -102,3 +114,7 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
     # where they differ, rivc keeps the value as written: the seed's fees are decimals
     fees = DeltaTable(str(root / "warehouse/raw_payments")).to_pyarrow_table().column("fee")
     assert str(fees.type) == "decimal128(3, 2)" and Decimal("1.10") in fees.to_pylist()
+
+
+def manifest_sql(root: Path, kind: str, name: str) -> str:
+    return (root / "target" / "compiled" / kind / f"{name}.sql").read_text()
