@@ -242,7 +242,9 @@ def load_package(
                 raise RenderError(
                     exc.message or str(exc), SourceLocation(_path(path), exc.lineno)
                 ) from exc
-            defined = template.new_context()
+            # the macro looks names up in the environment's globals as they are when it runs
+            # (a context copies them when made: macros loaded later would be missing)
+            defined = template.new_context(env.globals, shared=True)
             for _ in template.root_render_func(defined):  # defines the macro, renders nothing
                 pass
             into[name] = Macro(name, package, defined.vars[name])  # `_private` ones too

@@ -1,0 +1,161 @@
+"""dbt's Jinja surface without a JVM: return(), {% do %}, {% test %} blocks, packages as
+namespaces, adapter.dispatch's search order, dbt.* macros in Spark SQL, and `rivc deps` for local
+and git packages (a file:// repository: git without a network)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rivc.compiler.dbtjinja import macro_blocks
+from rivc_testing import analyze_dir, rivc
+
+PACKAGE = {
+    "dbt_packages/kit/dbt_project.yml": "name: kit\nmacro-paths: [macros]\n",
+    "dbt_packages/kit/macros/kit.sql": """
+{% macro cols(names) %}
+    {%- set out = [] -%}
+    {%- for n in names -%}{%- do out.append(_wrap(n)) -%}{%- endfor -%}
+    {{ return(out) }}
+{% endmacro %}
+{% macro _wrap(name) %}{{ return('coalesce(' ~ name ~ ', 0)') }}{% endmacro %}
+{% macro ratio(a, b) %}{{ return(adapter.dispatch('ratio', 'kit')(a, b)) }}{% endmacro %}
+{% macro default__ratio(a, b) %}{{ a }} / nullif({{ b }}, 0){% endmacro %}
+{% macro spark__ratio(a, b) %}try_divide({{ a }}, {{ b }}){% endmacro %}
+{% macro uses_undefined() %}[{{ not_set_anywhere }}]{% endmacro %}
+{% materialization table, adapter='spark' %}ignored{% endmaterialization %}
+{% test at_least(model, column_name, value) %}
+select * from {{ model }} where {{ column_name }} < {{ value }}
+{% endtest %}
+""",
+}
+
+
+def project(make_project, model: str, **files: str) -> Path:
+    return make_project({**PACKAGE, "models/m.sql": model, **files})
+
+
+def test_package_macros_return_values_and_dispatch_to_spark_first(make_project):
+    model = (
+        "select {{ kit.cols(['total', 'customer_id']) | join(', ') }},\n"
+        "  {{ kit.ratio('total', 'customer_id') }} as r,\n"
+        "  {{ dbt.date_trunc('day', 'current_timestamp()') }} as d,\n"
+        "  {{ dbt.hash(dbt.concat(['customer_id', \"'-'\"])) }} as h,\n"
+        "  '{{ kit.uses_undefined() | trim }}' as u\n"
+        "from {{ ref('stg') }}\n"
+    )
+    compiled = analyze_dir(project(make_project, model))
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    sql = compiled.graph.nodes["model:m"].sql or ""
+    assert "coalesce(total, 0), coalesce(customer_id, 0)" in sql  # a list came back
+    assert "try_divide(total, customer_id) as r" in sql  # spark__ before default__
+    assert "date_trunc('day', current_timestamp()) as d" in sql
+    assert "md5(cast(concat(customer_id, '-') as string)) as h" in sql
+    assert "'[]' as u" in sql  # in a macro, as in dbt, an undefined name prints nothing
+
+
+def test_the_root_project_overrides_a_package_by_dispatch(make_project):
+    model = "select {{ kit.ratio('total', 'customer_id') }} as r from {{ ref('stg') }}\n"
+    root = project(
+        make_project,
+        model,
+        **{
+            "macros/mine.sql": "{% macro spark__ratio(a, b) %}{{ a }} * 1.0 / {{ b }}{% endmacro %}"
+        },
+    )
+    assert "total * 1.0 / customer_id as r" in (analyze_dir(root).graph.nodes["model:m"].sql or "")
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        ("select {{ kit.nope() }} from {{ ref('stg') }}\n", "kit.nope: no such macro in 'kit'"),
+        ("select {{ missing_pkg.x() }} from {{ ref('stg') }}\n", "'missing_pkg' is undefined"),
+        ("select {{ run_query('select 1') }} from {{ ref('stg') }}\n", "rivc compiles offline"),
+        (
+            "select {{ adapter.dispatch('nothing', 'kit')() }} from {{ ref('stg') }}\n",
+            "no macro 'nothing' in t, kit",
+        ),
+    ],
+)
+def test_what_rivc_cannot_render_is_one_error_at_the_model(make_project, model, said):
+    (error,) = analyze_dir(project(make_project, model)).errors
+    assert error.location is not None and str(error.location.path) == "models/m.sql"
+    assert said in str(error)
+
+
+def test_generic_tests_from_packages_and_the_project(make_project):
+    props = """
+        models:
+          - name: stg
+            columns:
+              - name: total
+                tests:
+                  - kit.at_least: {value: 0}
+                  - over_zero
+    """
+    root = project(
+        make_project,
+        "select 1 as x from {{ ref('stg') }}\n",
+        **{
+            "models/stg.yml": props,
+            "tests/generic/over_zero.sql": "{% test over_zero(model, column_name) %}\n"
+            "select * from {{ model }} where {{ column_name }} <= 0\n{% endtest %}\n",
+        },
+    )
+    nodes = analyze_dir(root).graph.nodes
+    assert "where total < 0" in (nodes["test:kit_at_least_stg_total"].sql or "")
+    assert "where total <= 0" in (nodes["test:over_zero_stg_total"].sql or "")
+    assert "test:over_zero" not in nodes  # tests/generic/ holds macros, not singular tests
+
+
+def test_macro_blocks_keep_their_lines_and_name_tests_test_x():
+    text = "\n\n{% test t(model) %}\nselect 1\n{% endtest %}\n{%- macro m() -%}x{%- endmacro -%}"
+    blocks = dict(macro_blocks("a.sql", text))
+    assert sorted(blocks) == ["m", "test_t"]
+    assert blocks["test_t"].startswith("\n\n{% macro test_t(model) %}")
+    assert blocks["test_t"].endswith("{% endmacro %}")
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_deps_installs_local_and_git_packages_and_names_what_it_cannot_fetch(
+    make_project, tmp_path
+):
+    repo = tmp_path / "remote_kit"
+    (repo / "macros").mkdir(parents=True)
+    (repo / "dbt_project.yml").write_text("name: remote_kit\n")
+    (repo / "macros" / "k.sql").write_text("{% macro one() %}1{% endmacro %}\n")
+    _git("init", "-q", "-b", "main", cwd=repo)
+    _git("-c", "user.email=t@t", "-c", "user.name=t", "add", ".", cwd=repo)
+    _git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "v1", cwd=repo)
+    _git("tag", "1.0.0", cwd=repo)
+    (repo / "macros" / "k.sql").write_text("{% macro one() %}2{% endmacro %}\n")
+    _git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "v2", cwd=repo)
+    packages = (
+        "packages:\n"
+        "  - local: vendored/kit\n"
+        f"  - git: 'file://{repo}'\n"
+        "    revision: 1.0.0\n"
+        "  - git: 'file:///nowhere/at/all.git'\n"
+    )
+    root = make_project(
+        {
+            "packages.yml": packages,
+            **{f"vendored/kit/{k.split('/', 2)[2]}": v for k, v in PACKAGE.items()},
+            "models/m.sql": "select {{ remote_kit.one() }} as one from {{ ref('stg') }}\n",
+        }
+    )
+    result = rivc(root, "deps")
+    assert result.exit_code == 1
+    assert "installed kit (local: vendored/kit)" in result.output
+    assert f"installed remote_kit (git: file://{repo})" in result.output
+    assert "packages.yml:5: cannot fetch file:///nowhere/at/all.git" in result.output
+    assert (root / "dbt_packages/kit").is_symlink()
+    assert not (root / "dbt_packages/remote_kit/.git").exists()
+    sql = analyze_dir(root).graph.nodes["model:m"].sql or ""
+    assert "select 1 as one" in sql  # the tagged revision, not the newest commit
