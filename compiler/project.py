@@ -103,6 +103,7 @@ class Project:
     seed_properties: dict[str, tuple[SeedProps, Located]] = field(default_factory=dict)
     not_run: tuple[ProjectError, ...] = ()  # dbt resources read and not run (RV012)
     packages: tuple[Installed, ...] = ()  # installed dbt packages (compiler/packages.py)
+    source_seeds: dict[str, str] = field(default_factory=dict)  # dbt source -> its seed
 
     @property
     def name(self) -> str:
@@ -257,6 +258,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     seeds: dict[str, SqlFile] = {}
     seed_properties: dict[str, tuple[SeedProps, Located]] = {}
     not_run: list[ProjectError] = []
+    dbt_sources: dict[str, tuple[str, SourceLocation]] = {}  # "ecom.raw_orders" -> identifier
     macros: list[SqlFile] = []
     tests: dict[str, SqlFile] = {}
     for rel in files:
@@ -275,7 +277,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             elif top == p.sinks:
                 attempt(_add_sinks, doc, sinks)
             else:
-                attempt(_add_properties, doc, properties, seed_properties, not_run)
+                attempt(_add_properties, doc, properties, seed_properties, not_run, dbt_sources)
         elif rel.suffix == ".csv" and top == p.seeds and len(rel.parts) > 1:
             text = read_project_file(root, rel)
             if not IDENT.match(rel.stem):
@@ -345,6 +347,20 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     where.location("name"),
                 )
             )
+    source_seeds: dict[str, str] = {}
+    for fqn, (ident, at) in dbt_sources.items():
+        if fqn in sources:
+            continue  # declared in sources/*.yml: rivc's own spec wins
+        if ident in seeds:
+            source_seeds[fqn] = ident
+        else:
+            not_run.append(
+                ProjectError(
+                    f"dbt source {fqn}: not read; rivc reads a dbt source table from the seed "
+                    f"of the same name ({ident!r}), else declare it in sources/*.yml",
+                    at,
+                )
+            )
     found = attempt(installed, root, p.packages) or []
     attempt(check_installed, root, p.packages, found)
     far = remote_spark(profile, env)
@@ -369,6 +385,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         seed_properties,
         tuple(not_run),
         tuple(found),
+        source_seeds,
     )
 
 
@@ -510,7 +527,6 @@ def _sink_connector(name: str, doc: YamlDoc, at: YamlPath) -> ConnectorInfo:
 
 
 DBT_ONLY = {  # what rivc does with dbt's other resources in properties YAML (docs/dbt.md)
-    "sources": "dbt sources are not read yet; declare tables in sources/*.yml or use seeds",
     "snapshots": "snapshots are not run yet",
     "analyses": "analyses are not compiled",
     "macros": "macro properties are documentation only",
@@ -528,11 +544,19 @@ def _add_properties(
     out: dict[str, tuple[ModelProps, Located]],
     seeds: dict[str, tuple[SeedProps, Located]],
     not_run: list[ProjectError],
+    dbt_sources: dict[str, tuple[str, SourceLocation]],
 ) -> None:
     parsed: PropertiesFile = validate_doc(PropertiesFile, doc)
     for key in DBT_ONLY:
         if getattr(parsed, key):
             not_run.append(ProjectError(f"{key}: {DBT_ONLY[key]}", doc.location((key,))))
+    for i, source in enumerate(parsed.sources or ()):
+        tables = source.get("tables") if isinstance(source, dict) else None
+        for j, table in enumerate(tables or ()):
+            if isinstance(table, dict) and "name" in table:
+                fqn = f"{source.get('name')}.{table['name']}"
+                ident = str(table.get("identifier") or table["name"])
+                dbt_sources[fqn] = (ident, doc.location(("sources", i, "tables", j)))
     for i, seed in enumerate(parsed.seeds):
         if seed.name in seeds:
             raise ProjectError(

@@ -50,6 +50,7 @@ class RenderContext:
     project: str = "project"  # the root project's name: its macros' namespace
     packages: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # name -> macro files
     dispatch: tuple[tuple[str, tuple[str, ...]], ...] = ()  # dbt_project.yml's dispatch:
+    source_seeds: Mapping[str, str] = field(default_factory=dict)  # dbt source -> seed
 
 
 class _State:
@@ -73,6 +74,8 @@ class _State:
 
     def source(self, source: str, table: str) -> str:
         fqn = f"{source}.{table}"
+        if fqn not in self.ctx.sources and fqn in self.ctx.source_seeds:
+            return self.ref(self.ctx.source_seeds[fqn])  # a dbt source loaded by a seed
         if fqn not in self.ctx.sources:
             raise GraphError(
                 f"source({source!r}, {table!r}): no such source table"

@@ -49,6 +49,7 @@ def analyze_models(
         ctx.macros,
         ctx.packages,
         ctx.dispatch,
+        sorted(ctx.source_seeds.items()),
         params,
         ctx.target,
         VERSION,

@@ -144,10 +144,35 @@ semantic_models:
         (f.location.line, f.error.message) for f in compiled.warnings if f.rule == "RV012"
     )
     assert notes == [
-        (2, "sources: dbt sources are not read yet; declare tables in sources/*.yml or use seeds"),
+        (
+            4,
+            "dbt source ecom.raw_orders: not read; rivc reads a dbt source table from the seed "
+            "of the same name ('raw_orders'), else declare it in sources/*.yml",
+        ),
         (5, "unit_tests: unit tests are not run yet"),
         (10, "semantic_models: the semantic layer is not run"),
     ]
+
+
+def test_a_dbt_source_loaded_by_a_seed_reads_the_seed(make_project):
+    props = """
+version: 2
+sources:
+  - name: ecom
+    schema: raw
+    tables:
+      - name: raw_codes
+        identifier: codes
+"""
+    model = "select code from {{ source('ecom', 'raw_codes') }}\n"
+    root = dbt_project(
+        make_project, {"transform/staging/sources.yml": props, "transform/marts/uses.sql": model}
+    )
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    uses = compiled.graph.nodes["model:uses"]
+    assert uses.depends_on == ["seed:codes"] and "from `codes`" in (uses.sql or "")
+    assert uses.columns == {"code": "int"}
 
 
 @pytest.mark.parametrize(
