@@ -181,11 +181,84 @@ class Flags:
     WHICH = "compile"
 
 
-def _run_query(*args: Any, **kwargs: Any) -> Any:
-    raise RenderError(
-        "run_query/statement: this macro queries the warehouse while compiling; rivc compiles "
-        "offline, so it is not supported yet (docs/dbt.md)"
-    )
+class Table:
+    """What run_query returns, as far as macros use dbt's agate table: rows, columns, cells."""
+
+    def __init__(self, names: list[str], rows: list[tuple[Any, ...]]) -> None:
+        self.column_names, self.rows = names, rows
+        self.columns = [_Column(name, [r[i] for r in rows]) for i, name in enumerate(names)]
+
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
+        return self.rows[i]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class _Column:
+    def __init__(self, name: str, values: list[Any]) -> None:
+        self.name, self._values = name, values
+
+    def values(self) -> list[Any]:
+        return self._values
+
+
+def run_query(sql: str) -> Table:
+    """A query a macro runs while compiling (dbt_utils.get_intervals_between, date spines):
+    rivc compiles offline, so it runs only queries that read no table, in DuckDB in this
+    process (the Spark SQL translated by sqlglot). One that reads a table is an error."""
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
+    try:
+        tree = sqlglot.parse_one(str(sql), read="spark")
+    except (ParseError, TokenError) as exc:
+        raise RenderError(f"run_query: not a Spark SQL query: {str(exc).splitlines()[0]}") from None
+    ctes = {c.alias_or_name for c in tree.find_all(sqlglot.exp.CTE)}
+    tables = [t.name for t in tree.find_all(sqlglot.exp.Table) if t.name not in ctes]
+    if tables:
+        raise RenderError(
+            f"run_query reads {tables[0]!r} while compiling; rivc compiles offline, without a "
+            "warehouse: not supported (docs/dbt.md)"
+        )
+    try:
+        import duckdb
+    except ImportError:
+        raise RenderError("run_query while compiling needs duckdb: pip install duckdb") from None
+    try:
+        with duckdb.connect(":memory:") as con:
+            cursor = con.execute(tree.sql(dialect="duckdb"))
+            names = [d[0] for d in cursor.description or ()]
+            return Table(names, [tuple(r) for r in cursor.fetchall()])
+    except duckdb.Error as exc:
+        raise RenderError(f"run_query: {str(exc).splitlines()[0]}") from None
+
+
+class Statements:
+    """`{% call statement('name', fetch_result=True) %}...{% endcall %}` and load_result."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, dict[str, Any]] = {}
+
+    def statement(
+        self,
+        name: str | None = None,
+        fetch_result: bool = False,
+        auto_begin: bool = True,
+        language: str = "sql",
+        caller: Callable[[], str] | None = None,
+    ) -> str:
+        sql = caller() if caller is not None else ""
+        table = run_query(sql)
+        if name is not None:
+            self.results[name] = {"data": table.rows, "table": table, "response": "OK"}
+        return ""
+
+    def load_result(self, name: str) -> dict[str, Any] | None:
+        return self.results.get(name)
 
 
 def context(
@@ -195,6 +268,7 @@ def context(
 ) -> dict[str, Any]:
     """What every template and macro sees besides ref/source/var/config and its own macros."""
     now = datetime.datetime.now(datetime.UTC)
+    statements = Statements()
     ctx: dict[str, Any] = {
         "return": return_,
         "adapter": Adapter(root, namespaces, search_orders),
@@ -204,8 +278,9 @@ def context(
         "print": lambda msg: "",
         "execute": True,
         "flags": Flags(),
-        "run_query": _run_query,
-        "statement": _run_query,
+        "run_query": run_query,
+        "statement": statements.statement,
+        "load_result": statements.load_result,
         "should_store_failures": lambda: False,
         "should_full_refresh": lambda: False,
         "zip": zip,

@@ -26,17 +26,18 @@ DEFAULT_PATHS = {
 
 
 MAX_FILE_BYTES = 8 << 20  # a project file larger than this is refused (docs/project.md)
+MAX_SEED_BYTES = 256 << 20  # seeds are data: larger, but still a file kept in git
 
 
-def read_project_file(root: Path, rel: Path) -> str:
-    """A project file's text: UTF-8, no NUL bytes, at most MAX_FILE_BYTES; else a ProjectError
+def read_project_file(root: Path, rel: Path, limit: int = MAX_FILE_BYTES) -> str:
+    """A project file's text: UTF-8, no NUL bytes, at most `limit` bytes; else a ProjectError
     with the position of the first bad byte."""
     path = rel if rel.is_absolute() else root / rel
     with open(path, "rb") as f:
-        data = f.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
+        data = f.read(limit + 1)
+    if len(data) > limit:
         raise ProjectError(
-            f"{rel}: larger than {MAX_FILE_BYTES >> 20} MiB; project files are text a person edits"
+            f"{rel}: larger than {limit >> 20} MiB; project files are text a person edits"
         )
 
     def position(offset: int) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .folders import check_tree
 from .locate import (
+    MAX_SEED_BYTES,
     PROJECT_FILE,
     TARGET_ENV,
     find_profiles,
@@ -279,7 +280,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             else:
                 attempt(_add_properties, doc, properties, seed_properties, not_run, dbt_sources)
         elif rel.suffix == ".csv" and top == p.seeds and len(rel.parts) > 1:
-            text = read_project_file(root, rel)
+            text = read_project_file(root, rel, MAX_SEED_BYTES)
             if not IDENT.match(rel.stem):
                 errors.append(
                     ProjectError(

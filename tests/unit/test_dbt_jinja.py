@@ -25,6 +25,12 @@ PACKAGE = {
 {% macro default__ratio(a, b) %}{{ a }} / nullif({{ b }}, 0){% endmacro %}
 {% macro spark__ratio(a, b) %}try_divide({{ a }}, {{ b }}){% endmacro %}
 {% macro uses_undefined() %}[{{ not_set_anywhere }}]{% endmacro %}
+{% macro days_between(a, b) %}
+    {%- call statement('days', fetch_result=True) %}
+        select {{ dbt.datediff(a, b, 'day') }}
+    {%- endcall -%}
+    {{ return(load_result('days')['data'][0][0]) }}
+{% endmacro %}
 {% materialization table, adapter='spark' %}ignored{% endmaterialization %}
 {% test at_least(model, column_name, value) %}
 select * from {{ model }} where {{ column_name }} < {{ value }}
@@ -73,7 +79,10 @@ def test_the_root_project_overrides_a_package_by_dispatch(make_project):
     [
         ("select {{ kit.nope() }} from {{ ref('stg') }}\n", "kit.nope: no such macro in 'kit'"),
         ("select {{ missing_pkg.x() }} from {{ ref('stg') }}\n", "'missing_pkg' is undefined"),
-        ("select {{ run_query('select 1') }} from {{ ref('stg') }}\n", "rivc compiles offline"),
+        (
+            "select {{ run_query('select * from stg') }} from {{ ref('stg') }}\n",
+            "run_query reads 'stg' while compiling; rivc compiles offline",
+        ),
         (
             "select {{ adapter.dispatch('nothing', 'kit')() }} from {{ ref('stg') }}\n",
             "no macro 'nothing' in t, kit",
@@ -159,3 +168,15 @@ def test_deps_installs_local_and_git_packages_and_names_what_it_cannot_fetch(
     assert not (root / "dbt_packages/remote_kit/.git").exists()
     sql = analyze_dir(root).graph.nodes["model:m"].sql or ""
     assert "select 1 as one" in sql  # the tagged revision, not the newest commit
+
+
+def test_a_query_that_reads_no_table_runs_while_compiling(make_project):
+    """dbt_utils.date_spine asks the warehouse how many days lie between two dates: rivc
+    answers such queries in process (DuckDB), so the spine compiles offline."""
+    model = (
+        "select {{ kit.days_between(\"cast('2024-01-01' as date)\", \"cast('2024-03-01' as date)\") }}"
+        " as n,\n  {{ run_query('select 2 as two').columns[0].values()[0] }} as two\n"
+        "from {{ ref('stg') }}\n"
+    )
+    sql = analyze_dir(project(make_project, model)).graph.nodes["model:m"].sql or ""
+    assert "select 60 as n" in sql and "2 as two" in sql
