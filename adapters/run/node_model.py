@@ -64,7 +64,7 @@ class Table:
         app_id = rt.model_app(node.name)
         last = None if table is None else table.transaction_version(app_id)
         batch_id = rt.hand_out(nid, None if last is None else int(last))
-        stamp = deltatable.Stamp.batch(app_id, batch_id)
+        stamp = self.stamp(node, app_id, batch_id)
         if last is not None and int(last) >= batch_id:  # a resumed run: this batch is in
             how, result = "already committed by the killed run", WriteResult()
         elif table is not None and grows:
@@ -95,6 +95,10 @@ class Table:
             commits=result.commits,
             commit_ms=result.commit_s * 1000,
         )
+
+    def stamp(self, node: ManifestNode, app_id: str, batch_id: int) -> deltatable.Stamp:
+        """What the commit records beside the rows: the model's batch id."""
+        return deltatable.Stamp.batch(app_id, batch_id)
 
     def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
         """What this run writes: the model's SQL (its is_incremental() variant when it grows)."""
@@ -205,7 +209,20 @@ class Merge(Incremental):
 class Seed(Table):
     """A seed: its CSV file, read as compile read it (compiler/seeds.py), each column cast to
     its type by Spark's tasks (a value a type cannot hold fails the seed, naming it), replaces
-    its table."""
+    its table. Each commit records which file and types it holds: a table that already holds
+    them is left as it is (--full-refresh loads it again)."""
+
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        table = deltatable.open_table(uri, store.delta)
+        if table is not None and not rt.full_refresh and _loaded(table) == _content(node):
+            deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
+            return NodeResult(nid, "seed", "success", message="unchanged: its table holds it")
+        return super().build(rt, nid, node)
+
+    def stamp(self, node: ManifestNode, app_id: str, batch_id: int) -> deltatable.Stamp:
+        return deltatable.Stamp(((app_id, batch_id),), {"seed": _content(node)})
 
     def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
         import pyarrow as pa
@@ -227,6 +244,26 @@ class Seed(Table):
                 for c, name in zip(columns, data.header, strict=True)
             )
         )
+
+
+def _content(node: ManifestNode) -> str:
+    """A seed's file and column types, as one hash."""
+    import hashlib
+    import json
+
+    text = json.dumps([node.checksum, node.columns], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _loaded(table: DeltaTable) -> str | None:
+    """Which seed content the table's newest commit holds."""
+    import json
+
+    for entry in table.history(limit=1):
+        given = entry.get("rivc")
+        if given:
+            return str(json.loads(given).get("seed") or "") or None
+    return None
 
 
 Materialization = Ephemeral | View | Table

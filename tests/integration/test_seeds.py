@@ -113,7 +113,21 @@ def test_a_seed_loads_every_edge_value_exactly_and_models_read_it(make_project):
         {"id": 2, "doubled": Decimal("-0.10"), "name": 'say "hi"'},
         {"id": 4, "doubled": Decimal("2469134.00"), "name": None},
     ]
-    assert rows(root, "edges") == EXPECTED  # a second load replaces: every row once
+    assert rows(root, "edges") == EXPECTED
+    table = DeltaTable(str(root / "warehouse/edges"))
+    version = table.version()
+    data = json.loads((root / "target/run_results.json").read_text())["results"]
+    seed = next(r for r in data if r["node"] == "seed:edges")
+    assert seed["message"].startswith("unchanged")  # the table holds this file already
+    assert table.version() == version
+
+    (root / "seeds/edges.csv").write_text(EDGES.replace("kevin parker's favorite", "edited"))
+    assert rivc(root, "seed").exit_code == 0
+    assert [r["name"] for r in rows(root, "edges")][0] == "edited"  # replaced: every row once
+    assert len(rows(root, "edges")) == len(EXPECTED)
+    again = rivc(root, "seed", "--full-refresh")  # loads it again, unchanged or not
+    assert again.exit_code == 0
+    assert DeltaTable(str(root / "warehouse/edges")).version() == version + 2
 
 
 def test_run_reads_a_seed_it_does_not_load_and_names_rivc_seed_when_missing(make_project):
