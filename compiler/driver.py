@@ -19,6 +19,7 @@ from .nodes.models import CompileCache, analyze_models, check_model_keys, model_
 from .nodes.seeds import seed_nodes
 from .nodes.sinks import check_targets, sink_node, star_feeding_sinks
 from .nodes.sources import source_node
+from .nodes.unit_tests import unit_test_nodes
 from .params import resolve_params
 from .project import Project, load_project
 from .render import RenderContext, Renderer, source_relation
@@ -156,12 +157,19 @@ def _analyze(
     renderer = Renderer(ctx)
     for node in test_nodes(project, renderer, params, nodes, findings):
         nodes[node.id] = node
+    for node in unit_test_nodes(project, ctx, renderer, nodes, findings):
+        nodes[node.id] = node
     _refs_to_disabled(nodes, findings)
     graph = ProjectGraph(nodes)
     sink_inputs(project, graph, findings)
     chosen = select(graph, options.select, options.exclude)
     needed = graph.with_upstream(chosen)
     scope = {nodes[n].path.as_posix() for n in needed}
+    scope |= {  # unit tests of the needed models, which make no node when they fail
+        where.doc.path.as_posix()
+        for spec, where in project.unit_tests
+        if node_id("model", spec.model) in needed or spec.model not in project.models
+    }
     whole = not options.select and not options.exclude  # notes on files that make no node
     findings = [
         f

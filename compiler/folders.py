@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import ProjectError
-from .specs import ModelConfig, SeedConfig
+from .property_specs import SeedConfig
+from .specs import ModelConfig
 from .yamlio import YamlDoc
 
 # dbt configs rivc accepts and ignores: rivc names a model's table by the model, in its warehouse

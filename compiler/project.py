@@ -23,15 +23,13 @@ from .locate import (
     read_project_file,
 )
 from .packages import Installed, check_installed, installed
+from .property_specs import ModelProps, PropertiesFile, SeedProps, UnitTestSpec
 from .registry import ConnectorInfo, connector, unknown
 from .specbase import IDENT, Spec, is_uri, locations
 from .specs import (
     InlineSink,
-    ModelProps,
     ProfileSpec,
     ProjectSpec,
-    PropertiesFile,
-    SeedProps,
     SinksFile,
     SinkSpec,
     SourcesFile,
@@ -103,6 +101,7 @@ class Project:
     seeds: dict[str, SqlFile] = field(default_factory=dict)  # seeds/*.csv, by file stem
     seed_properties: dict[str, tuple[SeedProps, Located]] = field(default_factory=dict)
     not_run: tuple[ProjectError, ...] = ()  # dbt resources read and not run (RV012)
+    unit_tests: tuple[tuple[UnitTestSpec, Located], ...] = ()  # dbt's unit_tests:
     packages: tuple[Installed, ...] = ()  # installed dbt packages (compiler/packages.py)
     source_seeds: dict[str, str] = field(default_factory=dict)  # dbt source -> its seed
 
@@ -259,6 +258,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     seeds: dict[str, SqlFile] = {}
     seed_properties: dict[str, tuple[SeedProps, Located]] = {}
     not_run: list[ProjectError] = []
+    unit_tests: list[tuple[UnitTestSpec, Located]] = []
     dbt_sources: dict[str, tuple[str, SourceLocation]] = {}  # "ecom.raw_orders" -> identifier
     macros: list[SqlFile] = []
     tests: dict[str, SqlFile] = {}
@@ -278,7 +278,15 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             elif top == p.sinks:
                 attempt(_add_sinks, doc, sinks)
             else:
-                attempt(_add_properties, doc, properties, seed_properties, not_run, dbt_sources)
+                attempt(
+                    _add_properties,
+                    doc,
+                    properties,
+                    seed_properties,
+                    not_run,
+                    dbt_sources,
+                    unit_tests,
+                )
         elif rel.suffix == ".csv" and top == p.seeds and len(rel.parts) > 1:
             text = read_project_file(root, rel, MAX_SEED_BYTES)
             if not IDENT.match(rel.stem):
@@ -385,6 +393,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         seeds,
         seed_properties,
         tuple(not_run),
+        tuple(unit_tests),
         tuple(found),
         source_seeds,
     )
@@ -536,7 +545,6 @@ DBT_ONLY = {  # what rivc does with dbt's other resources in properties YAML (do
     "semantic_models": "the semantic layer is not run",
     "saved_queries": "the semantic layer is not run",
     "groups": "groups (access control between models) are not enforced",
-    "unit_tests": "unit tests are not run yet",
 }
 
 
@@ -546,8 +554,10 @@ def _add_properties(
     seeds: dict[str, tuple[SeedProps, Located]],
     not_run: list[ProjectError],
     dbt_sources: dict[str, tuple[str, SourceLocation]],
+    unit_tests: list[tuple[UnitTestSpec, Located]],
 ) -> None:
     parsed: PropertiesFile = validate_doc(PropertiesFile, doc)
+    unit_tests += [(u, Located(doc, ("unit_tests", i))) for i, u in enumerate(parsed.unit_tests)]
     for key in DBT_ONLY:
         if getattr(parsed, key):
             not_run.append(ProjectError(f"{key}: {DBT_ONLY[key]}", doc.location((key,))))

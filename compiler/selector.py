@@ -57,11 +57,16 @@ def select(
     if exc:
         chosen -= set().union(*(_intersect(graph, t) for t in exc))
     for node in graph.nodes.values():
+        tested = (  # a unit test reads no node: it goes with the model it tests
+            [f"model:{node.config['model']}"]
+            if node.kind == "test" and node.config.get("test") == "unit"
+            else node.depends_on
+        )
         if (
             node.kind == "test"
             and node.id not in chosen
-            and node.depends_on
-            and all(d in chosen for d in node.depends_on)
+            and tested
+            and all(d in chosen for d in tested)
             and not any(node.id in _intersect(graph, t) for t in exc)
         ):
             chosen.add(node.id)

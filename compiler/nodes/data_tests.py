@@ -18,9 +18,10 @@ from ..errors import (
 from ..graph import Node, node_id, ref_id
 from ..params import bind
 from ..project import Located, Project
+from ..property_specs import GENERIC_TESTS, ModelProps, SeedProps
 from ..render import Renderer
 from ..rules import Finding
-from ..specs import GENERIC_TESTS, ModelProps, NodeId, SeedProps
+from ..specs import NodeId
 from ..sql import literal, quote
 from ..validate import parse_query
 from .common import content_hash, suggest
@@ -282,7 +283,7 @@ def custom_test(
     renders the failing rows' query, as dbt runs it."""
     from pydantic import ValidationError
 
-    from ..specs import TestConfig
+    from ..property_specs import TestConfig
 
     try:
         config = TestConfig.model_validate(args.pop("config", None) or {})

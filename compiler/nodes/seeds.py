@@ -13,9 +13,9 @@ from ..errors import ProjectError, RivcError, SourceLocation, SqlError
 from ..folders import folder_config
 from ..graph import Node, node_id
 from ..project import Project, SqlFile
+from ..property_specs import SeedConfig
 from ..rules import Finding
 from ..seeds import column_types, read_csv
-from ..specs import SeedConfig
 from ..transforms import spark_type
 from .common import suggest
 

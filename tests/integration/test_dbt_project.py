@@ -79,7 +79,8 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
     assert statuses["test:no_negative_amounts"] == "pass"
     # every test dbt ran, with dbt's outcome: where, limit, warn_if/error_if, severity, enabled
     theirs = json.loads((dbt_project / "target/run_results.json").read_text())["results"]
-    dbt_tests = sorted(r["status"] for r in theirs if r["unique_id"].startswith("test."))
+    kinds = ("test.", "unit_test.")  # data tests and unit tests
+    dbt_tests = sorted(r["status"] for r in theirs if r["unique_id"].startswith(kinds))
     assert sorted(s for n, s in statuses.items() if n.startswith("test:")) == dbt_tests
     assert dbt_tests.count("warn") == 2 and "fail" not in dbt_tests
     failures = {r["unique_id"].split(".")[2]: r["failures"] for r in theirs if r["failures"]}
@@ -98,6 +99,8 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
         n.removeprefix("test:") for n in statuses
     }
     assert statuses["test:is_positive_orders_amount"] == "pass"
+    assert statuses["test:cents_become_dollars"] == "pass"  # dbt's unit tests
+    assert statuses["test:big_orders_follow_the_var"] == "pass"
     assert not (root / "warehouse" / "stg_orders").exists()  # a view has no table
 
     with duckdb.connect(str(reference), read_only=True) as con:
@@ -118,3 +121,32 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
 
 def manifest_sql(root: Path, kind: str, name: str) -> str:
     return (root / "target" / "compiled" / kind / f"{name}.sql").read_text()
+
+
+def test_a_unit_test_that_does_not_hold_fails_naming_the_rows(make_project):
+    """A unit test reads no table (nothing was seeded or built here) and fails with the rows
+    that differ, on either side."""
+    props = """
+unit_tests:
+  - name: doubled
+    model: twice
+    given:
+      - input: ref('stg')
+        rows: [{order_id: 1, total: 2.5}, {order_id: 2}]
+    expect:
+      rows: [{order_id: 1, double: 5.0}, {order_id: 2, double: 1}]
+"""
+    root = make_project(
+        {
+            "models/twice.sql": "select order_id, total * 2 as double from {{ ref('stg') }}\n",
+            "models/twice.yml": props,
+        }
+    )
+    ran = rivc(root, "test", "--select", "twice")
+    assert ran.exit_code == 1, ran.output
+    results = json.loads((root / "target/run_results.json").read_text())["results"]
+    (result,) = [r for r in results if r["node"] == "test:doubled"]
+    assert result["status"] == "fail" and result["rows"] == 2
+    assert 'expected, not in the result: {"order_id": 2, "double": "1.00"}' in result["error"]
+    assert 'in the result, not expected: {"order_id": 2, "double": null}' in result["error"]
+    assert not (root / "warehouse").exists() or not any((root / "warehouse").iterdir())

@@ -129,11 +129,8 @@ version: 2
 sources:
   - name: ecom
     tables: [{name: raw_orders}]
-unit_tests:
-  - name: t
-    model: m
-    given: []
-    expect: {rows: []}
+exposures:
+  - name: dashboard
 semantic_models:
   - name: orders
 """
@@ -149,8 +146,8 @@ semantic_models:
             "dbt source ecom.raw_orders: not read; rivc reads a dbt source table from the seed "
             "of the same name ('raw_orders'), else declare it in sources/*.yml",
         ),
-        (5, "unit_tests: unit tests are not run yet"),
-        (10, "semantic_models: the semantic layer is not run"),
+        (5, "exposures: exposures are documentation only"),
+        (7, "semantic_models: the semantic layer is not run"),
     ]
 
 

@@ -258,6 +258,6 @@ def test_dbt_test_configs_compile_as_dbt_runs_them(make_project):
     [(0, "!= 0", False), (1, "!= 0", True), (5, ">5", False), (6, ">5", True), (2, "<>2", False)],
 )
 def test_a_threshold_compares_the_failing_rows(count, threshold, met):
-    from rivc.compiler.specs import failed
+    from rivc.compiler.property_specs import failed
 
     assert failed(count, threshold) is met
