@@ -1,9 +1,9 @@
 """dbt's unit tests (`unit_tests:` in properties YAML): a model's query run over given rows in
 place of each input it reads, its result compared with the expected rows (docs/dbt.md).
 
-Compile renders the model (with the test's `overrides` of vars and `is_incremental`), and puts
-each given input in front of it as a CTE of the input's own name, which the model's reference to
-the real relation then reads: no table is touched. The rows of a dict or CSV input are typed by
+Compile renders the model (with the test's `overrides` of vars and `is_incremental`), puts each
+given input in front of it as a CTE, and points the model's references to the real relation
+(quoted, as `ref()` and `source()` write them) at that CTE: no table is touched. The rows of a dict or CSV input are typed by
 the input's columns where compile knows them. The expected rows stay in the test's config: the
 run casts them to the types of the model's result and compares both ways (EXCEPT ALL), so a
 missing, extra or different row fails the test.
@@ -85,14 +85,24 @@ def unit_test(
     read = {ref_id(r, project.seeds) for r in rendered.refs}
     read |= {node_id("source", s) for s in rendered.sources}
     ctes: list[exp.CTE] = []
+    standing: dict[str, str] = {}  # relation -> the CTE given for it
     for i, given in enumerate(spec.given):
         at = where.location("given", i, "input")
         relation, nid = _input(project, ctx, spec.model, given.input or "", at)
         read.discard(nid)
         columns = nodes[nid].columns if nid in nodes else None
         sql = _rows_sql(given, columns, at)
-        alias = exp.TableAlias(this=exp.to_identifier(relation, quoted=True))
+        standing[relation] = f"__unit_given_{i}"
+        alias = exp.TableAlias(this=exp.to_identifier(standing[relation], quoted=True))
         ctes.append(exp.CTE(this=sqlglot.parse_one(sql, read="spark"), alias=alias))
+    for table in list(tree.find_all(exp.Table)):
+        ident = table.this
+        if isinstance(ident, exp.Identifier) and ident.quoted and not table.db:
+            cte = standing.get(ident.name)
+            if cte is not None:  # the model's own CTE of the same name keeps its name
+                if not table.alias:
+                    table.set("alias", exp.TableAlias(this=exp.to_identifier(ident.name)))
+                table.set("this", exp.to_identifier(cte, quoted=True))
     if read:
         missing = sorted(read)[0]
         raise SqlError(

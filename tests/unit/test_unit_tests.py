@@ -35,9 +35,10 @@ unit_tests:
     assert not result.errors, [str(f) for f in result.errors]
     node = result.graph.nodes["test:only_new_orders"]
     sql = node.sql or ""
-    assert sql.startswith("WITH `stg` AS (SELECT CAST(1 AS BIGINT) AS `order_id`")
-    assert "`inc` AS (SELECT 2 AS order_id, 9 AS total)" in sql
-    assert "(SELECT MAX(order_id) FROM `inc`)" in sql  # is_incremental() held
+    assert sql.startswith("WITH `__unit_given_0` AS (SELECT CAST(1 AS BIGINT) AS `order_id`")
+    assert "`__unit_given_1` AS (SELECT 2 AS order_id, 9 AS total)" in sql
+    assert "FROM `__unit_given_0` AS stg WHERE" in sql
+    assert "(SELECT MAX(order_id) FROM `__unit_given_1` AS inc)" in sql  # is_incremental()
     assert node.depends_on == [] and node.config["expect_rows"] == [{"order_id": 3, "total": None}]
     chosen = analyze_dir(result.project.root, select=("inc",)).chosen
     assert "test:only_new_orders" in chosen  # selected with the model it tests
@@ -63,3 +64,17 @@ unit_tests:
         "given: [RV001]",
         "models/inc.yml:9:9: error: fixture files are not read yet; give the rows inline [RV001]",
     ]
+
+
+def test_a_model_cte_named_like_its_input_keeps_reading_the_given_rows(make_project):
+    model = "with stg as (select * from {{ ref('stg') }})\nselect order_id from stg\n"
+    tests = """
+unit_tests:
+  - name: same_name
+    model: shadow
+    given: [{input: "ref('stg')", rows: [{order_id: 1}]}]
+    expect: {rows: [{order_id: 1}]}
+"""
+    root = make_project({"models/shadow.sql": model, "models/shadow.yml": tests})
+    sql = analyze_dir(root).graph.nodes["test:same_name"].sql or ""
+    assert "stg AS (SELECT * FROM `__unit_given_0` AS stg) SELECT order_id FROM stg" in sql
