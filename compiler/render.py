@@ -167,6 +167,7 @@ _FAST_IF = re.compile(
     re.S,
 )
 _FAST_CALL = re.compile(r"\{\{\s*([a-z_]+)\s*(\((?:[^{}()]|\([^{}()]*\))*\))?\s*\}\}")
+_UNDEFINED = re.compile(r"'\w+' is undefined")
 _RELATION_ARG = re.compile(r"\s*(ref|source)\(.*\)\s*$", re.S)
 _FAST_FUNCS = frozenset({"ref", "source", "var", "config", "env_var", "is_incremental", "this"})
 
@@ -267,6 +268,11 @@ class Renderer:
             ]
             loc = SourceLocation(path, lines[-1] if lines else None)
             message = exc.message if isinstance(exc, RivcError) else str(exc)
+            if isinstance(exc, jinja2.UndefinedError) and _UNDEFINED.fullmatch(message):
+                message += (
+                    ": not a macro of this project, of a package in dbt_packages/ (rivc deps), "
+                    "nor a name of dbt's that rivc has (docs/dbt.md)"
+                )
             cls = type(exc) if isinstance(exc, RivcError) else RenderError
             raise cls(message, loc) from exc
         return s.out

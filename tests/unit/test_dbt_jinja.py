@@ -78,7 +78,10 @@ def test_the_root_project_overrides_a_package_by_dispatch(make_project):
     ("model", "said"),
     [
         ("select {{ kit.nope() }} from {{ ref('stg') }}\n", "kit.nope: no such macro in 'kit'"),
-        ("select {{ missing_pkg.x() }} from {{ ref('stg') }}\n", "'missing_pkg' is undefined"),
+        (
+            "select {{ missing_pkg.x() }} from {{ ref('stg') }}\n",
+            "'missing_pkg' is undefined: not a macro",
+        ),
         (
             "select {{ run_query('select * from stg') }} from {{ ref('stg') }}\n",
             "run_query reads 'stg' while compiling; rivc compiles offline",
