@@ -9,6 +9,7 @@ its line, as in rivc_project.yml.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,13 +30,11 @@ IGNORED = frozenset(
         "docs-paths",
         "asset-paths",
         "analysis-paths",
-        "snapshot-paths",
         "dbt-cloud",
         "quoting",
         "query-comment",
         "restrict-access",
         "flags",
-        "snapshots",
         "data_tests",
         "tests",
         "sources",
@@ -54,6 +53,7 @@ PATHS = {
     "seed-paths": "seeds",
     "test-paths": "tests",
     "macro-paths": "macros",
+    "snapshot-paths": "snapshots",
 }
 
 
@@ -70,7 +70,7 @@ def dbt_project_spec(doc: YamlDoc, env: Mapping[str, str]) -> ProjectSpec:
             spec.setdefault("paths", {})[PATHS[key]] = _one_folder(doc, key, value)
         elif key == "vars":
             spec["vars"] = _vars(doc, value, str(data.get("name", "")))
-        elif key in ("models", "seeds"):
+        elif key in ("models", "seeds", "snapshots"):
             spec[key] = value if value is not None else {}
         elif key == "dispatch":
             spec["dispatch"] = value or []
@@ -79,7 +79,8 @@ def dbt_project_spec(doc: YamlDoc, env: Mapping[str, str]) -> ProjectSpec:
         elif key not in IGNORED:
             from .errors import did_you_mean
 
-            known = [*PATHS, "name", "profile", "version", "vars", "models", "seeds", "dispatch"]
+            known = [*PATHS, "name", "profile", "version", "vars", "models", "seeds", "snapshots"]
+            known += ["dispatch"]
             known += ["packages-install-path", *IGNORED]
             raise ProjectError(
                 f"unknown key {key!r} in {DBT_PROJECT_FILE}{did_you_mean(str(key), known)}",
@@ -181,3 +182,26 @@ def dbt_target(doc: YamlDoc, at: tuple[str | int, ...], entry: dict[str, Any]) -
     if spark:
         out["spark"] = spark
     return out
+
+
+DBT_ONLY = {  # what rivc does with dbt's other resources in properties YAML (docs/dbt.md)
+    "analyses": "analyses are not compiled",
+    "macros": "macro properties are documentation only",
+    "exposures": "exposures are documentation only",
+    "metrics": "the semantic layer is not run",
+    "semantic_models": "the semantic layer is not run",
+    "saved_queries": "the semantic layer is not run",
+    "groups": "groups (access control between models) are not enforced",
+}
+
+
+_SNAPSHOT = re.compile(r"\{%-?\s*snapshot\s+(\w+)\s*-?%\}(.*?)\{%-?\s*endsnapshot\s*-?%\}", re.S)
+
+
+def snapshot_blocks(text: str) -> list[tuple[str, str]]:
+    """(name, body) of each `{% snapshot name %}...{% endsnapshot %}` block, the body padded
+    with the newlines before it so that its lines are the file's."""
+    return [
+        (m.group(1), "\n" * text.count("\n", 0, m.start(2)) + m.group(2))
+        for m in _SNAPSHOT.finditer(text)
+    ]

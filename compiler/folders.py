@@ -61,12 +61,13 @@ IGNORED = frozenset(
 KEYS = {
     "models": frozenset(ModelConfig.model_fields),
     "seeds": frozenset(SeedConfig.model_fields),
+    "snapshots": frozenset(ModelConfig.model_fields),
 }
 
 
 def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
     """Refuse a `+key` that is no config of `kind`, at its line."""
-    keys = KEYS[kind] | IGNORED - ({"column_types"} if kind == "models" else set())
+    keys = KEYS[kind] | IGNORED - ({"column_types"} if kind != "seeds" else set())
 
     def walk(level: Any, at: tuple[str | int, ...]) -> None:
         if not isinstance(level, dict):

@@ -21,6 +21,7 @@ DEFAULT_PATHS = {
     "macros": "macros",
     "tests": "tests",
     "seeds": "seeds",
+    "snapshots": "snapshots",
     "packages": "dbt_packages",
 }
 
@@ -103,6 +104,7 @@ def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
         ("macros", ("**/*.sql",)),
         ("tests", ("**/*.sql",)),
         ("seeds", ("**/*.csv", "**/*.yml", "**/*.yaml")),
+        ("snapshots", ("**/*.sql", "**/*.yml", "**/*.yaml")),
         ("packages", ("**/*.sql", "*/dbt_project.yml")),
     ):
         base = root / paths.get(key, key)

@@ -183,7 +183,7 @@ class ManifestNode:
     @property
     def stored(self) -> bool:
         """A table in the warehouse: a seed's, a table or incremental model's."""
-        return self.materialized in ("seed", "table", "incremental")
+        return self.materialized in ("seed", "table", "incremental", "snapshot")
 
     @property
     def unique_key(self) -> tuple[str, ...]:
@@ -191,7 +191,7 @@ class ManifestNode:
 
     @property
     def incremental_strategy(self) -> str:
-        return self.model_config.strategy
+        return self.model_config.merge_strategy
 
     @property
     def severity(self) -> str:

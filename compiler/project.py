@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .aliases import translate
-from .dbtproject import dbt_project_spec, dbt_target
+from .dbtproject import DBT_ONLY, dbt_project_spec, dbt_target, snapshot_blocks
 from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .folders import check_tree
@@ -104,6 +104,7 @@ class Project:
     unit_tests: tuple[tuple[UnitTestSpec, Located], ...] = ()  # dbt's unit_tests:
     packages: tuple[Installed, ...] = ()  # installed dbt packages (compiler/packages.py)
     source_seeds: dict[str, str] = field(default_factory=dict)  # dbt source -> its seed
+    snapshots: frozenset[str] = frozenset()  # models read from snapshots/ (dbt snapshots)
 
     @property
     def name(self) -> str:
@@ -119,7 +120,7 @@ def load_project_spec(root: Path, env: Mapping[str, str]) -> tuple[ProjectSpec, 
     spec: ProjectSpec = (
         validate_doc(ProjectSpec, doc) if rel.name == PROJECT_FILE else dbt_project_spec(doc, env)
     )
-    for kind in ("models", "seeds"):
+    for kind in ("models", "seeds", "snapshots"):
         check_tree(doc, kind, getattr(spec, kind))
     return spec, doc
 
@@ -257,6 +258,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     properties: dict[str, tuple[ModelProps, Located]] = {}
     seeds: dict[str, SqlFile] = {}
     seed_properties: dict[str, tuple[SeedProps, Located]] = {}
+    snapshots: set[str] = set()  # models that are dbt snapshots (materialized: snapshot)
     not_run: list[ProjectError] = []
     unit_tests: list[tuple[UnitTestSpec, Located]] = []
     dbt_sources: dict[str, tuple[str, SourceLocation]] = {}  # "ecom.raw_orders" -> identifier
@@ -266,7 +268,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         top = rel.parts[0]
         if (
             rel.suffix in (".yml", ".yaml")
-            and top in (p.sources, p.sinks, p.models, p.seeds)
+            and top in (p.sources, p.sinks, p.models, p.seeds, p.snapshots)
             and len(rel.parts) > 1
         ):
             doc = attempt(load_yaml, root, rel, env)
@@ -306,6 +308,17 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                 )
             else:
                 seeds[rel.stem] = SqlFile(rel.stem, rel, text)
+        elif rel.suffix == ".sql" and top == p.snapshots and len(rel.parts) > 1:
+            for name, body in snapshot_blocks(read_project_file(root, rel)):
+                if name in models:
+                    errors.append(
+                        ProjectError(
+                            f"snapshot {name!r} is also defined in {models[name].path}",
+                            SourceLocation(rel),
+                        )
+                    )
+                models[name] = SqlFile(name, rel, body)
+                snapshots.add(name)
         elif rel.suffix == ".sql" and len(rel.parts) > 1:
             text = read_project_file(root, rel)
             sql = SqlFile(rel.stem, rel, text)
@@ -396,6 +409,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         tuple(unit_tests),
         tuple(found),
         source_seeds,
+        frozenset(snapshots),
     )
 
 
@@ -534,18 +548,6 @@ def _sink_connector(name: str, doc: YamlDoc, at: YamlPath) -> ConnectorInfo:
     if info is None:
         raise ProjectError(unknown("sink", name), doc.location(at))
     return info
-
-
-DBT_ONLY = {  # what rivc does with dbt's other resources in properties YAML (docs/dbt.md)
-    "snapshots": "snapshots are not run yet",
-    "analyses": "analyses are not compiled",
-    "macros": "macro properties are documentation only",
-    "exposures": "exposures are documentation only",
-    "metrics": "the semantic layer is not run",
-    "semantic_models": "the semantic layer is not run",
-    "saved_queries": "the semantic layer is not run",
-    "groups": "groups (access control between models) are not enforced",
-}
 
 
 def _add_properties(

@@ -25,20 +25,47 @@ NodeId = NewType("NodeId", str)  # "model:orders", "source:shop.orders", "sink:l
 class ModelConfig(Spec):
     """A model's configuration: project `defaults`, then properties YAML, then `config(...)`."""
 
-    materialized: Literal["view", "table", "incremental", "ephemeral"] = "view"
+    materialized: Literal["view", "table", "incremental", "ephemeral", "snapshot"] = "view"
     unique_key: StrList = ()
     tags: StrList = ()
     incremental_strategy: Literal["append", "merge"] | None = None
     partition_by: StrList = ()
     on_schema_change: Literal["ignore", "fail", "append_new_columns", "sync_all_columns"] = "ignore"
     enabled: bool = True
+    # snapshots (docs/dbt.md): how a changed row is found, and what a deleted one becomes
+    strategy: Literal["timestamp", "check"] | None = None
+    updated_at: str | None = None
+    check_cols: StrList | Literal["all"] = ()
+    hard_deletes: Literal["ignore", "invalidate", "new_record"] = "ignore"
+    invalidate_hard_deletes: bool = False
+    target_schema: str | None = None  # accepted: rivc names the table by the snapshot
+    target_database: str | None = None
 
     _tuple = field_validator("unique_key", "tags", "partition_by", mode="before")(_as_tuple)
 
+    @field_validator("check_cols", mode="before")
+    @classmethod
+    def _columns(cls, value: Any) -> Any:
+        return value if value == "all" else _as_tuple(value)
+
     @property
-    def strategy(self) -> Literal["append", "merge"]:
-        """merge when a unique_key is set, unless append is asked for."""
+    def merge_strategy(self) -> Literal["append", "merge"]:
+        """An incremental model's: merge when a unique_key is set, unless append is asked for."""
         return self.incremental_strategy or ("merge" if self.unique_key else "append")
+
+
+# ModelConfig's keys only snapshots use: left out of other models' manifest entries
+SNAPSHOT_ONLY = frozenset(
+    {
+        "strategy",
+        "updated_at",
+        "check_cols",
+        "hard_deletes",
+        "invalidate_hard_deletes",
+        "target_schema",
+        "target_database",
+    }
+)
 
 
 class PathsSpec(Spec):
@@ -48,6 +75,7 @@ class PathsSpec(Spec):
     macros: str = "macros"
     tests: str = "tests"
     seeds: str = "seeds"
+    snapshots: str = "snapshots"
     packages: str = "dbt_packages"  # installed dbt packages (docs/dbt.md)
 
 
@@ -93,6 +121,7 @@ class ProjectSpec(Spec):
     # per-folder configs, as dbt_project.yml has them (compiler/folders.py)
     models: dict[str, Any] = {}
     seeds: dict[str, Any] = {}
+    snapshots: dict[str, Any] = {}
     lint: LintSpec = LintSpec()
     # how long `rivc maintain` keeps landed batches every consumer took (docs/sources.md)
     landing_retention: str = "7d"

@@ -22,7 +22,7 @@ from .errors import ProjectError, RivcError, SourceLocation, SqlError
 from .params import bind
 from .render import RenderContext, Renderer, source_relation
 from .rules import Finding
-from .specs import ModelConfig
+from .specs import SNAPSHOT_ONLY, ModelConfig
 from .validate import (
     has_star,
     nondeterministic_in_filters,
@@ -125,7 +125,9 @@ class Worker:
                 )
             )
             return res
-        res.config = config.model_dump(mode="json")
+        res.config = config.model_dump(
+            mode="json", exclude=None if config.materialized == "snapshot" else set(SNAPSHOT_ONLY)
+        )
         res.sql = self._bind(full.sql, path, res)
         if config.materialized == "incremental" and full.uses_is_incremental:
             inc = self.renderer.render(task.name, path, task.text, True)

@@ -16,7 +16,6 @@ from . import execute, project, state
 # dbt's commands that rivc does not have: named as such, never "did you mean" a neighbour
 # (`seed` is not `server`, `docs` is not `doctor`)
 DBT_ONLY = {
-    "snapshot": "not yet in rivc (an append sink keeps every version it receives)",
     "docs": "not yet in rivc; target/manifest.json describes every node",
     "debug": "rivc doctor reaches every connection and sink location",
     "source": "rivc check explains each extraction before it runs",
@@ -56,6 +55,7 @@ for command in (
     execute.test,
     execute.build,
     execute.seed,
+    execute.snapshot,
     execute.show,
     execute.check,
     execute.doctor,

@@ -155,6 +155,12 @@ def seed(selection: tuple[str, ...], **kw: Any) -> None:
 
 
 @runner_command([full_refresh])
+def snapshot(selection: tuple[str, ...], **kw: Any) -> None:
+    """Run the snapshots of the selection (snapshots/*.sql): history of their queries' rows."""
+    _execute("snapshot", selection, **kw)
+
+
+@runner_command([full_refresh])
 def build(selection: tuple[str, ...], **kw: Any) -> None:
     """Run and test in DAG order: a failing test skips what depends on its model."""
     _execute("build", selection, **kw)

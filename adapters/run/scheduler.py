@@ -29,13 +29,24 @@ from .streaming import graceful_interrupt
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-Command = Literal["run", "test", "build", "seed"]
+Command = Literal["run", "test", "build", "seed", "snapshot"]
 KINDS: dict[str, set[str]] = {
-    "run": {"source", "model", "sink"},
+    "run": {"source", "model", "sink"},  # snapshots are models `run` leaves alone, as dbt's does
     "test": {"test"},
     "build": {"source", "seed", "model", "sink", "test"},
     "seed": {"seed"},
+    "snapshot": {"model"},  # the snapshots only
 }
+
+
+def runs(command: str, kind: str, config: dict[str, object]) -> bool:
+    """Whether `command` runs a node of `kind` with `config`."""
+    snapshot = config.get("materialized") == "snapshot"
+    if command == "snapshot":
+        return kind == "model" and snapshot
+    return kind in KINDS[command] and not (command == "run" and snapshot)
+
+
 FAILED = {"error", "fail"}
 
 
@@ -110,8 +121,12 @@ def execute(
         # SQL it compiled, held in memory (Plan), whatever is compiled into target/ meanwhile.
         with run_lock(root, run_id):
             compiled, plan = compile_for_run(root, options, on_warning)
-            kinds = KINDS[options.command]
-            todo = [n for n in compiled.chosen if compiled.graph.nodes[n].kind in kinds]
+            graph = compiled.graph
+            todo = [
+                n
+                for n in compiled.chosen
+                if runs(options.command, graph.nodes[n].kind, graph.nodes[n].config)
+            ]
             check_sink_locations(plan, todo)
             resumed = state.start_run(
                 run_id,

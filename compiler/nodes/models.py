@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .. import rules
@@ -55,13 +54,15 @@ def analyze_models(
         VERSION,
     )
     tasks, keys = [], {}
-    folder = Path(project.spec.paths.models)
     for name in sorted(project.models):
         model = project.models[name]
         config = dict(defaults)
-        folders = model.path.relative_to(folder).parent.parts
-        tree = project.spec.models
-        config.update(folder_config(tree, "models", project.name, folders, name, ctx.vars, ctx.env))
+        kind = "snapshots" if name in project.snapshots else "models"
+        if kind == "snapshots":
+            config["materialized"] = "snapshot"
+        folders = model.path.relative_to(getattr(project.spec.paths, kind)).parent.parts
+        tree = getattr(project.spec, kind)
+        config.update(folder_config(tree, kind, project.name, folders, name, ctx.vars, ctx.env))
         if name in project.properties:
             config.update(
                 project.properties[name][0].config.model_dump(mode="json", exclude_unset=True)

@@ -150,3 +150,78 @@ unit_tests:
     assert 'expected, not in the result: {"order_id": 2, "double": "1.00"}' in result["error"]
     assert 'in the result, not expected: {"order_id": 2, "double": null}' in result["error"]
     assert not (root / "warehouse").exists() or not any((root / "warehouse").iterdir())
+
+
+SNAPSHOTS = {
+    "dbt_project.yml": "name: snap\nprofile: snap\nconfig-version: 2\n",
+    "snapshots/orders_snapshot.sql": """{% snapshot orders_snapshot %}
+{{ config(unique_key='id', strategy='timestamp', updated_at='updated_at',
+          hard_deletes='invalidate') }}
+select * from {{ ref('orders') }}
+{% endsnapshot %}
+""",
+}
+FIRST = "id,status,updated_at\n1,placed,2024-01-01 10:00:00\n2,placed,2024-01-01 11:00:00\n"
+FIRST += "3,shipped,2024-01-02 09:00:00\n"
+SECOND = "id,status,updated_at\n1,shipped,2024-01-03 10:00:00\n2,placed,2024-01-01 11:00:00\n"
+SECOND += "4,placed,2024-01-04 09:00:00\n"
+
+
+def _snapshot_rows(rows: list[dict]) -> list[tuple]:
+    """Versions in order, the time a deleted key was closed at left out (each tool's `now`)."""
+    out = []
+    for r in sorted(rows, key=lambda r: (r["id"], str(r["dbt_valid_from"]))):
+        cells = [r[k] for k in ("id", "status", "dbt_scd_id")]
+        times = [r[k] for k in ("updated_at", "dbt_valid_from", "dbt_valid_to")]
+        times = [None if t is None else t.replace(tzinfo=None) for t in times]
+        if r["id"] == 3:
+            times[-1] = times[-1] is not None  # closed: the key left the query
+        out.append((*cells, *times))
+    return out
+
+
+def test_a_snapshot_keeps_history_as_dbts_and_once_across_a_kill(tmp_path, make_project):
+    from rivc_testing import run_rivc
+
+    ref = tmp_path / "dbt"
+    for rel, text in SNAPSHOTS.items():
+        (ref / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ref / rel).write_text(text)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "profiles.yml").write_text(
+        f"snap:\n  target: dev\n  outputs:\n    dev: {{type: duckdb, path: '{tmp_path / 's.duckdb'}'}}\n"
+    )
+    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    (ref / "seeds").mkdir()
+    for data in (FIRST, SECOND):
+        (ref / "seeds/orders.csv").write_text(data)
+        for command in ("seed", "snapshot"):
+            done = subprocess.run(
+                [str(DBT), command, "--profiles-dir", str(tmp_path / "profiles")],
+                cwd=ref,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, done.stdout[-3000:]
+    with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as con:
+        theirs = _snapshot_rows(
+            con.sql("select * from main.orders_snapshot").to_arrow_table().to_pylist()
+        )
+
+    root = make_project({**SNAPSHOTS, "seeds/orders.csv": FIRST}, base=False)
+    assert rivc(root, "seed").exit_code == 0
+    first = rivc(root, "snapshot")
+    assert first.exit_code == 0, first.output
+    (root / "seeds/orders.csv").write_text(SECOND)
+    assert rivc(root, "seed").exit_code == 0
+    killed = run_rivc(root, "after-commit:orders_snapshot", "snapshot")
+    assert killed.returncode != 0  # killed after its commit, before the state store knew
+    again = run_rivc(root, None, "snapshot")  # resumes: the batch is in, nothing is added
+    assert again.returncode == 0, again.stderr
+    table = DeltaTable(str(root / "warehouse/orders_snapshot"))
+    ours = _snapshot_rows(table.to_pyarrow_table().to_pylist())
+    assert ours == theirs  # dbt's versions, dbt_scd_id included, each once
+    assert len(ours) == 5 and rivc(root, "run").exit_code == 0  # `run` leaves snapshots alone
+    assert DeltaTable(str(root / "warehouse/orders_snapshot")).version() == table.version()

@@ -211,3 +211,22 @@ def test_a_dbt_spark_target_maps_to_rivcs_profile(make_project, target, remote, 
         assert spec.spark.conf == {"spark.sql.shuffle.partitions": "4"}
     else:
         assert spec.warehouse == "s3://lake/wh"
+
+
+def test_snapshot_blocks_are_models_materialized_as_snapshots(make_project):
+    snapshot = (
+        "-- history of the orders\n"
+        "{% snapshot orders_history %}\n"
+        "{{ config(unique_key='code', strategy='check', check_cols='all', target_schema='s') }}\n"
+        "select code from {{ ref('codes') }}\n"
+        "{% endsnapshot %}\n"
+    )
+    text = DBT_PROJECT + "snapshots:\n  shop:\n    +tags: [history]\n"
+    root = dbt_project(make_project, {"dbt_project.yml": text, "snapshots/orders.sql": snapshot})
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    node = compiled.graph.nodes["model:orders_history"]
+    assert node.config["materialized"] == "snapshot" and node.config["check_cols"] == "all"
+    assert node.tags == ("history",)  # from the snapshots: tree, not the models: one
+    assert node.depends_on == ["seed:codes"] and (node.sql or "").startswith("\n\n\nselect code")
+    assert "strategy" not in compiled.graph.nodes["model:m"].config  # only snapshots carry it
