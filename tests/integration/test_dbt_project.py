@@ -160,27 +160,43 @@ SNAPSHOTS = {
 select * from {{ ref('orders') }}
 {% endsnapshot %}
 """,
+    "snapshots/orders_deleted.sql": """{% snapshot orders_deleted %}
+{{ config(unique_key='id', strategy='timestamp', updated_at='updated_at',
+          hard_deletes='new_record') }}
+select * from {{ ref('orders') }}
+{% endsnapshot %}
+""",
 }
-FIRST = "id,status,updated_at\n1,placed,2024-01-01 10:00:00\n2,placed,2024-01-01 11:00:00\n"
+HEADER = "id,status,updated_at\n"
+FIRST = HEADER + "1,placed,2024-01-01 10:00:00\n2,placed,2024-01-01 11:00:00\n"
 FIRST += "3,shipped,2024-01-02 09:00:00\n"
-SECOND = "id,status,updated_at\n1,shipped,2024-01-03 10:00:00\n2,placed,2024-01-01 11:00:00\n"
+SECOND = HEADER + "1,shipped,2024-01-03 10:00:00\n2,placed,2024-01-01 11:00:00\n"
 SECOND += "4,placed,2024-01-04 09:00:00\n"
+THIRD = SECOND + "3,returned,2024-01-05 09:00:00\n"  # a deleted key comes back
 
 
 def _snapshot_rows(rows: list[dict]) -> list[tuple]:
-    """Versions in order, the time a deleted key was closed at left out (each tool's `now`)."""
+    """Versions in order; a time of the run itself (each tool's own `now`, when a key was
+    deleted) and a hash of it are compared as such."""
+
+    def at(value):
+        if value is None:
+            return None
+        value = value.replace(tzinfo=None)
+        return "now" if value.year > 2025 else value
+
     out = []
-    for r in sorted(rows, key=lambda r: (r["id"], str(r["dbt_valid_from"]))):
-        cells = [r[k] for k in ("id", "status", "dbt_scd_id")]
-        times = [r[k] for k in ("updated_at", "dbt_valid_from", "dbt_valid_to")]
-        times = [None if t is None else t.replace(tzinfo=None) for t in times]
-        if r["id"] == 3:
-            times[-1] = times[-1] is not None  # closed: the key left the query
-        out.append((*cells, *times))
-    return out
+    for r in rows:
+        deleted = r.get("dbt_is_deleted")
+        scd = "hash of now" if deleted == "True" else r["dbt_scd_id"]
+        times = tuple(
+            at(r[k]) for k in ("updated_at", "dbt_updated_at", "dbt_valid_from", "dbt_valid_to")
+        )
+        out.append((r["id"], r["status"], deleted, scd, *times))
+    return sorted(out, key=str)
 
 
-def test_a_snapshot_keeps_history_as_dbts_and_once_across_a_kill(tmp_path, make_project):
+def test_snapshots_keep_history_as_dbts_and_once_across_a_kill(tmp_path, make_project):
     from rivc_testing import run_rivc
 
     ref = tmp_path / "dbt"
@@ -193,7 +209,7 @@ def test_a_snapshot_keeps_history_as_dbts_and_once_across_a_kill(tmp_path, make_
     )
     env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
     (ref / "seeds").mkdir()
-    for data in (FIRST, SECOND):
+    for data in (FIRST, SECOND, THIRD):
         (ref / "seeds/orders.csv").write_text(data)
         for command in ("seed", "snapshot"):
             done = subprocess.run(
@@ -205,10 +221,12 @@ def test_a_snapshot_keeps_history_as_dbts_and_once_across_a_kill(tmp_path, make_
                 timeout=300,
             )
             assert done.returncode == 0, done.stdout[-3000:]
+    theirs = {}
     with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as con:
-        theirs = _snapshot_rows(
-            con.sql("select * from main.orders_snapshot").to_arrow_table().to_pylist()
-        )
+        for name in ("orders_snapshot", "orders_deleted"):
+            theirs[name] = _snapshot_rows(
+                con.sql(f"select * from main.{name}").to_arrow_table().to_pylist()
+            )
 
     root = make_project({**SNAPSHOTS, "seeds/orders.csv": FIRST}, base=False)
     assert rivc(root, "seed").exit_code == 0
@@ -220,8 +238,13 @@ def test_a_snapshot_keeps_history_as_dbts_and_once_across_a_kill(tmp_path, make_
     assert killed.returncode != 0  # killed after its commit, before the state store knew
     again = run_rivc(root, None, "snapshot")  # resumes: the batch is in, nothing is added
     assert again.returncode == 0, again.stderr
-    table = DeltaTable(str(root / "warehouse/orders_snapshot"))
-    ours = _snapshot_rows(table.to_pyarrow_table().to_pylist())
-    assert ours == theirs  # dbt's versions, dbt_scd_id included, each once
-    assert len(ours) == 5 and rivc(root, "run").exit_code == 0  # `run` leaves snapshots alone
-    assert DeltaTable(str(root / "warehouse/orders_snapshot")).version() == table.version()
+    (root / "seeds/orders.csv").write_text(THIRD)
+    assert rivc(root, "seed").exit_code == 0
+    assert rivc(root, "snapshot").exit_code == 0
+    for name, expected in theirs.items():
+        table = DeltaTable(str(root / "warehouse" / name))
+        assert _snapshot_rows(table.to_pyarrow_table().to_pylist()) == expected, name
+    assert len(theirs["orders_snapshot"]) == 6 and len(theirs["orders_deleted"]) == 7
+    version = DeltaTable(str(root / "warehouse/orders_snapshot")).version()
+    assert rivc(root, "run").exit_code == 0  # `run` leaves snapshots alone
+    assert DeltaTable(str(root / "warehouse/orders_snapshot")).version() == version
