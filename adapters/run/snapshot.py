@@ -146,10 +146,14 @@ def _changes(node: ManifestNode, columns: list[str], now: dt.datetime) -> str:
     live = f" AND coalesce(t.{DELETED}, 'False') = 'False'" if deletes == "new_record" else ""
     gone = f" AND coalesce(t.{DELETED}, 'False') = 'True'" if deletes == "new_record" else ""
     table_cols = [*columns, *META] + ([DELETED] if deletes == "new_record" else [])
-    closed_cols = ", ".join(
-        f"{_start('s', node, now)} AS dbt_valid_to" if c == "dbt_valid_to" else f"t.{quote(c)}"
-        for c in table_cols
-    )
+
+    def closing(end: str) -> str:
+        """A current version's columns, closed at `end`."""
+        return ", ".join(
+            f"{end} AS dbt_valid_to" if c == "dbt_valid_to" else f"t.{quote(c)}" for c in table_cols
+        )
+
+    closed_cols = closing(_start("s", node, now))  # where the new version starts
     parts = [
         # a changed row: its current version closes where the new one starts
         f"SELECT {closed_cols} FROM __rivc_current t JOIN __rivc_snapshot_source s ON {on} "
@@ -160,23 +164,15 @@ def _changes(node: ManifestNode, columns: list[str], now: dt.datetime) -> str:
         f"SELECT {_versions(node, columns, now, 'False')} FROM __rivc_snapshot_source s "
         f"LEFT ANTI JOIN (SELECT * FROM __rivc_current t WHERE TRUE{live}) t ON {on}",
     ]
-    if deletes == "new_record":
-        reopened = ", ".join(
-            f"{_start('s', node, now)} AS dbt_valid_to" if c == "dbt_valid_to" else f"t.{quote(c)}"
-            for c in table_cols
-        )
+    if deletes == "new_record":  # a key marked deleted that comes back: its marker closes
         parts.append(
-            f"SELECT {reopened} FROM __rivc_current t JOIN __rivc_snapshot_source s ON {on}"
+            f"SELECT {closed_cols} FROM __rivc_current t JOIN __rivc_snapshot_source s ON {on}"
             f" WHERE TRUE{gone}"
         )
-    if deletes in ("invalidate", "new_record"):
-        gone_cols = ", ".join(
-            f"{literal(now)} AS dbt_valid_to" if c == "dbt_valid_to" else f"t.{quote(c)}"
-            for c in table_cols
-        )
+    if deletes in ("invalidate", "new_record"):  # a key the query lost closes now
         parts.append(
-            f"SELECT {gone_cols} FROM __rivc_current t LEFT ANTI JOIN __rivc_snapshot_source s "
-            f"ON {on} WHERE TRUE{live}"
+            f"SELECT {closing(literal(now))} FROM __rivc_current t "
+            f"LEFT ANTI JOIN __rivc_snapshot_source s ON {on} WHERE TRUE{live}"
         )
     if deletes == "new_record":
         marked = ", ".join(_deleted_col(c, now, node) for c in table_cols)
