@@ -272,3 +272,15 @@ def test_a_dbt_command_rivc_lacks_is_named_not_mistaken_for_a_neighbour(name):
     code, out, err = run(name)
     assert code == 2 and f"rivc has no `{name}` command" in out + err
     assert "Did you mean" not in out + err
+
+
+def test_lint_shows_what_rivc_does_not_run_without_failing(make_project):
+    """RV012 is a note: a dbt project's semantic models are shown and do not fail CI."""
+    root = make_project({"models/sem.yml": "semantic_models:\n  - name: orders\n"})
+    code, out, err = run("lint", "--project-dir", str(root))
+    assert code == 0 and "models/sem.yml:1:1: warning: semantic_models" in out
+    assert "1 finding(s): 0 error(s), 1 warning(s)" in err
+    (root / "models/bad.sql").write_text(
+        "select o.order_id from {{ ref('stg') }} o, {{ ref('stg') }} p\n"
+    )
+    assert run("lint", "--project-dir", str(root))[0] == 1  # a real finding still fails
