@@ -15,7 +15,8 @@ from .version import VERSION
 
 
 def compiled_path(node: Node, incremental: bool = False) -> str:
-    suffix = ".incremental.sql" if incremental else ".sql"
+    python = node.config.get("language") == "python"
+    suffix = ".incremental.sql" if incremental else ".py" if python else ".sql"
     return f"compiled/{node.kind}/{node.name}{suffix}"
 
 
@@ -30,7 +31,8 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
         ephemeral = node.kind == "model" and node.config.get("materialized") == "ephemeral"
         if node.sql is not None:  # target/ describes the whole project, whatever the selection
             path = compiled_path(node)
-            files[path] = final_sql(graph, node, node.sql) if not ephemeral else node.sql
+            as_is = ephemeral or node.config.get("language") == "python"  # Python: the code
+            files[path] = node.sql if as_is else final_sql(graph, node, node.sql)
             paths["compiled_path"] = path
             if node.sql_incremental is not None:
                 inc = compiled_path(node, incremental=True)

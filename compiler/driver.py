@@ -16,6 +16,7 @@ from .graph import Node, ProjectGraph, node_id
 from .nodes.consumers import sink_inputs
 from .nodes.data_tests import test_nodes
 from .nodes.models import CompileCache, analyze_models, check_model_keys, model_node
+from .nodes.python_models import python_model_nodes
 from .nodes.seeds import seed_nodes
 from .nodes.sinks import check_targets, sink_node, star_feeding_sinks
 from .nodes.sources import source_node
@@ -116,7 +117,7 @@ def _analyze(
     params = resolve_params(project.spec.params, options.params)
     variables = {**project.spec.vars, **options.vars}
     ctx = RenderContext(
-        frozenset(project.models) | frozenset(project.seeds),
+        frozenset(project.models) | frozenset(project.seeds) | frozenset(project.python_models),
         frozenset(project.sources),
         variables,
         env,
@@ -148,6 +149,9 @@ def _analyze(
         nodes[node_id("model", name)] = model_node(project, res, types.get(name, {}))
         findings += res.findings
         env_used.update(res.env_used)
+    names = frozenset(project.models) | frozenset(project.seeds) | frozenset(project.python_models)
+    for node in python_model_nodes(project, names, variables, env, findings):
+        nodes[node.id] = node
     check_model_keys(project, models, nodes, findings)
     check_targets(project, findings)
     for name, sink in sorted(project.sinks.items()):

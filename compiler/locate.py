@@ -100,7 +100,7 @@ def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
     for key, patterns in (
         ("sources", yml),
         ("sinks", yml),
-        ("models", ("**/*.sql", "**/*.yml", "**/*.yaml")),
+        ("models", ("**/*.sql", "**/*.py", "**/*.yml", "**/*.yaml")),
         ("macros", ("**/*.sql",)),
         ("tests", ("**/*.sql",)),
         ("seeds", ("**/*.csv", "**/*.yml", "**/*.yaml")),

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from .aliases import translate
-from .dbtproject import DBT_ONLY, dbt_project_spec, dbt_target, snapshot_blocks
+from .dbtproject import (
+    DBT_ONLY,
+    dbt_project_spec,
+    dbt_target,
+    seeds_of_sources,
+    snapshot_blocks,
+    source_tables,
+)
 from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .folders import check_tree
@@ -105,6 +112,7 @@ class Project:
     packages: tuple[Installed, ...] = ()  # installed dbt packages (compiler/packages.py)
     source_seeds: dict[str, str] = field(default_factory=dict)  # dbt source -> its seed
     snapshots: frozenset[str] = frozenset()  # models read from snapshots/ (dbt snapshots)
+    python_models: dict[str, SqlFile] = field(default_factory=dict)  # models/**/*.py
 
     @property
     def name(self) -> str:
@@ -259,6 +267,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     seeds: dict[str, SqlFile] = {}
     seed_properties: dict[str, tuple[SeedProps, Located]] = {}
     snapshots: set[str] = set()  # models that are dbt snapshots (materialized: snapshot)
+    python_models: dict[str, SqlFile] = {}  # models/**/*.py: dbt's Python models
     not_run: list[ProjectError] = []
     unit_tests: list[tuple[UnitTestSpec, Located]] = []
     dbt_sources: dict[str, tuple[str, SourceLocation]] = {}  # "ecom.raw_orders" -> identifier
@@ -289,6 +298,17 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     dbt_sources,
                     unit_tests,
                 )
+        elif rel.suffix == ".py" and top == p.models and len(rel.parts) > 1:
+            if rel.stem in models or rel.stem in python_models or not IDENT.match(rel.stem):
+                errors.append(
+                    ProjectError(
+                        f"python model {rel.stem!r}: another model has its name, or it is not "
+                        "letters, digits and _",
+                        SourceLocation(rel),
+                    )
+                )
+            else:
+                python_models[rel.stem] = SqlFile(rel.stem, rel, read_project_file(root, rel))
         elif rel.suffix == ".csv" and top == p.seeds and len(rel.parts) > 1:
             text = read_project_file(root, rel, MAX_SEED_BYTES)
             if not IDENT.match(rel.stem):
@@ -344,6 +364,14 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                 macros.append(sql)  # tests/generic/ holds {% test %} blocks, as in dbt
             elif top == p.tests:
                 tests[rel.stem] = sql
+    for name, model in python_models.items():
+        if name in models:
+            errors.append(
+                ProjectError(
+                    f"python model {name!r} is also defined in {models[name].path}",
+                    SourceLocation(model.path),
+                )
+            )
     for name, seed in seeds.items():
         if name in models:
             errors.append(
@@ -362,27 +390,14 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                 )
             )
     for name, (_, where) in properties.items():
-        if name not in models:
+        if name not in models and name not in python_models:
             errors.append(
                 ProjectError(
                     f"properties for unknown model {name!r}{did_you_mean(name, models)}",
                     where.location("name"),
                 )
             )
-    source_seeds: dict[str, str] = {}
-    for fqn, (ident, at) in dbt_sources.items():
-        if fqn in sources:
-            continue  # declared in sources/*.yml: rivc's own spec wins
-        if ident in seeds:
-            source_seeds[fqn] = ident
-        else:
-            not_run.append(
-                ProjectError(
-                    f"dbt source {fqn}: not read; rivc reads a dbt source table from the seed "
-                    f"of the same name ({ident!r}), else declare it in sources/*.yml",
-                    at,
-                )
-            )
+    source_seeds = seeds_of_sources(dbt_sources, set(sources), set(seeds), not_run)
     found = attempt(installed, root, p.packages) or []
     attempt(check_installed, root, p.packages, found)
     far = remote_spark(profile, env)
@@ -410,6 +425,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         tuple(found),
         source_seeds,
         frozenset(snapshots),
+        python_models,
     )
 
 
@@ -563,13 +579,7 @@ def _add_properties(
     for key in DBT_ONLY:
         if getattr(parsed, key):
             not_run.append(ProjectError(f"{key}: {DBT_ONLY[key]}", doc.location((key,))))
-    for i, source in enumerate(parsed.sources or ()):
-        tables = source.get("tables") if isinstance(source, dict) else None
-        for j, table in enumerate(tables or ()):
-            if isinstance(table, dict) and "name" in table:
-                fqn = f"{source.get('name')}.{table['name']}"
-                ident = str(table.get("identifier") or table["name"])
-                dbt_sources[fqn] = (ident, doc.location(("sources", i, "tables", j)))
+    dbt_sources.update(source_tables(doc, parsed.sources))
     for i, seed in enumerate(parsed.seeds):
         if seed.name in seeds:
             raise ProjectError(

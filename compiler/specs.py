@@ -40,6 +40,7 @@ class ModelConfig(Spec):
     invalidate_hard_deletes: bool = False
     target_schema: str | None = None  # accepted: rivc names the table by the snapshot
     target_database: str | None = None
+    language: Literal["sql", "python"] = "sql"  # python: models/*.py (docs/dbt.md)
 
     _tuple = field_validator("unique_key", "tags", "partition_by", mode="before")(_as_tuple)
 

@@ -126,7 +126,8 @@ class Worker:
             )
             return res
         res.config = config.model_dump(
-            mode="json", exclude=None if config.materialized == "snapshot" else set(SNAPSHOT_ONLY)
+            mode="json",
+            exclude={"language"} | (set() if config.materialized == "snapshot" else SNAPSHOT_ONLY),
         )
         res.sql = self._bind(full.sql, path, res)
         if config.materialized == "incremental" and full.uses_is_incremental:

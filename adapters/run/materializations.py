@@ -101,7 +101,12 @@ class Table:
         return deltatable.Stamp.batch(app_id, batch_id)
 
     def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
-        """What this run writes: the model's SQL (its is_incremental() variant when it grows)."""
+        """What this run writes: the model's SQL (its is_incremental() variant when it grows),
+        or a Python model's DataFrame."""
+        if node.config.get("language") == "python":
+            from .pymodel import python_frame
+
+            return python_frame(rt, node, grows)
         return rt.spark.sql(rt.plan.sql(node.id, incremental=grows))
 
     def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:

@@ -248,3 +248,56 @@ def test_snapshots_keep_history_as_dbts_and_once_across_a_kill(tmp_path, make_pr
     version = DeltaTable(str(root / "warehouse/orders_snapshot")).version()
     assert rivc(root, "run").exit_code == 0  # `run` leaves snapshots alone
     assert DeltaTable(str(root / "warehouse/orders_snapshot")).version() == version
+
+
+PY_TABLE = """
+def model(dbt, session):
+    dbt.config(materialized="table", tags=["py"])
+    orders = dbt.ref("orders")
+    return orders.groupBy("status").count().withColumnRenamed("count", "n")
+"""
+PY_INCREMENTAL = """
+from pyspark.sql import functions as F
+
+
+def model(dbt, session):
+    dbt.config(materialized="incremental", unique_key="id")
+    rows = dbt.ref("orders").select("id", F.upper("status").alias("status"))
+    if dbt.is_incremental:
+        newest = session.sql(f"select max(id) from {dbt.this}").first()[0]
+        rows = rows.where(F.col("id") > newest)
+    return rows
+"""
+
+
+def test_python_models_run_on_the_projects_spark(make_project):
+    files = {
+        "dbt_project.yml": "name: py\nprofile: py\nconfig-version: 2\n",
+        "seeds/orders.csv": "id,status\n1,placed\n2,shipped\n3,placed\n",
+        "models/by_status.py": PY_TABLE,
+        "models/upper.py": PY_INCREMENTAL,
+        "models/busy.sql": "select status from {{ ref('by_status') }} where n > 1\n",
+    }
+    root = make_project(files, base=False)
+    built = rivc(root, "build")
+    assert built.exit_code == 0, built.output
+
+    def rows(name):
+        table = DeltaTable(str(root / "warehouse" / name)).to_pyarrow_table().to_pylist()
+        return sorted(tuple(r.values()) for r in table)
+
+    assert rows("by_status") == [("placed", 2), ("shipped", 1)]
+    assert rows("upper") == [(1, "PLACED"), (2, "SHIPPED"), (3, "PLACED")]
+    (root / "seeds/orders.csv").write_text("id,status\n1,placed\n2,shipped\n3,placed\n4,new\n")
+    assert rivc(root, "build").exit_code == 0
+    assert rows("upper")[-1] == (4, "NEW") and len(rows("upper")) == 4  # only the new row added
+    manifest = json.loads((root / "target/manifest.json").read_text())["nodes"]
+    assert manifest["model:busy"]["depends_on"] == ["model:by_status"]
+    assert manifest["model:by_status"]["compiled_path"] == "compiled/model/by_status.py"
+
+    (root / "models/by_status.py").write_text(
+        "def model(dbt, session):\n    return dbt.ref('orders').select('no_such_column')\n"
+    )
+    failed = rivc(root, "run", "--select", "by_status")
+    assert failed.exit_code == 1
+    assert "models/by_status.py:2: AnalysisException" in failed.output

@@ -230,3 +230,53 @@ def test_snapshot_blocks_are_models_materialized_as_snapshots(make_project):
     assert node.tags == ("history",)  # from the snapshots: tree, not the models: one
     assert node.depends_on == ["seed:codes"] and (node.sql or "").startswith("\n\n\nselect code")
     assert "strategy" not in compiled.graph.nodes["model:m"].config  # only snapshots carry it
+
+
+@pytest.mark.parametrize(
+    ("code", "said", "line"),
+    [
+        (
+            "def model(dbt, session):\n    return dbt.ref('nope')\n",
+            "dbt.ref('nope'): no such model",
+            2,
+        ),
+        (
+            "def model(dbt, session):\n    name = 'm'\n    return dbt.ref(name)\n",
+            "takes literal values",
+            3,
+        ),
+        (
+            "def model(dbt, session):\n    dbt.config(materialized='view')\n",
+            "table or an incremental",
+            2,
+        ),
+        ("def model(dbt, session)\n    pass\n", "not valid Python", 1),
+        ("def transform(df):\n    return df\n", "defines model(dbt, session)", 1),
+    ],
+)
+def test_a_python_model_is_read_without_running_it(make_project, code, said, line):
+    root = dbt_project(make_project, {"transform/marts/py.py": code})
+    (error,) = analyze_dir(root).errors
+    assert said in str(error) and error.location is not None
+    assert (str(error.location.path), error.location.line) == ("transform/marts/py.py", line)
+
+
+def test_a_python_models_refs_and_config_place_it_in_the_dag(make_project):
+    code = (
+        "def model(dbt, session):\n"
+        "    dbt.config(materialized='incremental', unique_key='code')\n"
+        "    return dbt.ref('codes').join(dbt.ref('stg_a'), 'n')\n"
+    )
+    root = dbt_project(
+        make_project,
+        {
+            "transform/marts/py.py": code,
+            "transform/marts/after.sql": "select * from {{ ref('py') }}\n",
+        },
+    )
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    node = compiled.graph.nodes["model:py"]
+    assert sorted(node.depends_on) == ["model:stg_a", "seed:codes"]
+    assert node.config["materialized"] == "incremental" and node.config["language"] == "python"
+    assert compiled.graph.nodes["model:after"].depends_on == ["model:py"]
