@@ -26,7 +26,6 @@ IGNORED = frozenset(
         "require-dbt-version",
         "target-path",
         "log-path",
-        "clean-targets",
         "docs-paths",
         "asset-paths",
         "analysis-paths",
@@ -74,6 +73,8 @@ def dbt_project_spec(doc: YamlDoc, env: Mapping[str, str]) -> ProjectSpec:
             spec[key] = value if value is not None else {}
         elif key == "dispatch":
             spec["dispatch"] = value or []
+        elif key == "clean-targets":
+            spec["clean_targets"] = value or []
         elif key == "packages-install-path":
             spec.setdefault("paths", {})["packages"] = str(value).rstrip("/")
         elif key not in IGNORED:
@@ -81,7 +82,7 @@ def dbt_project_spec(doc: YamlDoc, env: Mapping[str, str]) -> ProjectSpec:
 
             known = [*PATHS, "name", "profile", "version", "vars", "models", "seeds", "snapshots"]
             known += ["dispatch"]
-            known += ["packages-install-path", *IGNORED]
+            known += ["packages-install-path", "clean-targets", *IGNORED]
             raise ProjectError(
                 f"unknown key {key!r} in {DBT_PROJECT_FILE}{did_you_mean(str(key), known)}",
                 doc.location((key,)),

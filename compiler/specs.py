@@ -124,6 +124,8 @@ class ProjectSpec(Spec):
     seeds: dict[str, Any] = {}
     snapshots: dict[str, Any] = {}
     lint: LintSpec = LintSpec()
+    # what `rivc clean` removes: folders inside the project (dbt's clean-targets)
+    clean_targets: StrList = ("target",)
     # how long `rivc maintain` keeps landed batches every consumer took (docs/sources.md)
     landing_retention: str = "7d"
 

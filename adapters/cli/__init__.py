@@ -21,7 +21,6 @@ DBT_ONLY = {
     "source": "rivc check explains each extraction before it runs",
     "parse": "rivc compile",
     "retry": "rivc run --select the nodes that failed (rivc metrics lists them)",
-    "clean": "remove target/; rivc keeps its records in .rivc/",
 }
 
 
@@ -47,6 +46,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 for command in (
     project.init,
     project.deps,
+    project.clean,
     project.compile_cmd,
     project.lint,
     project.ls_cmd,

@@ -51,6 +51,29 @@ def deps(project_dir: str | None) -> None:
 
 
 @click.command()
+@project_dir_option
+@handle_errors
+def clean(project_dir: str | None) -> None:
+    """Remove the project's clean-targets (target/ by default), as dbt clean does."""
+    import shutil
+
+    from rivc.compiler.errors import ProjectError
+    from rivc.compiler.project import load_project_spec
+
+    root = _root(project_dir).resolve()
+    spec, _ = load_project_spec(root, os.environ)
+    for name in spec.clean_targets:
+        path = (root / name).resolve()
+        if path == root or not path.is_relative_to(root):
+            raise ProjectError(f"clean-targets: {name!r} is not a folder inside the project")
+    for name in spec.clean_targets:
+        path = (root / name).resolve()
+        if path.is_dir():
+            shutil.rmtree(path)
+            click.echo(f"removed {name}/")
+
+
+@click.command()
 @click.argument("directory", required=False, type=click.Path(file_okay=False))
 @click.option("--template", default="default", show_default=True, help="Scaffold to use.")
 @handle_errors

@@ -267,7 +267,7 @@ def test_a_detached_job_refuses_an_extraction_before_any_connection(make_project
     assert not (root / "out").exists()
 
 
-@pytest.mark.parametrize("name", ["docs", "clean", "debug"])
+@pytest.mark.parametrize("name", ["docs", "parse", "debug"])
 def test_a_dbt_command_rivc_lacks_is_named_not_mistaken_for_a_neighbour(name):
     code, out, err = run(name)
     assert code == 2 and f"rivc has no `{name}` command" in out + err
@@ -284,3 +284,15 @@ def test_lint_shows_what_rivc_does_not_run_without_failing(make_project):
         "select o.order_id from {{ ref('stg') }} o, {{ ref('stg') }} p\n"
     )
     assert run("lint", "--project-dir", str(root))[0] == 1  # a real finding still fails
+
+
+def test_clean_removes_the_clean_targets_inside_the_project_only(make_project):
+    root = make_project({})
+    assert run("compile", "--project-dir", str(root))[0] == 0
+    (root / "dbt_packages/x").mkdir(parents=True)
+    code, out, _ = run("clean", "--project-dir", str(root))
+    assert code == 0 and out == "removed target/\n" and (root / "dbt_packages/x").is_dir()
+    (root / "rivc_project.yml").write_text("name: t\nclean_targets: [dbt_packages, ../elsewhere]\n")
+    code, out, err = run("clean", "--project-dir", str(root))
+    assert code == 2 and "'../elsewhere' is not a folder inside the project" in out + err
+    assert (root / "dbt_packages/x").is_dir()  # refused before anything is removed
