@@ -268,7 +268,11 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     seed_properties: dict[str, tuple[SeedProps, Located]] = {}
     snapshots: set[str] = set()  # models that are dbt snapshots (materialized: snapshot)
     python_models: dict[str, SqlFile] = {}  # models/**/*.py: dbt's Python models
-    not_run: list[ProjectError] = []
+    not_run: list[ProjectError] = [
+        ProjectError(f"{key}: hooks are not run yet", project_doc.location((key,)))
+        for key in ("on-run-start", "on-run-end")
+        if isinstance(project_doc.data, dict) and project_doc.data.get(key)
+    ]
     unit_tests: list[tuple[UnitTestSpec, Located]] = []
     dbt_sources: dict[str, tuple[str, SourceLocation]] = {}  # "ecom.raw_orders" -> identifier
     macros: list[SqlFile] = []

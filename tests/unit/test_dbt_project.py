@@ -280,3 +280,11 @@ def test_a_python_models_refs_and_config_place_it_in_the_dag(make_project):
     assert sorted(node.depends_on) == ["model:stg_a", "seed:codes"]
     assert node.config["materialized"] == "incremental" and node.config["language"] == "python"
     assert compiled.graph.nodes["model:after"].depends_on == ["model:py"]
+
+
+def test_hooks_are_one_note_each_not_dropped_silently(make_project):
+    text = DBT_PROJECT + 'on-run-start: ["create schema if not exists x"]\n'
+    compiled = analyze_dir(dbt_project(make_project, {"dbt_project.yml": text}))
+    (note,) = [f for f in compiled.warnings if f.rule == "RV012"]
+    assert note.error.message == "on-run-start: hooks are not run yet"
+    assert note.location is not None and str(note.location.path) == "dbt_project.yml"
