@@ -12,12 +12,13 @@ from typing import Any
 
 import jinja2
 
-from . import crossdb, dbtjinja
+from . import crossdb, dbtjinja, folders
 from .errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
 from .specs import ModelConfig
 from .sql import quote
 
 CONFIG_KEYS = frozenset(ModelConfig.model_fields)
+IGNORED_CONFIG = folders.IGNORED - {"column_types"}
 
 
 def source_relation(source: str, table: str) -> str:
@@ -106,6 +107,8 @@ class _State:
 
     def config(self, **kwargs: Any) -> str:
         for key, value in kwargs.items():
+            if key in IGNORED_CONFIG:
+                continue  # dbt's warehouse placement (schema, alias, grants, ...): docs/dbt.md
             if key not in CONFIG_KEYS:
                 raise RenderError(f"config(): unknown key {key!r}{did_you_mean(key, CONFIG_KEYS)}")
             self.out.config[key] = (value, self.line)

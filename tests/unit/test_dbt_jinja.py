@@ -183,3 +183,14 @@ def test_a_query_that_reads_no_table_runs_while_compiling(make_project):
     )
     sql = analyze_dir(project(make_project, model)).graph.nodes["model:m"].sql or ""
     assert "select 60 as n" in sql and "2 as two" in sql
+
+
+def test_dbt_configs_that_place_tables_are_accepted_in_a_model(make_project):
+    model = (
+        "{{ config(materialized='table', schema='marts', alias='m2', post_hook='grant x',"
+        " persist_docs={'relation': true}) }}\nselect 1 as x from {{ ref('stg') }}\n"
+    )
+    compiled = analyze_dir(project(make_project, model))
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    assert compiled.graph.nodes["model:m"].config["materialized"] == "table"
+    assert "schema" not in compiled.graph.nodes["model:m"].config
