@@ -186,8 +186,6 @@ def dbt_target(doc: YamlDoc, at: tuple[str | int, ...], entry: dict[str, Any]) -
 
 
 DBT_ONLY = {  # what rivc does with dbt's other resources in properties YAML (docs/dbt.md)
-    "snapshots": "snapshot properties and YAML snapshots (relation:) are not read yet; a "
-    "{% snapshot %} block in snapshots/ is",
     "analyses": "analyses are not compiled",
     "macros": "macro properties are documentation only",
     "exposures": "exposures are documentation only",

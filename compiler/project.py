@@ -12,7 +12,6 @@ from .aliases import translate
 from .dbtproject import (
     DBT_ONLY,
     dbt_project_spec,
-    dbt_target,
     seeds_of_sources,
     snapshot_blocks,
     source_tables,
@@ -24,12 +23,12 @@ from .locate import (
     MAX_SEED_BYTES,
     PROJECT_FILE,
     TARGET_ENV,
-    find_profiles,
     list_project_files,
     project_file,
     read_project_file,
 )
 from .packages import Installed, check_installed, installed
+from .profiles import URI_HINT, load_profile, remote_spark
 from .property_specs import ModelProps, PropertiesFile, SeedProps, UnitTestSpec
 from .registry import ConnectorInfo, connector, unknown
 from .specbase import IDENT, Spec, is_uri, locations
@@ -45,7 +44,7 @@ from .specs import (
     dead_letter_name,
     validate_doc,
 )
-from .yamlio import YamlDoc, YamlPath, load_yaml, parse_yaml
+from .yamlio import YamlDoc, YamlPath, load_yaml
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,93 +132,6 @@ def load_project_spec(root: Path, env: Mapping[str, str]) -> tuple[ProjectSpec, 
     return spec, doc
 
 
-DEFAULT_TARGET = "default"  # the name of a profile without outputs:
-
-
-def load_profile(
-    root: Path, name: str, env: Mapping[str, str]
-) -> tuple[ProfileSpec, Path | None, str]:
-    """The profile's output for the target (`--target`, else $RIVC_TARGET, else the profile's
-    `target:`), the file it came from and the target's name. A profile without `outputs:` is
-    one output, named `default`."""
-    chosen = env.get(TARGET_ENV) or None
-    path = find_profiles(root, env)
-    if path is None:
-        if chosen and chosen != DEFAULT_TARGET:
-            raise ProjectError(f"target {chosen!r}: no profiles.yml found (docs/project.md)")
-        return ProfileSpec(), None, DEFAULT_TARGET
-    rel = path.relative_to(root) if path.is_relative_to(root) else path
-    doc = parse_yaml(read_project_file(root, rel), rel, env)
-    data = doc.data or {}
-    if not isinstance(data, dict) or name not in data:
-        names = list(data) if isinstance(data, dict) else []
-        raise ProjectError(
-            f"profile {name!r} not found in {path}{did_you_mean(name, names)}", doc.location(())
-        )
-    entry = data[name]
-    at: YamlPath = (name,)
-    target = DEFAULT_TARGET
-    if isinstance(entry, dict) and "outputs" in entry:
-        outputs = entry["outputs"]
-        extra = sorted(set(entry) - {"outputs", "target"})
-        if extra:
-            raise ProjectError(
-                f"unknown key {'.'.join((name, extra[0]))!r}: a profile with outputs holds "
-                "only target and outputs",
-                doc.location((name, extra[0])),
-            )
-        if not isinstance(outputs, dict) or not outputs:
-            raise ProjectError("outputs must map target names to settings", doc.location(at))
-        target = chosen or entry.get("target") or ""
-        if not target:
-            raise ProjectError(
-                f"profile {name!r} has outputs {', '.join(map(str, outputs))} and no target: "
-                f"set target: or pass --target",
-                doc.location(at),
-            )
-        if target not in outputs:
-            where = ("target",) if not chosen and "target" in entry else ()
-            raise ProjectError(
-                f"target {target!r} is not an output of profile {name!r}"
-                f"{did_you_mean(str(target), outputs)} (outputs: {', '.join(map(str, outputs))})",
-                doc.location((*at, *where)),
-            )
-        entry, at = outputs[target], (name, "outputs", str(target))
-    elif chosen and chosen != DEFAULT_TARGET:
-        raise ProjectError(
-            f"target {chosen!r}: profile {name!r} has no outputs: (docs/project.md, Targets)",
-            doc.location(at),
-        )
-    if isinstance(entry, dict) and "type" in entry:  # a dbt target
-        entry = dbt_target(doc, at, entry)
-    spec: ProfileSpec = validate_doc(ProfileSpec, doc, at, entry)
-    far = remote_spark(spec, env)
-    if far and not is_uri(spec.warehouse):
-        given = isinstance(entry, dict) and "warehouse" in entry
-        raise ProjectError(
-            f"warehouse: {'this' if given else 'the default'} path is on this machine, which "
-            f"{far} cannot reach; {URI_HINT}",
-            doc.location((*at, "warehouse" if given else "spark")),
-        )
-    return spec, path, str(target)
-
-
-URI_HINT = (
-    "use a URI its executors reach (s3://, gs://, abfss://, or file:// on a disk they all mount)"
-)
-
-
-def remote_spark(profile: ProfileSpec, env: Mapping[str, str]) -> str | None:
-    """What Spark the profile names when it does not run on this machine, else None."""
-    s = profile.spark
-    remote = s.remote or env.get("SPARK_REMOTE")
-    if remote and not remote.startswith("local"):  # `local[2]`: PySpark's own server, here
-        return "a Spark Connect server"
-    if s.master and not s.master.startswith("local"):
-        return f"the cluster at {s.master}"
-    return None
-
-
 def _local_paths(
     far: str, sources: dict[str, SourceTableDef], sinks: dict[str, SinkDef]
 ) -> list[RivcError]:
@@ -268,6 +180,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     seed_properties: dict[str, tuple[SeedProps, Located]] = {}
     snapshots: set[str] = set()  # models that are dbt snapshots (materialized: snapshot)
     python_models: dict[str, SqlFile] = {}  # models/**/*.py: dbt's Python models
+    yaml_snapshots: dict[str, SqlFile] = {}  # snapshots: with relation: in properties YAML
     not_run: list[ProjectError] = [
         ProjectError(f"{key}: hooks are not run yet", project_doc.location((key,)))
         for key in ("on-run-start", "on-run-end")
@@ -301,6 +214,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     not_run,
                     dbt_sources,
                     unit_tests,
+                    yaml_snapshots,
                 )
         elif rel.suffix == ".py" and top == p.models and len(rel.parts) > 1:
             if rel.stem in models or rel.stem in python_models or not IDENT.match(rel.stem):
@@ -368,6 +282,11 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                 macros.append(sql)  # tests/generic/ holds {% test %} blocks, as in dbt
             elif top == p.tests:
                 tests[rel.stem] = sql
+    for name, snapshot in yaml_snapshots.items():
+        if name in models:
+            errors.append(ProjectError(f"snapshot {name!r} is also defined in {models[name].path}"))
+        models[name] = snapshot
+        snapshots.add(name)
     for name, model in python_models.items():
         if name in models:
             errors.append(
@@ -577,8 +496,18 @@ def _add_properties(
     not_run: list[ProjectError],
     dbt_sources: dict[str, tuple[str, SourceLocation]],
     unit_tests: list[tuple[UnitTestSpec, Located]],
+    yaml_snapshots: dict[str, SqlFile],
 ) -> None:
     parsed: PropertiesFile = validate_doc(PropertiesFile, doc)
+    for i, entry in enumerate(parsed.snapshots or ()):  # properties of snapshots, or YAML ones
+        data = {k: v for k, v in (entry or {}).items() if k != "relation"}
+        props: ModelProps = validate_doc(ModelProps, doc, ("snapshots", i), data)
+        out[props.name] = (props, Located(doc, ("snapshots", i)))
+        relation = (entry or {}).get("relation")
+        if relation:  # dbt 1.9's snapshot of a relation
+            line = doc.location(("snapshots", i, "relation")).line or 1
+            sql = "\n" * (line - 1) + f"select * from {{{{ {relation} }}}}\n"
+            yaml_snapshots[props.name] = SqlFile(props.name, doc.path, sql)
     unit_tests += [(u, Located(doc, ("unit_tests", i))) for i, u in enumerate(parsed.unit_tests)]
     for key in DBT_ONLY:
         if getattr(parsed, key):

@@ -281,7 +281,8 @@ def server() -> None:
 
 
 def _profile_spark(project_dir: str | None) -> tuple[Path, Any]:
-    from rivc.compiler.project import load_profile, load_project_spec
+    from rivc.compiler.profiles import load_profile
+    from rivc.compiler.project import load_project_spec
 
     root = _root(project_dir)
     spec, _ = load_project_spec(root, os.environ)

@@ -196,7 +196,7 @@ sources:
     ],
 )
 def test_a_dbt_spark_target_maps_to_rivcs_profile(make_project, target, remote, said):
-    from rivc.compiler.project import load_profile
+    from rivc.compiler.profiles import load_profile
 
     profiles = f"shop:\n  target: dev\n  outputs:\n    dev: {target}\n"
     root = dbt_project(make_project, {"profiles.yml": profiles})
@@ -288,3 +288,25 @@ def test_hooks_are_one_note_each_not_dropped_silently(make_project):
     (note,) = [f for f in compiled.warnings if f.rule == "RV012"]
     assert note.error.message == "on-run-start: hooks are not run yet"
     assert note.location is not None and str(note.location.path) == "dbt_project.yml"
+
+
+def test_a_yaml_snapshot_of_a_relation_is_a_snapshot(make_project):
+    props = """
+snapshots:
+  - name: codes_history
+    description: every version of the codes
+    relation: ref('codes')
+    config:
+      unique_key: code
+      strategy: check
+      check_cols: all
+      hard_deletes: invalidate
+"""
+    root = dbt_project(make_project, {"snapshots/history.yml": props})
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    node = compiled.graph.nodes["model:codes_history"]
+    assert node.config["materialized"] == "snapshot" and node.config["hard_deletes"] == "invalidate"
+    assert node.depends_on == ["seed:codes"] and node.description == "every version of the codes"
+    assert (node.sql or "").strip() == "select * from `codes`"
+    assert not [f for f in compiled.warnings if "snapshots" in str(f)]  # read, not a note
