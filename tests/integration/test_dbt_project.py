@@ -36,18 +36,23 @@ def dbt_build(tmp: Path) -> Path:
         "shop:\n  target: dev\n  outputs:\n"
         f"    dev: {{type: duckdb, path: '{tmp / 'shop.duckdb'}', threads: 1}}\n"
     )
-    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
     for command in ("deps", "build"):
-        done = subprocess.run(
-            [str(DBT), command, "--profiles-dir", str(tmp / "profiles")],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stdout[-3000:]
+        dbt(command, project, tmp / "profiles")
     return project
+
+
+def dbt(command: str, project: Path, profiles: Path) -> None:
+    """`dbt COMMAND` in `project` (dbt-core with dbt-duckdb); it must succeed."""
+    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    done = subprocess.run(
+        [str(DBT), command, "--profiles-dir", str(profiles)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
 
 
 def same(a: object, b: object) -> bool:
@@ -207,20 +212,11 @@ def test_snapshots_keep_history_as_dbts_and_once_across_a_kill(tmp_path, make_pr
     (tmp_path / "profiles" / "profiles.yml").write_text(
         f"snap:\n  target: dev\n  outputs:\n    dev: {{type: duckdb, path: '{tmp_path / 's.duckdb'}'}}\n"
     )
-    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
     (ref / "seeds").mkdir()
     for data in (FIRST, SECOND, THIRD):
         (ref / "seeds/orders.csv").write_text(data)
         for command in ("seed", "snapshot"):
-            done = subprocess.run(
-                [str(DBT), command, "--profiles-dir", str(tmp_path / "profiles")],
-                cwd=ref,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert done.returncode == 0, done.stdout[-3000:]
+            dbt(command, ref, tmp_path / "profiles")
     theirs = {}
     with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as con:
         for name in ("orders_snapshot", "orders_deleted"):
