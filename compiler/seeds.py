@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -107,7 +108,8 @@ def infer_type(values: tuple[str | None, ...]) -> str:
         precision = whole + scale
         return f"decimal({precision},{scale})" if precision <= MAX_PRECISION else "string"
     if all(_INT.fullmatch(v) or _DECIMAL.fullmatch(v) or _DOUBLE.fullmatch(v) for v in given):
-        return "double"
+        # a value a double cannot hold (1e400 would become Infinity) keeps the column text
+        return "double" if all(math.isfinite(float(v)) for v in given) else "string"
     if all(_DATE.fullmatch(v) and _valid_date(v) for v in given):
         return "date"
     if all((_DATE.fullmatch(v) and _valid_date(v)) or _valid_timestamp(v) for v in given):

@@ -152,3 +152,38 @@ def test_a_seed_killed_after_its_commit_is_held_once_after_the_rerun(make_projec
     assert rows(root, "edges") == EXPECTED
     # the resumed run found its batch in the table and committed nothing again
     assert DeltaTable(str(root / "warehouse/edges")).version() == version
+
+
+def test_values_a_type_would_change_are_kept_as_written(make_project):
+    """NULL-looking text, NaN and Infinity, a number past decimal(38) or a double, and
+    timestamps at the ends of the calendar and in other zones: exact, or text, never changed."""
+    seed = (
+        "id,txt,num,big,far,ts\n"
+        "1,null,NaN,123456789012345678901234567890123456789,1e300,2024-03-10 02:30:00+05:30\n"
+        "2,NULL,Infinity,1.5,1e400,2024-03-10T02:30:00Z\n"
+        "3,none,-Infinity,2,2,9999-12-31 23:59:59.999999\n"
+        '4,.,"",3,3,0001-01-01 00:00:00\n'
+    )
+    root = make_project({"seeds/edge.csv": seed})
+    assert rivc(root, "seed").exit_code == 0
+    table = DeltaTable(str(root / "warehouse/edge")).to_pyarrow_table()
+    assert [str(f.type) for f in table.schema] == [
+        "int32",
+        "string",
+        "string",
+        "string",
+        "string",
+        "timestamp[us, tz=UTC]",
+    ]
+    got = sorted(table.to_pylist(), key=lambda r: r["id"])
+    assert [r["txt"] for r in got] == ["null", "NULL", "none", "."]
+    assert [r["num"] for r in got] == ["NaN", "Infinity", "-Infinity", None]
+    assert got[0]["big"] == "123456789012345678901234567890123456789"
+    assert [r["far"] for r in got] == ["1e300", "1e400", "2", "3"]  # 1e400 is no double
+    utc = dt.UTC
+    assert [r["ts"] for r in got] == [
+        dt.datetime(2024, 3, 9, 21, 0, tzinfo=utc),
+        dt.datetime(2024, 3, 10, 2, 30, tzinfo=utc),
+        dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+        dt.datetime(1, 1, 1, tzinfo=utc),
+    ]

@@ -26,6 +26,9 @@ from rivc_testing import analyze_dir, only
         (["1", "-12.125", ".5"], "decimal(5,3)"),
         (["0.001"], "decimal(4,3)"),
         (["1e3", "2.5"], "double"),  # exponent notation is what a float is
+        (["1e3", "1e400"], "string"),  # a double would make it Infinity
+        (["NaN", "Infinity", "-Infinity"], "string"),  # text, as written
+        (["null", "NULL", "none", "."], "string"),  # NULL-looking text stays text
         (["007", "12"], "string"),  # a leading zero (zip codes) is kept
         (["1.", "2"], "string"),
         (["true", "FALSE", None], "boolean"),
