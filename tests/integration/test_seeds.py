@@ -187,3 +187,25 @@ def test_values_a_type_would_change_are_kept_as_written(make_project):
         dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
         dt.datetime(1, 1, 1, tzinfo=utc),
     ]
+
+
+def test_a_sink_of_a_seed_takes_each_version_once_across_a_lost_state(make_project):
+    """A seed is a tracked input like a table model: a sink delivers it when its table has a new
+    version, and nothing when it does not, even after `.rivc/` is lost."""
+    import shutil
+
+    sink = "sinks:\n  - {name: lake, from: codes, connector: delta,\n"
+    sink += "     config: {table_uri: out/codes, mode: overwrite}}\n"
+    root = make_project({"seeds/codes.csv": "code,label\n1,a\n2,b\n", "sinks/s.yml": sink})
+    assert rivc(root, "build").exit_code == 0
+    lake = DeltaTable(str(root / "out/codes"))
+    first = lake.version()
+    assert sorted(r["code"] for r in lake.to_pyarrow_table().to_pylist()) == [1, 2]
+    shutil.rmtree(root / ".rivc")  # the record is gone; the tables keep their places
+    again = rivc(root, "build")
+    assert again.exit_code == 0, again.output
+    assert DeltaTable(str(root / "out/codes")).version() == first  # nothing new to deliver
+    (root / "seeds/codes.csv").write_text("code,label\n1,a\n2,b\n3,c\n")
+    assert rivc(root, "build").exit_code == 0
+    rows = DeltaTable(str(root / "out/codes")).to_pyarrow_table().to_pylist()
+    assert sorted(r["code"] for r in rows) == [1, 2, 3]  # the new version, each row once
