@@ -134,7 +134,7 @@ def _analyze(
     nodes: dict[NodeId, Node] = {}
     for fqn, table in sorted(project.sources.items()):
         nodes[node_id("source", fqn)] = source_node(table, params, findings)
-    seeds = seed_nodes(project, variables, env, findings)
+    seeds = seed_nodes(project, variables, env, findings, cache.seeds)
     for seed in seeds:
         nodes[seed.id] = seed
     sources = {

@@ -135,10 +135,14 @@ def _valid_timestamp(value: str) -> bool:
     return True
 
 
-def column_types(data: SeedData, overrides: dict[str, str]) -> dict[str, str]:
+def inferred(data: SeedData) -> dict[str, str]:
+    """Each column's Spark type as its values say."""
+    return {
+        name: infer_type(values) for name, values in zip(data.header, data.columns, strict=True)
+    }
+
+
+def column_types(types: dict[str, str], overrides: dict[str, str]) -> dict[str, str]:
     """Each column's Spark type: `column_types` where given, else inferred."""
     given = {k.lower(): v for k, v in overrides.items()}
-    return {
-        name: given.get(name.lower()) or infer_type(values)
-        for name, values in zip(data.header, data.columns, strict=True)
-    }
+    return {name: given.get(name.lower()) or typ for name, typ in types.items()}

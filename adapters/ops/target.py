@@ -26,7 +26,7 @@ CACHE_DIR = (
 )
 FINGERPRINT = "fingerprint.json"
 CACHE = "compile_cache.pickle"
-FORMAT = 1
+FORMAT = 2  # 2: the cache keeps seeds' inferred types
 
 
 def _env_digest(env: Mapping[str, str], names: list[str]) -> str:

@@ -29,6 +29,7 @@ class CompileCache:
 
     models: dict[str, ModelResult] = field(default_factory=dict)
     columns: dict[str, ColumnResult] = field(default_factory=dict)
+    seeds: dict[str, dict[str, str]] = field(default_factory=dict)  # a seed's inferred types
 
 
 def analyze_models(

@@ -15,13 +15,17 @@ from ..graph import Node, node_id
 from ..project import Project, SqlFile
 from ..property_specs import SeedConfig
 from ..rules import Finding
-from ..seeds import column_types, read_csv
+from ..seeds import column_types, inferred, read_csv
 from ..transforms import spark_type
 from .common import suggest
 
 
 def seed_nodes(
-    project: Project, variables: Mapping[str, Any], env: Mapping[str, str], findings: list[Finding]
+    project: Project,
+    variables: Mapping[str, Any],
+    env: Mapping[str, str],
+    findings: list[Finding],
+    known: dict[str, dict[str, str]],
 ) -> list[Node]:
     """Every enabled seed's node."""
     out = []
@@ -32,7 +36,7 @@ def seed_nodes(
             findings.append(rules.from_error(exc))
             config = SeedConfig()
         if config.enabled:
-            out.append(seed_node(project, seed, config, findings))
+            out.append(seed_node(project, seed, config, findings, known))
     return out
 
 
@@ -56,14 +60,25 @@ def seed_config(
         ) from None
 
 
-def seed_node(project: Project, seed: SqlFile, config: SeedConfig, findings: list[Finding]) -> Node:
+def seed_node(
+    project: Project,
+    seed: SqlFile,
+    config: SeedConfig,
+    findings: list[Finding],
+    known: dict[str, dict[str, str]],
+) -> Node:
+    """`known`: inferred types by file content, kept between compiles (a seed can be large)."""
     props = project.seed_properties.get(seed.name)
     columns: dict[str, str] | None = None
+    checksum = hashlib.sha256(seed.text.encode()).hexdigest()
+    key = f"{checksum}:{config.delimiter}"
     try:
-        data = read_csv(seed.text, seed.path, config.delimiter)
+        if key not in known:
+            known[key] = inferred(read_csv(seed.text, seed.path, config.delimiter))
     except RivcError as exc:
         findings.append(rules.from_error(exc))
     else:
+        types = known[key]
         overrides: dict[str, str] = {}
         own = props is not None and "column_types" in props[0].config.model_fields_set
         for name, text in config.column_types.items():
@@ -72,14 +87,14 @@ def seed_node(project: Project, seed: SqlFile, config: SeedConfig, findings: lis
                 if props
                 else SourceLocation(seed.path)  # from dbt_project.yml's seeds:
             )
-            if name.lower() not in (h.lower() for h in data.header):
+            if name.lower() not in (h.lower() for h in types):
                 if not own:
                     continue  # a folder's column_types name columns of some of its seeds
                 findings.append(
                     rules.unknown_column(
                         SqlError(
                             f"column_types: {name!r} is not a column of seed {seed.name!r}"
-                            f"{suggest(name, list(data.header))}",
+                            f"{suggest(name, list(types))}",
                             where,
                         )
                     )
@@ -90,7 +105,7 @@ def seed_node(project: Project, seed: SqlFile, config: SeedConfig, findings: lis
                 overrides[name] = typ.replace(", ", ",")  # as Spark writes it
             except ValueError as exc:
                 findings.append(rules.key_column(SqlError(str(exc), where)))
-        columns = column_types(data, overrides)
+        columns = column_types(types, overrides)
     return Node(
         id=node_id("seed", seed.name),
         kind="seed",
@@ -100,5 +115,5 @@ def seed_node(project: Project, seed: SqlFile, config: SeedConfig, findings: lis
         config=config.model_dump(mode="json"),
         description=props[0].description if props else "",
         columns=columns,
-        checksum=hashlib.sha256(seed.text.encode()).hexdigest(),
+        checksum=checksum,
     )

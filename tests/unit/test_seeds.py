@@ -137,3 +137,24 @@ def test_a_malformed_seed_fails_compile_at_its_line(make_project):
         "seeds/bad.csv",
         3,
     )
+
+
+def test_a_seed_is_read_again_only_when_its_file_changes(make_project, monkeypatch):
+    from rivc.compiler.driver import CompileOptions, analyze
+    from rivc.compiler.nodes import seeds as seed_nodes
+    from rivc.compiler.nodes.models import CompileCache
+    from rivc.compiler.project import load_project
+
+    root = make_project({"seeds/prices.csv": SEED})
+    cache = CompileCache()
+    first = analyze(load_project(root, env={}), CompileOptions(), cache, env={})
+
+    def unread(*args, **kwargs):
+        raise AssertionError("an unchanged seed was read again")
+
+    monkeypatch.setattr(seed_nodes, "read_csv", unread)
+    second = analyze(load_project(root, env={}), CompileOptions(), cache, env={})
+    assert second.graph.nodes["seed:prices"].columns == first.graph.nodes["seed:prices"].columns
+    (root / "seeds/prices.csv").write_text(SEED + "3,x,2024-01-03,1\n")
+    with pytest.raises(AssertionError, match="read again"):  # a changed file is read
+        analyze(load_project(root, env={}), CompileOptions(), cache, env={})
