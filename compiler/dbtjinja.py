@@ -16,6 +16,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -315,7 +316,7 @@ def load_package(
                 template = env.get_template(key)
             except jinja2.TemplateSyntaxError as exc:
                 raise RenderError(
-                    exc.message or str(exc), SourceLocation(_path(path), exc.lineno)
+                    exc.message or str(exc), SourceLocation(Path(path), exc.lineno)
                 ) from exc
             # the macro looks names up in the environment's globals as they are when it runs
             # (a context copies them when made: macros loaded later would be missing)
@@ -333,9 +334,3 @@ class TextLoader(jinja2.BaseLoader):
         if template not in self.texts:
             raise jinja2.TemplateNotFound(template)
         return self.texts[template], template.split("#", 1)[0], lambda: True
-
-
-def _path(path: str) -> Any:
-    from pathlib import Path
-
-    return Path(path)

@@ -26,8 +26,8 @@ from ..sql import literal, quote
 from ..validate import parse_query
 from .common import content_hash, suggest
 
-_REF = re.compile(r"""^\s*ref\(\s*['"](\w+)['"]\s*\)\s*$""")
-_SOURCE = re.compile(r"""^\s*source\(\s*['"](\w+)['"]\s*,\s*['"](\w+)['"]\s*\)\s*$""")
+REF_ARG = re.compile(r"""^\s*ref\(\s*['"](\w+)['"]\s*\)\s*$""")
+SOURCE_ARG = re.compile(r"""^\s*source\(\s*['"](\w+)['"]\s*,\s*['"](\w+)['"]\s*\)\s*$""")
 
 
 def test_nodes(
@@ -225,12 +225,12 @@ def generic_test(
 
 
 def test_target(to: str, loc: SourceLocation, nodes: dict[NodeId, Node]) -> NodeId:
-    m = _REF.match(to)
+    m = REF_ARG.match(to)
     target = None
     if m:
         target = node_id("seed", m.group(1))
         target = target if target in nodes else node_id("model", m.group(1))
-    if target is None and (s := _SOURCE.match(to)):
+    if target is None and (s := SOURCE_ARG.match(to)):
         target = node_id("source", f"{s.group(1)}.{s.group(2)}")
     if target is None:
         raise RenderError(

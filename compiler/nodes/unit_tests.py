@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import re
 from typing import Any
 
 import sqlglot
@@ -31,9 +30,7 @@ from ..rules import Finding
 from ..specs import NodeId
 from ..sql import literal, quote
 from .common import content_hash
-
-_REF = re.compile(r"""^\s*ref\(\s*['"](\w+)['"]\s*\)\s*$""")
-_SOURCE = re.compile(r"""^\s*source\(\s*['"](\w+)['"]\s*,\s*['"](\w+)['"]\s*\)\s*$""")
+from .data_tests import REF_ARG, SOURCE_ARG
 
 
 def unit_test_nodes(
@@ -142,9 +139,9 @@ def _input(
     """The relation name the model's SQL reads for `given`, and the node it stands for."""
     if given.strip() == "this":
         return model, node_id("model", model)
-    if m := _REF.match(given):
+    if m := REF_ARG.match(given):
         return m.group(1), ref_id(m.group(1), project.seeds)
-    if m := _SOURCE.match(given):
+    if m := SOURCE_ARG.match(given):
         fqn = f"{m.group(1)}.{m.group(2)}"
         seed = ctx.source_seeds.get(fqn) if fqn not in ctx.sources else None
         if seed is not None:
