@@ -33,6 +33,13 @@ class DeltaSourceConfig(Spec):
     storage_options: dict[str, str] = {}
 
 
+class TableSourceConfig(Spec):
+    """A table in Spark's catalog, read as it is now: `table`, `schema.table` or
+    `catalog.schema.table`."""
+
+    name: str = Field(min_length=1)
+
+
 class FilesSourceConfig(Spec):
     path: Location
     format: Literal["json", "jsonl", "csv", "parquet"] = "parquet"

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ProjectError, SourceLocation
+from .errors import ProjectError
 from .specs import ProjectSpec, validate_doc
 from .yamlio import YamlDoc
 
@@ -206,41 +206,3 @@ def snapshot_blocks(text: str) -> list[tuple[str, str]]:
         (m.group(1), "\n" * text.count("\n", 0, m.start(2)) + m.group(2))
         for m in _SNAPSHOT.finditer(text)
     ]
-
-
-def source_tables(doc: YamlDoc, sources: Any) -> dict[str, tuple[str, SourceLocation]]:
-    """The tables of dbt `sources:` in a properties file: "source.table" -> (identifier, where)."""
-    out = {}
-    for i, source in enumerate(sources or ()):
-        tables = source.get("tables") if isinstance(source, dict) else None
-        for j, table in enumerate(tables or ()):
-            if isinstance(table, dict) and "name" in table:
-                fqn = f"{source.get('name')}.{table['name']}"
-                ident = str(table.get("identifier") or table["name"])
-                out[fqn] = (ident, doc.location(("sources", i, "tables", j)))
-    return out
-
-
-def seeds_of_sources(
-    tables: dict[str, tuple[str, SourceLocation]],
-    declared: set[str],
-    seeds: set[str],
-    not_run: list[ProjectError],
-) -> dict[str, str]:
-    """dbt source tables a seed of the same name loads (jaffle-shop's `raw` schema): the seed
-    is read for them. A table declared in sources/*.yml is rivc's own; any other is a note."""
-    out = {}
-    for fqn, (ident, at) in tables.items():
-        if fqn in declared:
-            continue
-        if ident in seeds:
-            out[fqn] = ident
-        else:
-            not_run.append(
-                ProjectError(
-                    f"dbt source {fqn}: not read; rivc reads a dbt source table from the seed "
-                    f"of the same name ({ident!r}), else declare it in sources/*.yml",
-                    at,
-                )
-            )
-    return out

@@ -64,6 +64,7 @@ class SourceFacts:
     relation: str  # the view `source()` reads
     table: dict[str, Any]  # the table's spec, redacted
     tuning: dict[str, int] | None = None  # relational sources
+    freshness: dict[str, Any] | None = None  # a dbt source's loaded_at_field and freshness
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -74,6 +75,8 @@ class SourceFacts:
         }
         if self.tuning is not None:
             out["tuning"] = self.tuning
+        if self.freshness is not None:
+            out["freshness"] = self.freshness
         return out
 
     @classmethod
@@ -84,6 +87,7 @@ class SourceFacts:
             relation=data["relation"],
             table=dict(data["table"]),
             tuning=data.get("tuning"),
+            freshness=data.get("freshness"),
         )
 
 

@@ -9,13 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from .aliases import translate
-from .dbtproject import (
-    DBT_ONLY,
-    dbt_project_spec,
-    seeds_of_sources,
-    snapshot_blocks,
-    source_tables,
-)
+from .dbtproject import DBT_ONLY, dbt_project_spec, snapshot_blocks
+from .dbtsources import DbtTable, dbt_tables
 from .dbtypes import declared_type
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .folders import check_tree
@@ -65,6 +60,7 @@ class SourceTableDef:
     connector: ConnectorInfo
     config: Spec
     where: Located
+    freshness: dict[str, Any] | None = None  # a dbt source's loaded_at_field and freshness
 
     @property
     def fqn(self) -> str:
@@ -110,6 +106,7 @@ class Project:
     unit_tests: tuple[tuple[UnitTestSpec, Located], ...] = ()  # dbt's unit_tests:
     packages: tuple[Installed, ...] = ()  # installed dbt packages (compiler/packages.py)
     source_seeds: dict[str, str] = field(default_factory=dict)  # dbt source -> its seed
+    dbt_sources: dict[str, DbtTable] = field(default_factory=dict)  # "ecom.orders" -> table
     snapshots: frozenset[str] = frozenset()  # models read from snapshots/ (dbt snapshots)
     python_models: dict[str, SqlFile] = field(default_factory=dict)  # models/**/*.py
 
@@ -187,7 +184,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         if isinstance(project_doc.data, dict) and project_doc.data.get(key)
     ]
     unit_tests: list[tuple[UnitTestSpec, Located]] = []
-    dbt_sources: dict[str, tuple[str, SourceLocation]] = {}  # "ecom.raw_orders" -> identifier
+    dbt_sources: list[DbtTable] = []  # dbt's sources: in properties YAML
     macros: list[SqlFile] = []
     tests: dict[str, SqlFile] = {}
     for rel in files:
@@ -320,7 +317,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     where.location("name"),
                 )
             )
-    source_seeds = seeds_of_sources(dbt_sources, set(sources), set(seeds), not_run)
+    source_seeds = attempt(_add_dbt_sources, dbt_sources, sources, set(seeds)) or {}
     found = attempt(installed, root, p.packages) or []
     attempt(check_installed, root, p.packages, found)
     far = remote_spark(profile, env)
@@ -347,6 +344,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         tuple(unit_tests),
         tuple(found),
         source_seeds,
+        {t.fqn: t for t in dbt_sources},
         frozenset(snapshots),
         python_models,
     )
@@ -482,6 +480,44 @@ def _add_sink(doc: YamlDoc, out: dict[str, SinkDef], i: int, sink: SinkSpec) -> 
         out[name] = SinkDef(spec, info, config, Located(doc, dat))
 
 
+def _add_dbt_sources(
+    tables: list[DbtTable], sources: dict[str, SourceTableDef], seeds: set[str]
+) -> dict[str, str]:
+    """dbt's source tables (compiler/dbtsources.py): the seed of the same name is read for one
+    without `external`; any other becomes a source table read in place. A table sources/*.yml
+    declares is rivc's own. Returns the dbt source tables seeds stand for."""
+    own, seen = set(sources), set()
+    out: dict[str, str] = {}
+    errors: list[RivcError] = []
+    for t in tables:
+        if t.fqn in seen:
+            errors.append(
+                ProjectError(
+                    f"dbt source table {t.fqn!r} is defined twice", t.doc.location((*t.at, "name"))
+                )
+            )
+        seen.add(t.fqn)
+        if t.fqn in own:
+            continue
+        if not t.table.external and t.identifier in seeds:
+            out[t.fqn] = t.identifier
+            continue
+        try:
+            data, where = t.as_source()
+            spec = SourceSpec.model_validate(data)
+            info = connector("source", spec.connector)
+            assert info is not None
+            config = _config(info, "source", spec.connector, t.doc, where, spec.tables[0].config)
+            sources[t.fqn] = SourceTableDef(
+                spec, spec.tables[0], info, config, Located(t.doc, t.at), t.freshness()
+            )
+        except RivcError as exc:
+            errors.append(exc)
+    if errors:
+        raise CompileFailed(errors)
+    return out
+
+
 def _sink_connector(name: str, doc: YamlDoc, at: YamlPath) -> ConnectorInfo:
     info = connector("sink", name)
     if info is None:
@@ -494,7 +530,7 @@ def _add_properties(
     out: dict[str, tuple[ModelProps, Located]],
     seeds: dict[str, tuple[SeedProps, Located]],
     not_run: list[ProjectError],
-    dbt_sources: dict[str, tuple[str, SourceLocation]],
+    dbt_sources: list[DbtTable],
     unit_tests: list[tuple[UnitTestSpec, Located]],
     yaml_snapshots: dict[str, SqlFile],
 ) -> None:
@@ -512,7 +548,7 @@ def _add_properties(
     for key in DBT_ONLY:
         if getattr(parsed, key):
             not_run.append(ProjectError(f"{key}: {DBT_ONLY[key]}", doc.location((key,))))
-    dbt_sources.update(source_tables(doc, parsed.sources))
+    dbt_sources += dbt_tables(doc, parsed.sources)
     for i, seed in enumerate(parsed.seeds):
         if seed.name in seeds:
             raise ProjectError(

@@ -94,6 +94,13 @@ class ColumnSpec(Spec):
     description: str = ""
     data_type: str | None = None
     data_tests: tuple[TestDef, ...] = Field((), alias="tests")
+    # dbt's documentation keys: accepted and left alone
+    meta: dict[str, Any] = {}
+    tags: Any = None
+    quote: bool | None = None
+    constraints: Any = None
+    config: Any = None
+    policy_tags: Any = None
 
 
 class ModelProps(Spec):
@@ -167,13 +174,50 @@ class UnitTestSpec(Spec):
     versions: Any = None
 
 
+class DbtSourceTable(Spec):
+    """A table of a dbt source: a table that exists already, read in place (dbtsources.py)."""
+
+    name: Name
+    description: str = ""
+    identifier: str | None = None
+    external: dict[str, Any] | None = None  # location: and file_format: (or using:)
+    columns: tuple[ColumnSpec, ...] = ()
+    data_tests: tuple[TestDef, ...] = Field((), alias="tests")
+    loaded_at_field: str | None = None  # kept in the manifest for a freshness check
+    freshness: Any = None
+    # accepted and left alone
+    meta: dict[str, Any] = {}
+    tags: Any = None
+    quoting: Any = None
+    config: Any = None
+    docs: Any = None
+
+
+class DbtSource(Spec):
+    name: Name
+    description: str = ""
+    database: str | None = None
+    schema_: str | None = Field(None, alias="schema")  # default: the source's name, as dbt's
+    tables: tuple[DbtSourceTable, ...] = ()
+    loaded_at_field: str | None = None
+    freshness: Any = None
+    # accepted and left alone
+    loader: str = ""
+    meta: dict[str, Any] = {}
+    tags: Any = None
+    quoting: Any = None
+    config: Any = None
+    overrides: Any = None
+    docs: Any = None
+
+
 class PropertiesFile(Spec):
     version: int | None = None
     models: tuple[ModelProps, ...] = ()
     seeds: tuple[SeedProps, ...] = ()
+    sources: tuple[DbtSource, ...] = ()
     # dbt's other resources: read and left alone, so a dbt project's YAML loads as it is
     # (docs/dbt.md says what rivc does with each)
-    sources: Any = None
     snapshots: Any = None
     analyses: Any = None
     macros: Any = None

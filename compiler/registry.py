@@ -37,6 +37,7 @@ from .connector_specs import (
     RelationalConfig,
     SinkConfig,
     StdoutSinkConfig,
+    TableSourceConfig,
     datagen_columns,
 )
 from .errors import did_you_mean
@@ -140,6 +141,14 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             DeltaSourceConfig,
             "an existing Delta table (its current version), read by Spark's tasks",
             f"{_RUNTIME}.delta:read_source",
+        ),
+        ConnectorInfo(
+            "table",
+            "source",
+            "lakehouse",
+            TableSourceConfig,
+            "a table in Spark's catalog (a dbt source), read as it is now by Spark's tasks",
+            f"{_RUNTIME}.catalog_table:read_source",
         ),
         ConnectorInfo(
             "iceberg",

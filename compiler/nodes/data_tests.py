@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from .. import rules
@@ -18,7 +19,7 @@ from ..errors import (
 from ..graph import Node, node_id, ref_id
 from ..params import bind
 from ..project import Located, Project
-from ..property_specs import GENERIC_TESTS, ModelProps, SeedProps
+from ..property_specs import GENERIC_TESTS, DbtSourceTable, ModelProps, SeedProps
 from ..render import Renderer
 from ..rules import Finding
 from ..specs import NodeId
@@ -39,13 +40,24 @@ def test_nodes(
 ) -> list[Node]:
     out: list[Node] = []
     seen: set[str] = set()
-    described: list[tuple[str, ModelProps | SeedProps, Located]]
-    described = [(n, p, w) for n, (p, w) in project.properties.items()]
-    described += [(n, p, w) for n, (p, w) in project.seed_properties.items()]
-    for model_name, props, where in sorted(described, key=lambda d: d[0]):
-        model = nodes.get(node_id("model", model_name)) or nodes.get(node_id("seed", model_name))
-        if model is None:
-            continue  # a disabled model's tests are disabled with it
+    described: list[tuple[Tested, ModelProps | SeedProps | DbtSourceTable, Located]] = []
+    props_of: list[tuple[str, tuple[ModelProps | SeedProps, Located]]] = [
+        *project.properties.items(),
+        *project.seed_properties.items(),
+    ]
+    for name, (model_props, where) in sorted(props_of, key=lambda d: d[0]):
+        model = nodes.get(node_id("model", name)) or nodes.get(node_id("seed", name))
+        if model is not None:  # a disabled model's tests are disabled with it
+            described.append((Tested(model.id, model.name, name), model_props, where))
+    for fqn, table in sorted(project.dbt_sources.items()):
+        seed = project.source_seeds.get(fqn)
+        target = nodes.get(node_id("seed", seed) if seed else node_id("source", fqn))
+        if target is not None:
+            label = fqn.replace(".", "_")
+            tested = Tested(target.id, target.relation, label, "source_")
+            described.append((tested, table.table, Located(table.doc, table.at)))
+    for tested, props, where in described:
+        model = nodes[tested.node]
         tests: list[tuple[str | None, Any, SourceLocation]] = [
             (None, test, _test_location(where, (), ti)) for ti, test in enumerate(props.data_tests)
         ]
@@ -56,7 +68,7 @@ def test_nodes(
             ]
         for column_name, test, loc in tests:
             try:
-                node = generic_test(model_name, column_name, test, loc, nodes, renderer)
+                node = generic_test(tested, column_name, test, loc, nodes, renderer)
             except SqlError as exc:
                 findings.append(rules.unknown_column(exc))
                 continue
@@ -71,7 +83,7 @@ def test_nodes(
                         rules.unknown_column(
                             SqlError(
                                 f"test on unknown column {column_name!r} of {model.kind} "
-                                f"{model_name!r}{suggest(column_name, list(model.columns))}",
+                                f"{model.name!r}{suggest(column_name, list(model.columns))}",
                                 loc,
                             )
                         )
@@ -111,8 +123,22 @@ def test_nodes(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Tested:
+    """What a generic test tests: a node, the relation its query reads, and the names dbt gives
+    its tests (`not_null_orders_id`; `source_not_null_ecom_orders_id`)."""
+
+    node: NodeId
+    relation: str
+    label: str  # a model's name; a source table's "source_table"
+    prefix: str = ""  # "source_" for a source table's tests
+
+    def name(self, kind: str, column: str | None) -> str:
+        return self.prefix + "_".join(p for p in (kind.replace(".", "_"), self.label, column) if p)
+
+
 def generic_test(
-    model: str,
+    tested: Tested,
     column: str | None,
     test: str | dict[str, Any],
     loc: SourceLocation,
@@ -143,7 +169,7 @@ def generic_test(
                 "package.name, from dbt_packages/)",
                 loc,
             )
-        return custom_test(model, column, kind, args, given_name, loc, nodes, renderer, macro)
+        return custom_test(tested, column, kind, args, given_name, loc, nodes, renderer, macro)
     if column is None:
         raise RenderError(f"test {kind} tests a column: list it under the column's tests", loc)
     from pydantic import ValidationError
@@ -155,12 +181,12 @@ def generic_test(
         raise RenderError(
             f"test {kind}: {'.'.join(map(str, err['loc']))}: {err['msg']}", loc
         ) from None
-    rel, col = quote(model), quote(column)
+    rel, col = quote(tested.relation), quote(column)
     if spec.config.where:
         where = parse_condition(spec.config.where, loc)
         rel = f"(SELECT * FROM {rel} WHERE {where}) AS {rel}"
-    deps = [node_id("seed", model) if node_id("seed", model) in nodes else node_id("model", model)]
-    name = f"{kind}_{model}_{column}"
+    deps = [tested.node]
+    name = tested.name(kind, column)
     if kind == "not_null":
         sql = f"SELECT *\nFROM {rel}\nWHERE {col} IS NULL"
     elif kind == "unique":
@@ -193,8 +219,8 @@ def generic_test(
             f"  ON child.{col} = parent.{field_}\nWHERE child.{col} IS NOT NULL "
             f"AND parent.{field_} IS NULL"
         )
-        name = (
-            f"relationships_{model}_{column}__{nodes[target].name.replace('.', '_')}_{spec.field}"
+        name = tested.name(
+            "relationships", f"{column}__{nodes[target].name.replace('.', '_')}_{spec.field}"
         )
     if isinstance(given_name, str) and given_name:
         name = given_name
@@ -207,7 +233,7 @@ def generic_test(
         "enabled": spec.config.enabled,
         "test": kind,
         "column": column,
-        "model": model,
+        "model": tested.label,
     }
     return Node(
         id=node_id("test", name),
@@ -219,7 +245,7 @@ def generic_test(
         config=config,
         description="",
         sql=sql + "\n",
-        checksum=content_hash(model, column, test),
+        checksum=content_hash(tested.prefix + tested.label, column, test),
         line=loc.line,
     )
 
@@ -269,7 +295,7 @@ def _macro_name(kind: str) -> str:
 
 
 def custom_test(
-    model: str,
+    tested: Tested,
     column: str | None,
     kind: str,
     args: dict[str, Any],
@@ -292,17 +318,13 @@ def custom_test(
         raise RenderError(
             f"test {kind}: config.{'.'.join(map(str, err['loc']))}: {err['msg']}", loc
         ) from None
-    rel = quote(model)
+    rel = quote(tested.relation)
     if config.where:
         rel = f"(SELECT * FROM {rel} WHERE {parse_condition(config.where, loc)}) AS {rel}"
     kwargs = {**args, "model": rel}
     if column is not None:
         kwargs["column_name"] = column
-    name = (
-        str(given_name)
-        if given_name
-        else "_".join(p for p in (kind.replace(".", "_"), model, column) if p)
-    )
+    name = str(given_name) if given_name else tested.name(kind, column)
     try:
         rendered = renderer.render_macro(name, macro, kwargs)
     except TypeError as exc:  # a missing or unknown argument
@@ -313,8 +335,7 @@ def custom_test(
     parse_query(sql, loc.path, "spark", "a test")
     if config.limit is not None:
         sql += f"\nLIMIT {config.limit}"
-    target = node_id("seed", model) if node_id("seed", model) in nodes else node_id("model", model)
-    deps = [target, *(ref_id(r, _seeds(nodes)) for r in rendered.refs if r != model)]
+    deps = [tested.node, *(ref_id(r, _seeds(nodes)) for r in rendered.refs)]
     deps += [node_id("source", s) for s in rendered.sources]
     return Node(
         id=node_id("test", name),
@@ -330,10 +351,10 @@ def custom_test(
             "enabled": config.enabled,
             "test": kind,
             "column": column,
-            "model": model,
+            "model": tested.label,
         },
         sql=sql + "\n",
-        checksum=content_hash(model, column, kind, args),
+        checksum=content_hash(tested.prefix + tested.label, column, kind, args),
         line=loc.line,
     )
 

@@ -94,6 +94,7 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
         relation=source_relation(table.source.name, spec.name),
         table=redact(spec.model_dump(mode="json", exclude_defaults=True, by_alias=True)),
         tuning=table.source.tuning.resolved() if table.connector.relational else None,
+        freshness=table.freshness,
     )
     cfg = spec.model_dump(mode="json", include={"mode"})
     return Node(

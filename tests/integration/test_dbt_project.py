@@ -297,3 +297,99 @@ def test_python_models_run_on_the_projects_spark(make_project):
     failed = rivc(root, "run", "--select", "by_status")
     assert failed.exit_code == 1
     assert "models/by_status.py:2: AnalysisException" in failed.output
+
+
+SOURCES_YML = """
+version: 2
+sources:
+  - name: ecom
+    schema: raw_ecom
+    tables:
+      - name: customers
+        columns:
+          - {name: id, data_type: bigint, data_tests: [unique, not_null]}
+          - {name: name, data_type: varchar(40)}
+      - name: orders
+        external: {location: lake/orders}
+        columns:
+          - {name: id, data_tests: [unique]}
+  - name: web
+    tables:
+      - name: clicks
+        external: {location: landing/clicks, file_format: parquet}
+        data_tests:
+          - accepted_rows: {expression: "n > 0", config: {severity: warn}}
+"""
+
+
+def test_dbt_sources_are_read_in_place_with_their_tests(tmp_path, make_project, spark):
+    """A dbt source table is a table that exists: one in Spark's catalog, a Delta table at an
+    `external` location and a folder of parquet files are read as they are, values exact, and
+    tests on source columns run against them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import write_deltalake
+
+    amounts = [Decimal("0.01"), Decimal("99999999.99"), None]
+    orders = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "customer_id": pa.array([10, 10, 11], pa.int64()),
+            "amount": pa.array(amounts, pa.decimal128(10, 2)),
+        }
+    )
+    clicks = pa.table({"customer_id": pa.array([10, 11], pa.int64()), "n": [3, 0]})
+    files = {
+        "dbt_project.yml": "name: lake\nprofile: lake\nconfig-version: 2\n",
+        "models/sources.yml": SOURCES_YML,
+        "models/spend.sql": (
+            "{{ config(materialized='table') }}\n"
+            "select c.id, c.name, sum(o.amount) as spent, max(k.n) as clicks\n"
+            "from {{ source('ecom', 'customers') }} c\n"
+            "join {{ source('ecom', 'orders') }} o on o.customer_id = c.id\n"
+            "left join {{ source('web', 'clicks') }} k on k.customer_id = c.id\n"
+            "group by c.id, c.name\n"
+        ),
+        "macros/accepted_rows.sql": (
+            "{% test accepted_rows(model, expression) %}\n"
+            "select * from {{ model }} where not ({{ expression }})\n{% endtest %}\n"
+        ),
+    }
+    root = make_project(files, base=False)
+    write_deltalake(str(root / "lake/orders"), orders)
+    (root / "landing/clicks").mkdir(parents=True)
+    pq.write_table(clicks, root / "landing/clicks/part-0.parquet")
+    where = tmp_path / "raw_customers"
+    spark.sql("CREATE DATABASE IF NOT EXISTS raw_ecom")
+    spark.sql(
+        f"CREATE TABLE raw_ecom.customers (id BIGINT, name STRING) USING parquet LOCATION '{where}'"
+    )
+    try:
+        spark.sql("INSERT INTO raw_ecom.customers VALUES (10, 'Ann O''Hara'), (11, NULL)")
+        built = rivc(root, "build")
+        assert built.exit_code == 0, built.output  # one click count is 0: a warning
+        results = json.loads((root / "target/run_results.json").read_text())["results"]
+        statuses = {r["node"]: r["status"] for r in results}
+        assert statuses == {
+            "source:ecom.customers": "success",
+            "source:ecom.orders": "success",
+            "source:web.clicks": "success",
+            "model:spend": "success",
+            "test:source_unique_ecom_customers_id": "pass",
+            "test:source_not_null_ecom_customers_id": "pass",
+            "test:source_unique_ecom_orders_id": "pass",
+            "test:source_accepted_rows_web_clicks": "warn",
+        }
+        spend = DeltaTable(str(root / "warehouse/spend")).to_pyarrow_table()
+        assert sorted(spend.to_pylist(), key=lambda r: r["id"]) == [
+            {"id": 10, "name": "Ann O'Hara", "spent": Decimal("100000000.00"), "clicks": 3},
+            {"id": 11, "name": None, "spent": None, "clicks": 0},
+        ]
+        # a table the catalog does not have is named when the run reads it
+        spark.sql("DROP TABLE raw_ecom.customers")
+        gone = rivc(root, "run")
+        assert gone.exit_code == 1
+        assert "Spark's catalog has no table raw_ecom.customers" in gone.output
+    finally:
+        spark.sql("DROP TABLE IF EXISTS raw_ecom.customers")
+        spark.sql("DROP DATABASE IF EXISTS raw_ecom")

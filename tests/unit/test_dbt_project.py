@@ -126,9 +126,8 @@ def test_a_seed_config_of_a_folder_is_checked(make_project):
 def test_dbt_resources_rivc_does_not_run_are_read_with_one_note_each(make_project):
     props = """
 version: 2
-sources:
-  - name: ecom
-    tables: [{name: raw_orders}]
+groups:
+  - name: finance
 exposures:
   - name: dashboard
 semantic_models:
@@ -141,14 +140,130 @@ semantic_models:
         (f.location.line, f.error.message) for f in compiled.warnings if f.rule == "RV012"
     )
     assert notes == [
-        (
-            4,
-            "dbt source ecom.raw_orders: not read; rivc reads a dbt source table from the seed "
-            "of the same name ('raw_orders'), else declare it in sources/*.yml",
-        ),
-        (5, "exposures: exposures are documentation only"),
-        (7, "semantic_models: the semantic layer is not run"),
+        (2, "groups: groups (access control between models) are not enforced"),
+        (4, "exposures: exposures are documentation only"),
+        (6, "semantic_models: the semantic layer is not run"),
     ]
+
+
+DBT_SOURCES = """
+version: 2
+sources:
+  - name: ecom
+    schema: raw
+    loaded_at_field: loaded_at
+    freshness: {warn_after: {count: 12, period: hour}}
+    tables:
+      - name: orders
+        columns:
+          - name: id
+            data_type: integer
+            data_tests: [unique, not_null]
+          - name: note
+            data_type: varchar(20)
+      - name: events
+        identifier: web_events
+        columns:
+          - {name: kind, description: only some columns are listed}
+      - name: lake
+        external: {location: lake/orders}
+        data_tests:
+          - dbt_utils.expression_is_true: {expression: "id > 0"}
+  - name: files
+    database: main
+    tables:
+      - name: clicks
+        external: {location: landing/clicks, file_format: parquet}
+"""
+
+
+def test_dbt_sources_are_tables_read_in_place(make_project):
+    model = (
+        "select o.id, o.note, e.kind, l.id as lake_id, c.url\n"
+        "from {{ source('ecom', 'orders') }} o\n"
+        "join {{ source('ecom', 'events') }} e on e.id = o.id\n"
+        "join {{ source('ecom', 'lake') }} l on l.id = o.id\n"
+        "join {{ source('files', 'clicks') }} c on c.id = o.id\n"
+    )
+    root = dbt_project(
+        make_project,
+        {"transform/staging/sources.yml": DBT_SOURCES, "transform/marts/uses.sql": model},
+    )
+    (root / "macros").mkdir(exist_ok=True)
+    (root / "macros" / "expression_is_true.sql").write_text(
+        "{% test expression_is_true(model, expression) %}\n"
+        "select * from {{ model }} where not ({{ expression }})\n{% endtest %}\n"
+    )
+    text = (root / "transform/staging/sources.yml").read_text()
+    (root / "transform/staging/sources.yml").write_text(text.replace("dbt_utils.", ""))
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    assert not [f for f in compiled.warnings if f.rule == "RV012"]
+    nodes = compiled.graph.nodes
+    facts = {
+        n: nodes[f"source:{n}"].facts
+        for n in ("ecom.orders", "ecom.events", "ecom.lake", "files.clicks")
+    }
+    assert {n: (f.connector, f.table["config"]) for n, f in facts.items()} == {
+        "ecom.orders": ("table", {"name": "raw.orders"}),
+        "ecom.events": ("table", {"name": "raw.web_events"}),
+        "ecom.lake": ("delta", {"table_uri": "lake/orders"}),
+        "files.clicks": ("files", {"path": "landing/clicks", "format": "parquet"}),
+    }
+    # every column typed: known at compile, in Spark's types; a partial list: unknown
+    assert nodes["source:ecom.orders"].columns == {"id": "int", "note": "string"}
+    assert nodes["source:ecom.events"].columns is None
+    assert facts["ecom.orders"].freshness == {
+        "loaded_at_field": "loaded_at",
+        "freshness": {"warn_after": {"count": 12, "period": "hour"}},
+    }
+    uses = nodes["model:uses"]
+    assert sorted(uses.depends_on) == [
+        "source:ecom.events",
+        "source:ecom.lake",
+        "source:ecom.orders",
+        "source:files.clicks",
+    ]
+    tests = {n.name: n for n in nodes.values() if n.kind == "test"}
+    assert {
+        "source_unique_ecom_orders_id",
+        "source_not_null_ecom_orders_id",
+        "source_expression_is_true_ecom_lake",
+    } <= set(tests)
+    assert tests["source_unique_ecom_orders_id"].depends_on == ["source:ecom.orders"]
+    assert "`ecom__orders`" in (tests["source_not_null_ecom_orders_id"].sql or "")
+
+
+def test_a_dbt_source_column_a_model_misspells_is_caught_when_its_columns_are_typed(make_project):
+    model = "select o.idd from {{ source('ecom', 'orders') }} o\n"
+    root = dbt_project(
+        make_project,
+        {
+            "transform/staging/sources.yml": DBT_SOURCES.split("      - name: lake")[0],
+            "transform/marts/uses.sql": model,
+        },
+    )
+    compiled = analyze_dir(root)
+    assert [f.error.message for f in compiled.errors] == [
+        "unknown column 'idd', did you mean 'id'?"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("external", "said"),
+    [
+        ("{file_format: delta}", "dbt source ecom.orders: external needs location:"),
+        ("{location: x, file_format: orc}", "file_format 'orc' is not read"),
+    ],
+)
+def test_a_dbt_source_rivc_cannot_read_is_refused_at_its_line(make_project, external, said):
+    props = f"version: 2\nsources:\n  - name: ecom\n    tables:\n      - name: orders\n        external: {external}\n"
+    root = dbt_project(make_project, {"transform/staging/sources.yml": props})
+    with pytest.raises(CompileFailed, match=said) as caught:
+        analyze_dir(root)
+    (error,) = caught.value.errors
+    assert error.location is not None
+    assert (str(error.location.path), error.location.line) == ("transform/staging/sources.yml", 6)
 
 
 def test_a_dbt_source_loaded_by_a_seed_reads_the_seed(make_project):
