@@ -67,6 +67,7 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
         redact({k: _jsonable(v) for k, v in compiled.params.items()}),
         tuple(compiled.selected),
         nodes,
+        hooks=compiled.hooks,
     )
     files["manifest.json"] = manifest.dumps()
     files["graph.json"] = (

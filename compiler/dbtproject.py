@@ -43,8 +43,6 @@ IGNORED = frozenset(
         "exposures",
         "analyses",
         "unit_tests",
-        "on-run-start",
-        "on-run-end",
     }
 )
 PATHS = {
@@ -75,6 +73,8 @@ def dbt_project_spec(doc: YamlDoc, env: Mapping[str, str]) -> ProjectSpec:
             spec["dispatch"] = value or []
         elif key == "clean-targets":
             spec["clean_targets"] = value or []
+        elif key in ("on-run-start", "on-run-end"):
+            spec[key.replace("-", "_")] = value
         elif key == "packages-install-path":
             spec.setdefault("paths", {})["packages"] = str(value).rstrip("/")
         elif key not in IGNORED:
@@ -82,7 +82,8 @@ def dbt_project_spec(doc: YamlDoc, env: Mapping[str, str]) -> ProjectSpec:
 
             known = [*PATHS, "name", "profile", "version", "vars", "models", "seeds", "snapshots"]
             known += ["dispatch"]
-            known += ["packages-install-path", "clean-targets", *IGNORED]
+            known += ["packages-install-path", "clean-targets", "on-run-start", "on-run-end"]
+            known += IGNORED
             raise ProjectError(
                 f"unknown key {key!r} in {DBT_PROJECT_FILE}{did_you_mean(str(key), known)}",
                 doc.location((key,)),

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from . import rules
-from .errors import CompileFailed, GraphError, SourceLocation
+from .errors import CompileFailed, GraphError, RivcError, SourceLocation
 from .graph import Node, ProjectGraph, node_id
+from .locate import project_file
 from .nodes.consumers import sink_inputs
 from .nodes.data_tests import test_nodes
 from .nodes.models import CompileCache, analyze_models, check_model_keys, model_node
@@ -58,6 +59,7 @@ class CompiledProject:
     params: dict[str, Any]
     env_used: dict[str, str | None]
     chosen: list[NodeId] = field(default_factory=list)  # what the selection names; topological
+    hooks: dict[str, list[str]] = field(default_factory=dict)  # on_run_start/end: rendered SQL
 
     @property
     def errors(self) -> list[Finding]:
@@ -164,11 +166,12 @@ def _analyze(
     for node in unit_test_nodes(project, ctx, renderer, nodes, findings):
         nodes[node.id] = node
     _refs_to_disabled(nodes, findings)
+    hooks = _run_hooks(project, renderer, findings)
     graph = ProjectGraph(nodes)
     sink_inputs(project, graph, findings)
     chosen = select(graph, options.select, options.exclude)
     needed = graph.with_upstream(chosen)
-    scope = {nodes[n].path.as_posix() for n in needed}
+    scope = {nodes[n].path.as_posix() for n in needed} | {project_file(project.root).as_posix()}
     scope |= {  # unit tests of the needed models, which make no node when they fail
         where.doc.path.as_posix()
         for spec, where in project.unit_tests
@@ -191,8 +194,30 @@ def _analyze(
         )
     )
     return CompiledProject(
-        project, graph, graph.order(needed), findings, params, env_used, graph.order(chosen)
+        project, graph, graph.order(needed), findings, params, env_used, graph.order(chosen), hooks
     )
+
+
+def _run_hooks(
+    project: Project, renderer: Renderer, findings: list[Finding]
+) -> dict[str, list[str]]:
+    """dbt's on-run-start and on-run-end, rendered as Spark SQL to run around a run's nodes."""
+    out: dict[str, list[str]] = {}
+    path = project_file(project.root)
+    for key in ("on_run_start", "on_run_end"):
+        rendered = []
+        for text in getattr(project.spec, key):
+            try:
+                sql = renderer.render(key, path, text, False).sql.strip().rstrip(";").strip()
+            except RivcError as exc:
+                name = key.replace("_", "-")
+                findings.append(rules.from_error(type(exc)(f"{name}: {exc.message}", exc.location)))
+                continue
+            if sql:
+                rendered.append(sql)
+        if rendered:
+            out[key] = rendered
+    return out
 
 
 def _refs_to_disabled(nodes: dict[NodeId, Node], findings: list[Finding]) -> None:

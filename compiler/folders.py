@@ -41,10 +41,6 @@ IGNORED = frozenset(
         "quote_columns",
         "full_refresh",
         "sql_header",
-        "pre-hook",
-        "post-hook",
-        "pre_hook",
-        "post_hook",
         "tblproperties",
         "clustered_by",
         "buckets",
@@ -60,9 +56,27 @@ IGNORED = frozenset(
 )
 KEYS = {
     "models": frozenset(ModelConfig.model_fields),
-    "seeds": frozenset(SeedConfig.model_fields),
+    "seeds": frozenset(SeedConfig.model_fields) | {"pre_hook", "post_hook"},  # not run on seeds
     "snapshots": frozenset(ModelConfig.model_fields),
 }
+HOOKS = ("pre_hook", "post_hook")  # dbt writes them pre-hook and post-hook in dbt_project.yml
+ADDITIVE = ("tags", *HOOKS)  # configs that add up across levels instead of replacing
+
+
+def config_key(raw: str) -> str:
+    """A config key as rivc names it: without dbt's `+`, `pre-hook` as `pre_hook`."""
+    return raw.removeprefix("+").replace("-hook", "_hook")
+
+
+def merge(out: dict[str, Any], more: Mapping[str, Any]) -> None:
+    """`more`'s configs over `out`'s: deeper levels win, tags and hooks add up."""
+    for key, value in more.items():
+        if key in ADDITIVE:
+            given = [value] if isinstance(value, str) else list(value or ())
+            have = list(out.get(key) or ())
+            out[key] = [*have, *(v for v in given if key != "tags" or v not in have)]
+        else:
+            out[key] = value
 
 
 def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
@@ -77,7 +91,7 @@ def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
         for key, value in level.items():
             name = str(key)
             if name.startswith("+"):
-                if name[1:] not in keys:
+                if config_key(name) not in keys:
                     from .errors import did_you_mean
 
                     raise ProjectError(
@@ -122,21 +136,15 @@ def _take(
     env: Mapping[str, str],
 ) -> None:
     for raw, value in level.items():
-        key = str(raw).removeprefix("+")
+        key = config_key(str(raw))
         plus = str(raw).startswith("+")
         if not plus and (key not in keys or isinstance(value, dict)):
             continue  # a folder
         if key not in keys:
             continue  # a dbt config rivc ignores
-        value = _render(value, variables, env)
-        if key == "tags":
-            given = [value] if isinstance(value, str) else list(value or ())
-            out["tags"] = [
-                *out.get("tags", []),
-                *(t for t in given if t not in out.get("tags", [])),
-            ]
-        else:
-            out[key] = value
+        if key not in HOOKS:  # a hook is rendered with its model, `{{ this }}` and all
+            value = _render(value, variables, env)
+        merge(out, {key: value})
 
 
 def _render(value: Any, variables: Mapping[str, Any], env: Mapping[str, str]) -> Any:

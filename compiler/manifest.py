@@ -257,9 +257,10 @@ class Manifest:
     selected: tuple[str, ...]
     nodes: dict[str, ManifestNode]
     schema_version: int = SCHEMA_VERSION
+    hooks: dict[str, list[str]] = field(default_factory=dict)  # on_run_start/end: Spark SQL
 
     def dumps(self) -> str:
-        data = {
+        data: dict[str, Any] = {
             "schema_version": self.schema_version,
             "rivc_version": self.rivc_version,
             "project": self.project,
@@ -268,6 +269,8 @@ class Manifest:
             "selected": list(self.selected),
             "nodes": {nid: node.to_json() for nid, node in self.nodes.items()},
         }
+        if self.hooks:
+            data["hooks"] = self.hooks
         return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
     @classmethod
@@ -287,4 +290,5 @@ class Manifest:
             tuple(data.get("selected", ())),
             {nid: ManifestNode.from_json(nid, n) for nid, n in data["nodes"].items()},
             version,
+            {k: list(v) for k, v in data.get("hooks", {}).items()},
         )

@@ -178,11 +178,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     snapshots: set[str] = set()  # models that are dbt snapshots (materialized: snapshot)
     python_models: dict[str, SqlFile] = {}  # models/**/*.py: dbt's Python models
     yaml_snapshots: dict[str, SqlFile] = {}  # snapshots: with relation: in properties YAML
-    not_run: list[ProjectError] = [
-        ProjectError(f"{key}: hooks are not run yet", project_doc.location((key,)))
-        for key in ("on-run-start", "on-run-end")
-        if isinstance(project_doc.data, dict) and project_doc.data.get(key)
-    ]
+    not_run: list[ProjectError] = []
     unit_tests: list[tuple[UnitTestSpec, Located]] = []
     dbt_sources: list[DbtTable] = []  # dbt's sources: in properties YAML
     macros: list[SqlFile] = []

@@ -46,6 +46,16 @@ def _as_tuple(value: Any) -> Any:
     return (value,) if isinstance(value, str) else value
 
 
+def _hook_list(value: Any) -> Any:
+    """dbt's hooks: one SQL text, or a list of texts and `{sql: ..., transaction: ...}`."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str | dict) else value
+    if not isinstance(items, list | tuple):
+        return value  # pydantic says what is wrong
+    return tuple(i.get("sql") if isinstance(i, dict) else i for i in items)
+
+
 # Where tables and files may live: a local path, or a URI of a store the filesystem layer
 # (rivc.adapters.util.storage) opens on the rivc process and on Spark's executors alike.
 SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "abfss", "abfs", "az")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from .aliases import connector_name
 from .errors import CompileFailed, ProjectError, RivcError, did_you_mean
 from .redact import is_secret_key
-from .specbase import Location, Name, Spec, StrList, _as_tuple, _identifier
+from .specbase import Location, Name, Spec, StrList, _as_tuple, _hook_list, _identifier
 from .transforms import Expectation, Transform
 from .yamlio import YamlDoc, YamlPath
 
@@ -41,8 +41,12 @@ class ModelConfig(Spec):
     target_schema: str | None = None  # accepted: rivc names the table by the snapshot
     target_database: str | None = None
     language: Literal["sql", "python"] = "sql"  # python: models/*.py (docs/dbt.md)
+    # dbt's hooks: Spark SQL run before and after the model is built (docs/dbt.md)
+    pre_hook: tuple[str, ...] = ()
+    post_hook: tuple[str, ...] = ()
 
     _tuple = field_validator("unique_key", "tags", "partition_by", mode="before")(_as_tuple)
+    _hooks = field_validator("pre_hook", "post_hook", mode="before")(_hook_list)
 
     @field_validator("check_cols", mode="before")
     @classmethod
@@ -128,8 +132,12 @@ class ProjectSpec(Spec):
     clean_targets: StrList = ("target",)
     # how long `rivc maintain` keeps landed batches every consumer took (docs/sources.md)
     landing_retention: str = "7d"
+    # dbt's on-run-start / on-run-end: Spark SQL run before and after a run's nodes
+    on_run_start: tuple[str, ...] = ()
+    on_run_end: tuple[str, ...] = ()
 
     _retention = field_validator("landing_retention")(_valid_duration)
+    _hooks = field_validator("on_run_start", "on_run_end", mode="before")(_hook_list)
 
     @field_validator("params")
     @classmethod

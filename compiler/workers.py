@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from . import rules
 from .errors import ProjectError, RivcError, SourceLocation, SqlError
+from .folders import HOOKS, merge
 from .params import bind
 from .render import RenderContext, Renderer, source_relation
 from .rules import Finding
@@ -100,6 +101,15 @@ class Worker:
             res.findings.append(rules.syntax(too_deep(Path(task.path))))
             return res
 
+    def _hook(self, name: str, path: Path, key: str, text: str, res: ModelResult) -> str | None:
+        """A pre- or post-hook's SQL, rendered in the model's context; None when it fails."""
+        try:
+            sql = self.renderer.render(name, path, text, False).sql.strip().rstrip(";").strip()
+        except RivcError as exc:
+            res.findings.append(rules.from_error(type(exc)(f"{key}: {exc.message}", exc.location)))
+            return None
+        return sql
+
     def _model(self, task: ModelTask) -> ModelResult:
         path = Path(task.path)
         res = ModelResult(task.name)
@@ -110,7 +120,7 @@ class Worker:
             return res
         res.refs, res.sources, res.env_used = full.refs, full.sources, dict(full.env_used)
         merged = dict(task.config)
-        merged.update({k: v for k, (v, _) in full.config.items()})
+        merge(merged, {k: v for k, (v, _) in full.config.items()})
         try:
             config = ModelConfig.model_validate(merged)
         except ValidationError as exc:
@@ -129,6 +139,12 @@ class Worker:
             mode="json",
             exclude={"language"} | (set() if config.materialized == "snapshot" else SNAPSHOT_ONLY),
         )
+        for key in HOOKS:  # rendered as the model's: `{{ this }}` is its table
+            hooks = [self._hook(task.name, path, key, text, res) for text in res.config.pop(key)]
+            if None in hooks:
+                return res
+            if hooks:
+                res.config[key] = hooks
         res.sql = self._bind(full.sql, path, res)
         if config.materialized == "incremental" and full.uses_is_incremental:
             inc = self.renderer.render(task.name, path, task.text, True)

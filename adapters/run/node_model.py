@@ -6,6 +6,7 @@ from __future__ import annotations
 from rivc.compiler.manifest import ManifestNode
 
 from ..state import NodeResult
+from .hooks import run_hooks
 from .materializations import Append, Ephemeral, Merge, Seed, Table, View
 from .runtime import Runtime
 from .snapshot import Snapshot
@@ -30,5 +31,9 @@ def materialization(node: ManifestNode) -> Materialization:
 
 
 def run_model(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
-    """A model's or a seed's node."""
-    return materialization(node).build(rt, nid, node)
+    """A model's or a seed's node, between its pre- and post-hooks (hooks.py)."""
+    run_hooks(rt, "pre_hook", node.config.get("pre_hook", ()))
+    result = materialization(node).build(rt, nid, node)
+    if result.status == "success":
+        run_hooks(rt, "post_hook", node.config.get("post_hook", ()))
+    return result

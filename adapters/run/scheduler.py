@@ -21,6 +21,7 @@ from rivc.compiler.locate import TARGET_DIR
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
 from .binding import bind
 from .execute import execute as execute_node
+from .hooks import operations
 from .plan import Plan
 from .runtime import Runtime
 from .sparkprogress import SparkProgress
@@ -151,14 +152,28 @@ def execute(
                 chosen = set(todo)
                 todo = [n for n in compiled.selected if n in chosen or plan.is_extracted(n)]
             results: list[NodeResult] = []
+            before: list[NodeResult] = []  # dbt's on-run-start and on-run-end (hooks.py)
+            after: list[NodeResult] = []
+            hooks = plan.manifest.hooks if todo else {}
             interrupted = runtime.interrupt
             try:
                 needed = compiled.graph.with_upstream(todo)  # `rivc seed`: the seeds alone
                 bind_upstream(runtime, [n for n in compiled.selected if n in needed], todo)
                 with graceful_interrupt(runtime.interrupt):
-                    results = _schedule(runtime, compiled.graph, todo, options, on_result, on_start)
+                    before = operations(runtime, "on_run_start", hooks.get("on_run_start", ()))
+                    if any(r.status == "error" for r in before):
+                        why = "on-run-start failed"
+                        results = [
+                            NodeResult(n, graph.nodes[n].kind, "skipped", message=why) for n in todo
+                        ]
+                    else:
+                        results = _schedule(
+                            runtime, compiled.graph, todo, options, on_result, on_start
+                        )
+                    after = operations(runtime, "on_run_end", hooks.get("on_run_end", ()))
             finally:
-                status = "error" if any(r.status in FAILED for r in results) else "success"
+                ended = before + results + after
+                status = "error" if any(r.status in FAILED for r in ended) else "success"
                 status = "interrupted" if interrupted.is_set() and status == "success" else status
                 state.finish_run(run_id, status if len(results) == len(todo) else "error")
     finally:
@@ -166,7 +181,7 @@ def execute(
     report = RunReport(
         run_id,
         options.command,
-        results,
+        [*before, *results, *after],
         time.perf_counter() - started,
         started_at,
         interrupted.is_set(),

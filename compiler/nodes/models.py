@@ -12,7 +12,7 @@ from ..errors import (
     SourceLocation,
     SqlError,
 )
-from ..folders import folder_config
+from ..folders import folder_config, merge
 from ..graph import Node, node_id, ref_id
 from ..project import Project
 from ..render import RenderContext
@@ -63,10 +63,11 @@ def analyze_models(
             config["materialized"] = "snapshot"
         folders = model.path.relative_to(getattr(project.spec.paths, kind)).parent.parts
         tree = getattr(project.spec, kind)
-        config.update(folder_config(tree, kind, project.name, folders, name, ctx.vars, ctx.env))
+        merge(config, folder_config(tree, kind, project.name, folders, name, ctx.vars, ctx.env))
         if name in project.properties:
-            config.update(
-                project.properties[name][0].config.model_dump(mode="json", exclude_unset=True)
+            merge(
+                config,
+                project.properties[name][0].config.model_dump(mode="json", exclude_unset=True),
             )
         task = ModelTask(name, model.path.as_posix(), model.text, config)
         keys[name] = content_hash(context_key, task.path, task.text, config)

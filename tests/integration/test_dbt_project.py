@@ -393,3 +393,59 @@ def test_dbt_sources_are_read_in_place_with_their_tests(tmp_path, make_project, 
     finally:
         spark.sql("DROP TABLE IF EXISTS raw_ecom.customers")
         spark.sql("DROP DATABASE IF EXISTS raw_ecom")
+
+
+def test_hooks_run_on_spark_around_the_run_and_each_model(tmp_path, make_project, spark):
+    """on-run-start, a model's pre- and post-hooks and on-run-end run in that order on the
+    project's Spark; a failing hook is an error naming it, and a failing on-run-start runs no
+    node."""
+    audit = tmp_path / "audit"
+    project = (
+        "name: hooks\nprofile: hooks\nconfig-version: 2\n"
+        "on-run-start:\n"
+        f"  - \"create table if not exists rivc_audit (what string, step int) using parquet location '{audit}'\"\n"
+        "on-run-end: \"insert into rivc_audit values ('end', 9)\"\n"
+        "models:\n  hooks:\n    +post-hook: \"insert into rivc_audit values ('{{ this }}', 2)\"\n"
+    )
+    model = (
+        "{{ config(materialized='table', pre_hook=\"insert into rivc_audit values ('pre', 1)\") }}\n"
+        "select 1 as n\n"
+    )
+    root = make_project({"dbt_project.yml": project, "models/m.sql": model}, base=False)
+    try:
+        built = rivc(root, "run")
+        assert built.exit_code == 0, built.output
+        rows = sorted(
+            duckdb.sql(f"select step, what from read_parquet('{audit}/*.parquet')").fetchall()
+        )
+        assert rows == [(1, "pre"), (2, "`m`"), (9, "end")]
+        results = json.loads((root / "target/run_results.json").read_text())["results"]
+        assert [r["node"] for r in results] == [
+            "operation:on-run-start.0",
+            "model:m",
+            "operation:on-run-end.0",
+        ]
+
+        (root / "models/m.sql").write_text(
+            model.replace("rivc_audit values ('pre', 1)", "no_such_table values (1)")
+        )
+        failed = rivc(root, "run")
+        assert failed.exit_code == 1
+        assert "pre-hook 1: [TABLE_OR_VIEW_NOT_FOUND]" in failed.output, failed.output
+
+        (root / "dbt_project.yml").write_text(
+            project.replace("create table if not exists", "create tablee")
+        )
+        failed = rivc(root, "run")
+        assert failed.exit_code == 1
+        statuses = {
+            r["node"]: r["status"]
+            for r in json.loads((root / "target/run_results.json").read_text())["results"]
+        }
+        assert statuses == {
+            "operation:on-run-start.0": "error",
+            "model:m": "skipped",
+            "operation:on-run-end.0": "success",
+        }
+    finally:
+        spark.sql("DROP TABLE IF EXISTS rivc_audit")

@@ -397,12 +397,43 @@ def test_a_python_models_refs_and_config_place_it_in_the_dag(make_project):
     assert compiled.graph.nodes["model:after"].depends_on == ["model:py"]
 
 
-def test_hooks_are_one_note_each_not_dropped_silently(make_project):
-    text = DBT_PROJECT + 'on-run-start: ["create schema if not exists x"]\n'
+def test_hooks_are_rendered_as_the_models_and_add_up_across_levels(make_project):
+    text = DBT_PROJECT.replace(
+        "      +schema: ignored_by_rivc\n", "      +pre-hook: \"set x.level = 'staging'\"\n"
+    )
+    text += "on-run-start:\n  - \"create database if not exists {{ var('scoped') }}_db;\"\n"
+    text += "on-run-end: \"analyze table {{ ref('m') }} compute statistics\"\n"
+    model = (
+        "{{ config(post_hook=['analyze table {{ this }} compute statistics', "
+        "{'sql': 'select 1', 'transaction': false}], pre_hook='set x.model = 1') }}\n"
+        "select 1 as n\n"
+    )
+    root = dbt_project(make_project, {"dbt_project.yml": text, "transform/marts/hooked.sql": model})
+    (root / "transform/staging/props.yml").write_text(
+        "models:\n  - name: stg_a\n    config:\n      pre_hook: set x.props = 1\n"
+    )
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    assert compiled.hooks == {
+        "on_run_start": ["create database if not exists 7_db"],
+        "on_run_end": ["analyze table `m` compute statistics"],
+    }
+    nodes = compiled.graph.nodes
+    assert nodes["model:stg_a"].config["pre_hook"] == ["set x.level = 'staging'", "set x.props = 1"]
+    assert "post_hook" not in nodes["model:stg_a"].config
+    assert "pre_hook" not in nodes["model:m"].config  # no hook: nothing in the manifest
+    hooked = nodes["model:hooked"].config
+    assert hooked["pre_hook"] == ["set x.model = 1"]
+    assert hooked["post_hook"] == ["analyze table `hooked` compute statistics", "select 1"]
+
+
+def test_a_hook_with_a_name_rivc_does_not_have_is_an_error_naming_the_hook(make_project):
+    text = DBT_PROJECT + "on-run-end: \"{{ grant_usage_to_schemas(schemas, 'reporter') }}\"\n"
     compiled = analyze_dir(dbt_project(make_project, {"dbt_project.yml": text}))
-    (note,) = [f for f in compiled.warnings if f.rule == "RV012"]
-    assert note.error.message == "on-run-start: hooks are not run yet"
-    assert note.location is not None and str(note.location.path) == "dbt_project.yml"
+    (error,) = compiled.errors
+    assert error.error.message.startswith("on-run-end: ")
+    assert "grant_usage_to_schemas" in error.error.message, error.error.message
+    assert str(error.location.path) == "dbt_project.yml"
 
 
 def test_a_yaml_snapshot_of_a_relation_is_a_snapshot(make_project):
