@@ -102,7 +102,7 @@ def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:
         ("sinks", yml),
         ("models", ("**/*.sql", "**/*.py", "**/*.yml", "**/*.yaml")),
         ("macros", ("**/*.sql",)),
-        ("tests", ("**/*.sql",)),
+        ("tests", ("**/*.sql", "**/fixtures/**/*.csv")),
         ("seeds", ("**/*.csv", "**/*.yml", "**/*.yaml")),
         ("snapshots", ("**/*.sql", "**/*.yml", "**/*.yaml")),
         ("packages", ("**/*.sql", "*/dbt_project.yml")),

@@ -109,6 +109,7 @@ class Project:
     dbt_sources: dict[str, DbtTable] = field(default_factory=dict)  # "ecom.orders" -> table
     snapshots: frozenset[str] = frozenset()  # models read from snapshots/ (dbt snapshots)
     python_models: dict[str, SqlFile] = field(default_factory=dict)  # models/**/*.py
+    fixtures: dict[str, SqlFile] = field(default_factory=dict)  # tests/fixtures/*.csv, *.sql
 
     @property
     def name(self) -> str:
@@ -183,6 +184,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     dbt_sources: list[DbtTable] = []  # dbt's sources: in properties YAML
     macros: list[SqlFile] = []
     tests: dict[str, SqlFile] = {}
+    fixtures: dict[str, SqlFile] = {}  # tests/fixtures/: unit tests' rows (dbt's fixture:)
     for rel in files:
         top = rel.parts[0]
         if (
@@ -239,6 +241,8 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                 )
             else:
                 seeds[rel.stem] = SqlFile(rel.stem, rel, text)
+        elif rel.suffix in (".csv", ".sql") and top == p.tests and "fixtures" in rel.parts[1:-1]:
+            fixtures[rel.stem] = SqlFile(rel.stem, rel, read_project_file(root, rel))
         elif rel.suffix == ".sql" and top == p.snapshots and len(rel.parts) > 1:
             for name, body in snapshot_blocks(read_project_file(root, rel)):
                 if name in models:
@@ -343,6 +347,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         {t.fqn: t for t in dbt_sources},
         frozenset(snapshots),
         python_models,
+        fixtures,
     )
 
 

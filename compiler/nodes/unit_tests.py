@@ -21,7 +21,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from .. import rules
-from ..errors import RivcError, SourceLocation, SqlError
+from ..errors import RivcError, SourceLocation, SqlError, did_you_mean
 from ..graph import Node, node_id, ref_id
 from ..project import Located, Project
 from ..property_specs import UnitRows, UnitTestSpec
@@ -88,7 +88,7 @@ def unit_test(
         relation, nid = _input(project, ctx, spec.model, given.input or "", at)
         read.discard(nid)
         columns = nodes[nid].columns if nid in nodes else None
-        sql = _rows_sql(given, columns, at)
+        sql = _rows_sql(_fixture(project, given, at), columns, at)
         standing[relation] = f"__unit_given_{i}"
         alias = exp.TableAlias(this=exp.to_identifier(standing[relation], quoted=True))
         ctes.append(exp.CTE(this=sqlglot.parse_one(sql, read="spark"), alias=alias))
@@ -111,7 +111,8 @@ def unit_test(
         with_.set("expressions", [*ctes, *with_.expressions])
     elif ctes:
         tree.set("with_", exp.With(expressions=ctes))
-    expect_rows, expect_sql = _expected(spec.expect, where.location("expect"))
+    at = where.location("expect")
+    expect_rows, expect_sql = _expected(_fixture(project, spec.expect, at), at)
     return Node(
         id=node_id("test", spec.name),
         kind="test",
@@ -150,10 +151,26 @@ def _input(
     raise SqlError(f"input: ref('m'), source('s', 't') or this, got {given!r}", at)
 
 
+def _fixture(project: Project, given: UnitRows, at: SourceLocation) -> UnitRows:
+    """Rows given by `fixture: name`: tests/fixtures/name.csv (format csv) or name.sql (sql)."""
+    if given.fixture is None:
+        return given
+    if given.format == "dict":
+        raise SqlError("fixture: needs format: csv or sql (a dict fixture is not a file)", at)
+    found = project.fixtures.get(given.fixture)
+    suffix = f".{given.format}"
+    if found is None or found.path.suffix != suffix:
+        names = [n for n, f in project.fixtures.items() if f.path.suffix == suffix]
+        raise SqlError(
+            f"fixture {given.fixture!r}: no {given.fixture}{suffix} in "
+            f"{project.spec.paths.tests}/fixtures/{did_you_mean(given.fixture, names)}",
+            at,
+        )
+    return given.model_copy(update={"rows": found.text, "fixture": None})
+
+
 def _rows_sql(given: UnitRows, columns: dict[str, str] | None, at: SourceLocation) -> str:
     """The given rows as a query: each value cast to the input's column type where known."""
-    if given.fixture is not None:
-        raise SqlError("fixture files are not read yet; give the rows inline", at)
     if given.format == "sql":
         return str(given.rows)
     rows = _dict_rows(given, at)

@@ -62,8 +62,46 @@ unit_tests:
     assert said == [
         "models/inc.yml:2:5: error: unit test half: inc reads model:stg; give its rows under "
         "given: [RV001]",
-        "models/inc.yml:9:9: error: fixture files are not read yet; give the rows inline [RV001]",
+        "models/inc.yml:9:9: error: fixture: needs format: csv or sql (a dict fixture is not a "
+        "file) [RV001]",
     ]
+
+
+def test_fixture_files_give_rows_and_a_missing_one_is_named(make_project):
+    tests = """
+unit_tests:
+  - name: from_files
+    model: inc
+    given:
+      - input: ref('stg')
+        format: csv
+        fixture: stg_rows
+    expect:
+      format: sql
+      fixture: expected_rows
+  - name: misspelt
+    model: inc
+    given:
+      - {input: ref('stg'), format: csv, fixture: stg_row}
+    expect: {rows: []}
+"""
+    root = make_project(
+        {
+            "models/inc.sql": INCREMENTAL,
+            "models/inc.yml": tests,
+            "tests/fixtures/stg_rows.csv": "order_id,total\n1,2.5\n2,\n",
+            "tests/fixtures/deeper/expected_rows.sql": "select 1 as order_id, 2.5 as total\n",
+        }
+    )
+    result = analyze_dir(root)
+    assert [str(f) for f in result.errors] == [
+        "models/inc.yml:14:10: error: fixture 'stg_row': no stg_row.csv in tests/fixtures/, did "
+        "you mean 'stg_rows'? [RV001]"
+    ]
+    node = result.graph.nodes["test:from_files"]
+    assert "SELECT CAST('1' AS BIGINT) AS `order_id`" in (node.sql or "")
+    assert node.config["expect_sql"] == "select 1 as order_id, 2.5 as total\n"
+    assert not [n for n in result.graph.nodes if "expected_rows" in n]  # not a singular test
 
 
 def test_a_model_cte_named_like_its_input_keeps_reading_the_given_rows(make_project):
