@@ -26,7 +26,7 @@ class TestConfig(Spec):
     enabled: bool = True
     tags: StrList = ()
     meta: dict[str, Any] = {}
-    store_failures: bool | None = None  # accepted; rivc prints a sample of the failing rows
+    store_failures: bool | None = None  # the failing rows kept in warehouse/dbt_test__audit/
 
     _tuple = field_validator("tags", mode="before")(_as_tuple)
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from rivc.compiler.manifest import ManifestNode
 from rivc.compiler.property_specs import failed
 
 from ..state import NodeResult
 from .runtime import Runtime
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 SAMPLE_ROWS = 5  # failing rows a test prints
 
@@ -65,13 +69,33 @@ def run_unit_test(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     )
 
 
+AUDIT = "dbt_test__audit"  # the warehouse folder of stored failures, as dbt names the schema
+
+
+def store_failures(rt: Runtime, node: ManifestNode, df: DataFrame) -> int:
+    """dbt's `store_failures`: the failing rows replace the table
+    <warehouse>/dbt_test__audit/<test>, which holds this run's failures (none when it passes).
+    Returns how many there are."""
+    from ..plane import deltatable
+    from ..util.storage import join
+
+    uri = join(rt.plan.warehouse, AUDIT, node.name)
+    written = deltatable.write_batch(
+        df, uri, rt.plan.store(uri), "replace", deltatable.arrow_schema(df)
+    )
+    return written.rows
+
+
 def run_test(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     """Pass, warn or fail by the failing rows' count, as dbt decides: an `error` test fails when
     the count meets `error_if`, else warns when it meets `warn_if`; a `warn` test only warns."""
     if node.config.get("test") == "unit":
         return run_unit_test(rt, nid, node)
     df = rt.spark.sql(rt.plan.sql(nid))
-    failures = df.count()
+    if node.config.get("store_failures"):
+        failures = store_failures(rt, node, df)
+    else:
+        failures = df.count()
     error_if = str(node.config.get("error_if", "!= 0"))
     warn_if = str(node.config.get("warn_if", "!= 0"))
     if node.severity == "error" and failed(failures, error_if):

@@ -235,6 +235,8 @@ def generic_test(
         "column": column,
         "model": tested.label,
     }
+    if spec.config.store_failures:
+        config["store_failures"] = True
     return Node(
         id=node_id("test", name),
         kind="test",
@@ -352,6 +354,7 @@ def custom_test(
             "test": kind,
             "column": column,
             "model": tested.label,
+            **({"store_failures": True} if config.store_failures else {}),
         },
         sql=sql + "\n",
         checksum=content_hash(tested.prefix + tested.label, column, kind, args),

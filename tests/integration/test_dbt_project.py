@@ -318,7 +318,9 @@ sources:
       - name: clicks
         external: {location: landing/clicks, file_format: parquet}
         data_tests:
-          - accepted_rows: {expression: "n > 0", config: {severity: warn}}
+          - accepted_rows:
+              expression: "n > 0"
+              config: {severity: warn, store_failures: true}
 """
 
 
@@ -380,6 +382,10 @@ def test_dbt_sources_are_read_in_place_with_their_tests(tmp_path, make_project, 
             "test:source_unique_ecom_orders_id": "pass",
             "test:source_accepted_rows_web_clicks": "warn",
         }
+        stored = root / "warehouse/dbt_test__audit/source_accepted_rows_web_clicks"
+        assert DeltaTable(str(stored)).to_pyarrow_table().to_pylist() == [
+            {"customer_id": 11, "n": 0}
+        ]
         spend = DeltaTable(str(root / "warehouse/spend")).to_pyarrow_table()
         assert sorted(spend.to_pylist(), key=lambda r: r["id"]) == [
             {"id": 10, "name": "Ann O'Hara", "spent": Decimal("100000000.00"), "clicks": 3},
