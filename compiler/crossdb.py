@@ -33,7 +33,8 @@ def dateadd(datepart: str, interval: Any, from_date_or_timestamp: str) -> str:
 
 
 def datediff(first_date: str, second_date: str, datepart: str) -> str:
-    return f"timestampdiff({_unit(datepart)}, {first_date}, {second_date})"
+    first, second = (f"cast({d} as timestamp)" for d in (first_date, second_date))
+    return f"timestampdiff({_unit(datepart)}, {first}, {second})"
 
 
 def last_day(date: str, datepart: str) -> str:

@@ -24,6 +24,7 @@ import yaml
 
 from . import crossdb
 from .errors import RenderError, SourceLocation
+from .relations import Column, Relation
 from .sql import quote
 
 SPARK_PREFIXES = ("spark__", "default__")  # what adapter.dispatch looks for, in order
@@ -117,8 +118,11 @@ class Adapter:
         root: str,
         namespaces: Mapping[str, dict[str, Any]],
         search_orders: Mapping[str, tuple[str, ...]],
+        columns_of: Callable[[Any], list[Column]],
+        names: frozenset[str],
     ) -> None:
         self.root, self.namespaces, self.search_orders = root, namespaces, search_orders
+        self.columns_of, self.names = columns_of, names
 
     def type(self) -> str:
         return "spark"
@@ -149,11 +153,17 @@ class Adapter:
             "(docs/dbt.md)"
         )
 
-    def get_columns_in_relation(self, relation: Any) -> Any:
-        return self._offline("get_columns_in_relation")
+    def get_columns_in_relation(self, relation: Any) -> list[Column]:
+        return self.columns_of(relation)
 
-    def get_relation(self, database: Any = None, schema: Any = None, identifier: Any = None) -> Any:
-        return self._offline("get_relation")
+    def get_relation(
+        self, database: Any = None, schema: Any = None, identifier: Any = None
+    ) -> Relation | None:
+        """A model or seed of this project by name; None for any other (it does not exist)."""
+        return Relation(str(identifier), "ref") if identifier in self.names else None
+
+    def load_relation(self, relation: Any) -> Any:
+        return relation
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         return self._offline("execute")
@@ -179,7 +189,7 @@ class Modules:
 class Flags:
     FULL_REFRESH = False
     STORE_FAILURES = False
-    WHICH = "compile"
+    WHICH = "run"  # what rivc compiles is what runs
 
 
 class Table:
@@ -187,7 +197,7 @@ class Table:
 
     def __init__(self, names: list[str], rows: list[tuple[Any, ...]]) -> None:
         self.column_names, self.rows = names, rows
-        self.columns = [_Column(name, [r[i] for r in rows]) for i, name in enumerate(names)]
+        self.columns = _Columns(_Column(name, [r[i] for r in rows]) for i, name in enumerate(names))
 
     def __getitem__(self, i: int) -> tuple[Any, ...]:
         return self.rows[i]
@@ -203,14 +213,37 @@ class _Column:
     def __init__(self, name: str, values: list[Any]) -> None:
         self.name, self._values = name, values
 
-    def values(self) -> list[Any]:
-        return self._values
+    def values(self) -> tuple[Any, ...]:
+        return tuple(self._values)
 
 
-def run_query(sql: str) -> Table:
-    """A query a macro runs while compiling (dbt_utils.get_intervals_between, date spines):
-    rivc compiles offline, so it runs only queries that read no table, in DuckDB in this
-    process (the Spark SQL translated by sqlglot). One that reads a table is an error."""
+class _Columns(list[_Column]):
+    """agate's columns: a sequence that is also a mapping by column name."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return next(c for c in self if c.name == key)
+        return super().__getitem__(key)
+
+    def keys(self) -> list[str]:
+        return [c.name for c in self]
+
+    def values(self) -> list[_Column]:
+        return list(self)
+
+    def items(self) -> list[tuple[str, _Column]]:
+        return [(c.name, c) for c in self]
+
+
+# (name, CSV path, delimiter, checksum, ((column, Spark type), ...))
+Seeds = tuple[tuple[str, str, str, str, tuple[tuple[str, str], ...]], ...]
+
+
+def run_query(sql: str, seeds: Seeds = ()) -> Table:
+    """A query a macro runs while compiling (date spines, dbt_utils.get_column_values): rivc
+    compiles offline, so it runs only queries that read no table or only seeds, in DuckDB in
+    this process (the Spark SQL translated by sqlglot; a seed read from its CSV with the types
+    rivc inferred). One that reads any other table is an error."""
     import sqlglot
     from sqlglot.errors import ParseError, TokenError
 
@@ -220,10 +253,12 @@ def run_query(sql: str) -> Table:
         raise RenderError(f"run_query: not a Spark SQL query: {str(exc).splitlines()[0]}") from None
     ctes = {c.alias_or_name for c in tree.find_all(sqlglot.exp.CTE)}
     tables = [t.name for t in tree.find_all(sqlglot.exp.Table) if t.name not in ctes]
-    if tables:
+    files = {name: (path, delimiter, types) for name, path, delimiter, _, types in seeds}
+    other = [t for t in tables if t not in files]
+    if other:
         raise RenderError(
-            f"run_query reads {tables[0]!r} while compiling; rivc compiles offline, without a "
-            "warehouse: not supported (docs/dbt.md)"
+            f"run_query reads {other[0]!r} while compiling; rivc compiles offline, without a "
+            "warehouse: only queries of seeds or of no table run (docs/dbt.md)"
         )
     try:
         import duckdb
@@ -231,6 +266,16 @@ def run_query(sql: str) -> Table:
         raise RenderError("run_query while compiling needs duckdb: pip install duckdb") from None
     try:
         with duckdb.connect(":memory:") as con:
+            for name in dict.fromkeys(tables):
+                path, delimiter, types = files[name]
+                rel = con.read_csv(path, header=True, delimiter=delimiter, all_varchar=True)
+                typed = ", ".join(
+                    f"CAST({_duck(c)} AS {_duck_type(t)}) AS {_duck(c)}" for c, t in types
+                )
+                con.register(f"__csv_{name}", rel)
+                con.execute(
+                    f"CREATE VIEW {_duck(name)} AS SELECT {typed} FROM {_duck('__csv_' + name)}"
+                )
             cursor = con.execute(tree.sql(dialect="duckdb"))
             names = [d[0] for d in cursor.description or ()]
             return Table(names, [tuple(r) for r in cursor.fetchall()])
@@ -238,11 +283,22 @@ def run_query(sql: str) -> Table:
         raise RenderError(f"run_query: {str(exc).splitlines()[0]}") from None
 
 
+def _duck(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _duck_type(spark: str) -> str:
+    from sqlglot import exp
+
+    return exp.DataType.build(spark, dialect="spark").sql(dialect="duckdb")
+
+
 class Statements:
     """`{% call statement('name', fetch_result=True) %}...{% endcall %}` and load_result."""
 
-    def __init__(self) -> None:
+    def __init__(self, seeds: Seeds) -> None:
         self.results: dict[str, dict[str, Any]] = {}
+        self.seeds = seeds
 
     def statement(
         self,
@@ -253,7 +309,7 @@ class Statements:
         caller: Callable[[], str] | None = None,
     ) -> str:
         sql = caller() if caller is not None else ""
-        table = run_query(sql)
+        table = run_query(sql, self.seeds)
         if name is not None:
             self.results[name] = {"data": table.rows, "table": table, "response": "OK"}
         return ""
@@ -266,20 +322,24 @@ def context(
     root: str,
     namespaces: Mapping[str, dict[str, Any]],
     search_orders: Mapping[str, tuple[str, ...]],
+    columns_of: Callable[[Any], list[Column]],
+    names: frozenset[str],
+    seeds: Seeds,
 ) -> dict[str, Any]:
     """What every template and macro sees besides ref/source/var/config and its own macros."""
     now = datetime.datetime.now(datetime.UTC)
-    statements = Statements()
+    statements = Statements(seeds)
     ctx: dict[str, Any] = {
         "return": return_,
-        "adapter": Adapter(root, namespaces, search_orders),
+        "adapter": (adapter := Adapter(root, namespaces, search_orders, columns_of, names)),
+        "load_relation": adapter.load_relation,
         "exceptions": Exceptions(),
         "modules": Modules(),
         "log": lambda msg, info=False: "",
         "print": lambda msg: "",
         "execute": True,
         "flags": Flags(),
-        "run_query": run_query,
+        "run_query": lambda sql: run_query(sql, seeds),
         "statement": statements.statement,
         "load_result": statements.load_result,
         "should_store_failures": lambda: False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 from collections.abc import Iterator, Mapping
@@ -144,6 +145,17 @@ def _analyze(
         for fqn in project.sources
         if (columns := nodes[node_id("source", fqn)].columns) is not None
     } | {seed.name: dict(seed.columns) for seed in seeds if seed.columns is not None}
+    seed_files = tuple(  # run_query of seeds at compile
+        (
+            s.name,
+            str(project.root / s.path),
+            str(s.config["delimiter"]),
+            s.checksum,
+            tuple((s.columns or {}).items()),
+        )
+        for s in seeds
+    )
+    ctx = dataclasses.replace(ctx, columns=sources, seeds=seed_files)
     models, types = analyze_models(project, ctx, params, sources, options.workers, cache)
     for name, res in models.items():
         if res.config and not res.config["enabled"]:
@@ -161,6 +173,7 @@ def _analyze(
             nodes[node_id("sink", name)] = sink_node(sink, project, nodes, findings)
     star_feeding_sinks(project, models, nodes, findings)
     renderer = Renderer(ctx)
+    renderer.state.known = types  # every model's columns, for tests' get_columns_in_relation
     for node in test_nodes(project, renderer, params, nodes, findings):
         nodes[node.id] = node
     for node in unit_test_nodes(project, ctx, renderer, nodes, findings):

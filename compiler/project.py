@@ -301,9 +301,12 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     SourceLocation(seed.path),
                 )
             )
+    # a dbt project's properties for a node it does not have: dbt's warning, one RV012 note;
+    # in rivc's own format, an error (most often a misspelt name)
+    unmatched = errors if project_doc.path.name == PROJECT_FILE else not_run
     for name, (_, where) in seed_properties.items():
         if name not in seeds:
-            errors.append(
+            unmatched.append(
                 ProjectError(
                     f"properties for unknown seed {name!r}{did_you_mean(name, seeds)}",
                     where.location("name"),
@@ -311,7 +314,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             )
     for name, (_, where) in properties.items():
         if name not in models and name not in python_models:
-            errors.append(
+            unmatched.append(
                 ProjectError(
                     f"properties for unknown model {name!r}{did_you_mean(name, models)}",
                     where.location("name"),

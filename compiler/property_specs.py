@@ -27,6 +27,12 @@ class TestConfig(Spec):
     tags: StrList = ()
     meta: dict[str, Any] = {}
     store_failures: bool | None = None  # the failing rows kept in warehouse/dbt_test__audit/
+    fail_calc: str = "count(*)"  # the failure count over the failing rows, as dbt computes it
+    # accepted and left alone: where dbt would store failures
+    store_failures_as: str | None = None
+    database: str | None = None
+    schema_: str | None = Field(None, alias="schema")
+    alias: str | None = None
 
     _tuple = field_validator("tags", mode="before")(_as_tuple)
 

@@ -14,10 +14,13 @@ import jinja2
 
 from . import crossdb, dbtjinja, folders
 from .errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
+from .property_specs import TestConfig
+from .relations import Column, NeedColumns, Relation
 from .specs import ModelConfig
 from .sql import quote
 
 CONFIG_KEYS = frozenset(ModelConfig.model_fields)
+TEST_CONFIG_KEYS = frozenset(f.alias or name for name, f in TestConfig.model_fields.items())
 IGNORED_CONFIG = folders.IGNORED - {"column_types"}
 
 
@@ -36,6 +39,7 @@ class Rendered:
     config: dict[str, tuple[Any, int | None]] = field(default_factory=dict)  # key -> (value, line)
     env_used: dict[str, str | None] = field(default_factory=dict)
     uses_is_incremental: bool = False
+    needs: str | None = None  # a model whose columns a macro asked for before they were known
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,9 @@ class RenderContext:
     packages: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # name -> macro files
     dispatch: tuple[tuple[str, tuple[str, ...]], ...] = ()  # dbt_project.yml's dispatch:
     source_seeds: Mapping[str, str] = field(default_factory=dict)  # dbt source -> seed
+    # relation -> columns known before models render: seeds', sources' (relations.py)
+    columns: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    seeds: dbtjinja.Seeds = ()  # seeds run_query may read at compile
 
 
 class _State:
@@ -63,6 +70,8 @@ class _State:
         self.incremental = False
         self.out = Rendered("")
         self.line: int | None = None  # set by the fast path, which has no traceback to read
+        self.testing = False  # a generic test's macro: config() takes test configs
+        self.known: Mapping[str, Mapping[str, str]] = {}  # models' columns, for a second render
 
     def ref(self, name: str, *rest: str) -> str:
         if rest:
@@ -71,7 +80,7 @@ class _State:
             raise GraphError(f"ref({name!r}): no such model{did_you_mean(name, self.ctx.models)}")
         if name not in self.out.refs:
             self.out.refs.append(name)
-        return quote(name)
+        return Relation(name, "ref")
 
     def source(self, source: str, table: str) -> str:
         fqn = f"{source}.{table}"
@@ -84,7 +93,22 @@ class _State:
             )
         if fqn not in self.out.sources:
             self.out.sources.append(fqn)
-        return quote(source_relation(source, table))
+        return Relation(source_relation(source, table), "source")
+
+    def columns_of(self, relation: Any) -> list[Column]:
+        """`adapter.get_columns_in_relation`: a seed's or source's columns, or a model's once
+        compile resolved them (a model asking first is rendered again: NeedColumns)."""
+        name = relation.name if isinstance(relation, Relation) else str(relation).strip("`")
+        found = self.ctx.columns.get(name) or self.known.get(name)
+        if found is not None:
+            return [Column(c, t) for c, t in found.items()]
+        if name in self.ctx.models and name != self.name:
+            self.out.needs = name
+            raise NeedColumns(f"adapter.get_columns_in_relation({name}): its columns are not known")
+        raise RenderError(
+            f"adapter.get_columns_in_relation({name}): its columns are not known at compile "
+            "(a source without typed columns:, a Python model, or the model itself)"
+        )
 
     def var(self, name: str, default: Any = ...) -> Any:
         if name in self.ctx.vars:
@@ -106,6 +130,14 @@ class _State:
         return default
 
     def config(self, **kwargs: Any) -> str:
+        if self.testing:  # config(fail_calc=...) in a {% test %} block
+            for key, value in kwargs.items():
+                if key not in TEST_CONFIG_KEYS:
+                    raise RenderError(
+                        f"config(): unknown test config {key!r}{did_you_mean(key, TEST_CONFIG_KEYS)}"
+                    )
+                self.out.config[key] = (value, self.line)
+            return ""
         for key, value in kwargs.items():
             if key in IGNORED_CONFIG:
                 continue  # dbt's warehouse placement (schema, alias, grants, ...): docs/dbt.md
@@ -195,7 +227,16 @@ class Renderer:
         # every package's macros by name: the root project's, then each package's (dbtjinja.py)
         self.namespaces: dict[str, dict[str, Any]] = {ctx.project: {}}
         self.namespaces.update({name: {} for name, _ in ctx.packages})
-        self.common.update(dbtjinja.context(ctx.project, self.namespaces, dict(ctx.dispatch)))
+        self.common.update(
+            dbtjinja.context(
+                ctx.project,
+                self.namespaces,
+                dict(ctx.dispatch),
+                s.columns_of,
+                ctx.models,
+                ctx.seeds,
+            )
+        )
         # macros render as in dbt, an undefined name printing nothing (packages rely on it)
         for name, files in ((ctx.project, ctx.macros), *ctx.packages):
             env = self._environment(jinja2.Undefined)
@@ -233,9 +274,10 @@ class Renderer:
         reads test arguments."""
         s = self.state
         s.name, s.incremental, s.out, s.line = name, False, Rendered(""), None
+        s.testing = True
         try:
-            given = {
-                k: self.env.from_string("{{ " + v + " }}").render()
+            given = {  # `ref('m')` as an argument is that Relation
+                k: self.env.compile_expression(v.strip())()
                 if isinstance(v, str) and _RELATION_ARG.match(v)
                 else v
                 for k, v in kwargs.items()
@@ -243,6 +285,8 @@ class Renderer:
             s.out.sql = str(macro(**given))
         except jinja2.TemplateError as exc:
             raise RenderError(str(exc)) from exc
+        finally:
+            s.testing = False
         return s.out
 
     def render(self, name: str, path: Path, text: str, incremental: bool = False) -> Rendered:

@@ -21,6 +21,7 @@ from . import rules
 from .errors import ProjectError, RivcError, SourceLocation, SqlError
 from .folders import HOOKS, merge
 from .params import bind
+from .relations import NeedColumns
 from .render import RenderContext, Renderer, source_relation
 from .rules import Finding
 from .specs import SNAPSHOT_ONLY, ModelConfig
@@ -42,6 +43,9 @@ class ModelTask:
     path: str
     text: str
     config: dict[str, Any]  # project defaults and properties YAML, explicitly set keys only
+    # columns of the models its macros asked for (adapter.get_columns_in_relation): a second
+    # render, once compile resolved them (compiler/nodes/models.py)
+    known: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,6 +63,7 @@ class ModelResult:
     star: tuple[int, int] | None = None  # position of a * in the output list
     columns: list[str] | None = None  # output names when readable without a schema
     parsed: bool = False
+    needs: str | None = None  # a model whose columns it asked for: rendered again after it
 
     @property
     def relations(self) -> list[str]:
@@ -113,8 +118,13 @@ class Worker:
     def _model(self, task: ModelTask) -> ModelResult:
         path = Path(task.path)
         res = ModelResult(task.name)
+        self.renderer.state.known = task.known
         try:
             full = self.renderer.render(task.name, path, task.text, False)
+        except NeedColumns:
+            res.needs = self.renderer.state.out.needs
+            res.refs = list(self.renderer.state.out.refs)
+            return res
         except RivcError as exc:
             res.findings.append(rules.from_error(exc))
             return res

@@ -92,9 +92,12 @@ def run_test(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     if node.config.get("test") == "unit":
         return run_unit_test(rt, nid, node)
     df = rt.spark.sql(rt.plan.sql(nid))
-    if node.config.get("store_failures"):
-        failures = store_failures(rt, node, df)
-    else:
+    failures = store_failures(rt, node, df) if node.config.get("store_failures") else None
+    fail_calc = node.config.get("fail_calc")
+    if fail_calc:  # dbt's fail_calc: the failure count computed over the failing rows
+        df.createOrReplaceTempView("__rivc_failing")
+        failures = int(rt.spark.sql(f"SELECT {fail_calc} FROM __rivc_failing").first()[0] or 0)
+    elif failures is None:
         failures = df.count()
     error_if = str(node.config.get("error_if", "!= 0"))
     warn_if = str(node.config.get("warn_if", "!= 0"))

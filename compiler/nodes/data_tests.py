@@ -20,7 +20,8 @@ from ..graph import Node, node_id, ref_id
 from ..params import bind
 from ..project import Located, Project
 from ..property_specs import GENERIC_TESTS, DbtSourceTable, ModelProps, SeedProps
-from ..render import Renderer
+from ..relations import Relation
+from ..render import TEST_CONFIG_KEYS, Renderer
 from ..rules import Finding
 from ..specs import NodeId
 from ..sql import literal, quote
@@ -156,6 +157,11 @@ def generic_test(
         raise RenderError(f"a test is a name or a mapping with one key, got {sorted(test)}", loc)
     given_name = args.pop("name", None)  # dbt's custom name of one test
     args.pop("description", None)
+    config = dict(args.pop("config", None) or {})
+    for key in [k for k in args if k in TEST_CONFIG_KEYS]:  # configs written as arguments
+        config.setdefault(key, args.pop(key))
+    if config:
+        args["config"] = config
     cls = GENERIC_TESTS.get(kind)
     if cls is None:
         macro = renderer.macro(_macro_name(kind))
@@ -237,6 +243,8 @@ def generic_test(
     }
     if spec.config.store_failures:
         config["store_failures"] = True
+    if spec.config.fail_calc != "count(*)":
+        config["fail_calc"] = spec.config.fail_calc
     return Node(
         id=node_id("test", name),
         kind="test",
@@ -309,20 +317,12 @@ def custom_test(
 ) -> Node:
     """A generic test from a `{% test %}` block (the project's or a package's): its macro
     renders the failing rows' query, as dbt runs it."""
-    from pydantic import ValidationError
-
-    from ..property_specs import TestConfig
-
-    try:
-        config = TestConfig.model_validate(args.pop("config", None) or {})
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        raise RenderError(
-            f"test {kind}: config.{'.'.join(map(str, err['loc']))}: {err['msg']}", loc
-        ) from None
-    rel = quote(tested.relation)
+    given_config = args.pop("config", None) or {}
+    config = _test_config(kind, given_config, loc)
+    rel = Relation(tested.relation, "ref")
     if config.where:
-        rel = f"(SELECT * FROM {rel} WHERE {parse_condition(config.where, loc)}) AS {rel}"
+        where = parse_condition(config.where, loc)
+        rel = Relation(tested.relation, "ref", f"(SELECT * FROM {rel} WHERE {where}) AS {rel}")
     kwargs = {**args, "model": rel}
     if column is not None:
         kwargs["column_name"] = column
@@ -333,6 +333,9 @@ def custom_test(
         raise RenderError(f"test {kind}: {exc}", loc) from None
     except RivcError as exc:
         raise type(exc)(f"test {kind}: {exc.message}", loc) from None
+    if rendered.config:  # config() in the test's macro: under the YAML's
+        macro_config = {k: v for k, (v, _) in rendered.config.items()}
+        config = _test_config(kind, {**macro_config, **given_config}, loc)
     sql = rendered.sql.strip()
     parse_query(sql, loc.path, "spark", "a test")
     if config.limit is not None:
@@ -355,11 +358,26 @@ def custom_test(
             "column": column,
             "model": tested.label,
             **({"store_failures": True} if config.store_failures else {}),
+            **({"fail_calc": config.fail_calc} if config.fail_calc != "count(*)" else {}),
         },
         sql=sql + "\n",
         checksum=content_hash(tested.prefix + tested.label, column, kind, args),
         line=loc.line,
     )
+
+
+def _test_config(kind: str, given: dict[str, Any], loc: SourceLocation) -> Any:
+    from pydantic import ValidationError
+
+    from ..property_specs import TestConfig
+
+    try:
+        return TestConfig.model_validate(given)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise RenderError(
+            f"test {kind}: config.{'.'.join(map(str, err['loc']))}: {err['msg']}", loc
+        ) from None
 
 
 def _seeds(nodes: dict[NodeId, Node]) -> set[str]:

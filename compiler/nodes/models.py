@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import rules
 from ..errors import (
+    RenderError,
     SourceLocation,
     SqlError,
 )
@@ -50,6 +51,8 @@ def analyze_models(
         ctx.packages,
         ctx.dispatch,
         sorted(ctx.source_seeds.items()),
+        sorted(ctx.columns.items()),
+        ctx.seeds,
         params,
         ctx.target,
         VERSION,
@@ -88,7 +91,8 @@ def analyze_models(
                 results[res.name] = res
         for t in tasks:
             cache.models[keys[t.name]] = _fresh(results[t.name])
-        known = resolve_model_columns(project, sources, results, pool, owner, cache)
+        again = Rerender({t.name: t for t in tasks}, ctx, params, pool)
+        known = resolve_model_columns(project, sources, results, again, owner, cache)
     finally:
         if pool is not None:
             pool.close()
@@ -106,28 +110,66 @@ def _fresh(result: ModelResult) -> ModelResult:
     )
 
 
+@dataclass
+class Rerender:
+    """What a second render of a model needs: its task, the compile's context and workers."""
+
+    tasks: dict[str, ModelTask]
+    ctx: RenderContext
+    params: dict[str, Any]
+    pool: Pool | None
+    given: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+
+    def run(self, names: list[str], owner: dict[str, int]) -> list[ModelResult]:
+        """Render `names` again, each with the columns of the models it asked for."""
+        todo = [dataclasses.replace(self.tasks[n], known=dict(self.given[n])) for n in names]
+        return self.workers().run("models", todo, owner)
+
+    def workers(self) -> Pool:
+        if self.pool is None:  # every model came from the cache: one worker, this process
+            self.pool = Pool(self.ctx, self.params, 1)
+        return self.pool
+
+
 def resolve_model_columns(
     project: Project,
     sources: dict[str, dict[str, str]],
     results: dict[str, ModelResult],
-    pool: Pool | None,
+    again: Rerender,
     owner: dict[str, int],
     cache: CompileCache,
 ) -> dict[str, dict[str, str]]:
     """Qualify models in waves: a model is checked once every relation it reads has known columns.
+    A model whose macros asked for a model's columns (dbt_utils.star) is rendered again once
+    they are known.
 
     Returns the columns (name -> Spark type, UNKNOWN when not declared) of every relation known.
     """
     known = dict(sources)
     pending = {n for n, r in results.items() if r.parsed and r.sql is not None}
-    while pending:
+    waiting = {n for n, r in results.items() if r.needs}
+    while pending or waiting:
+        ready_again = sorted(n for n in waiting if results[n].needs in known)
+        if ready_again:
+            for n in ready_again:
+                waiting.discard(n)
+                needs = results[n].needs
+                assert needs is not None
+                again.given.setdefault(n, {})[needs] = known[needs]
+            for res in again.run(ready_again, owner):
+                results[res.name] = res
+                if res.needs:
+                    waiting.add(res.name)
+                elif res.parsed and res.sql is not None:
+                    pending.add(res.name)
+            continue
         ready = sorted(
             n for n in pending if all(rel in known and rel != n for rel in results[n].relations)
         )
         if not ready:
             promoted = [n for n in pending if results[n].columns is not None]
             if not promoted:
-                break
+                break  # a model waiting on one of these is told below
             for n in promoted:
                 known[n] = {c: "UNKNOWN" for c in results[n].columns or ()}
                 pending.discard(n)
@@ -149,9 +191,7 @@ def resolve_model_columns(
                 )
                 done[n] = None
         if tasks:
-            if pool is None:
-                pool = Pool(RenderContext(frozenset(), frozenset(), {}, {}, ()), {}, 1)
-            for task, col in zip(tasks, pool.run("columns", tasks, owner), strict=True):
+            for task, col in zip(tasks, again.workers().run("columns", tasks, owner), strict=True):
                 done[task.name] = col
                 cache.columns[content_hash(task.sql, task.sql_incremental, task.schema)] = col
         for n in ready:
@@ -165,6 +205,16 @@ def resolve_model_columns(
             elif (names := results[n].columns) is not None:  # its own error found: its select
                 known[n] = {c: "UNKNOWN" for c in names}  # list still checks what reads it
             pending.discard(n)
+    for n in sorted(waiting):
+        results[n].findings.append(
+            rules.render(
+                RenderError(
+                    f"adapter.get_columns_in_relation({results[n].needs}): its columns are not "
+                    "known at compile (it reads a relation whose columns are not declared)",
+                    SourceLocation(project.models[n].path),
+                )
+            )
+        )
     return known
 
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from .. import rules
 from ..errors import ProjectError, RivcError, SourceLocation, SqlError
-from ..folders import folder_config
+from ..folders import HOOKS, folder_config
 from ..graph import Node, node_id
 from ..project import Project, SqlFile
 from ..property_specs import SeedConfig
@@ -47,6 +47,8 @@ def seed_config(
     folders = seed.path.relative_to(project.spec.paths.seeds).parent.parts
     tree = project.spec.seeds
     given = folder_config(tree, "seeds", project.name, folders, seed.name, variables, env)
+    for hook in HOOKS:  # accepted and not run on seeds (docs/dbt.md)
+        given.pop(hook, None)
     props = project.seed_properties.get(seed.name)
     if props:
         given.update(props[0].config.model_dump(mode="json", exclude_unset=True))
