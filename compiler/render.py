@@ -73,7 +73,7 @@ class _State:
         self.testing = False  # a generic test's macro: config() takes test configs
         self.known: Mapping[str, Mapping[str, str]] = {}  # models' columns, for a second render
 
-    def ref(self, name: str, *rest: str) -> str:
+    def ref(self, name: str, *rest: str) -> Relation:
         if rest:
             raise RenderError(f"ref() takes one model name, got {(name, *rest)!r}")
         if name not in self.ctx.models:
@@ -82,7 +82,7 @@ class _State:
             self.out.refs.append(name)
         return Relation(name, "ref")
 
-    def source(self, source: str, table: str) -> str:
+    def source(self, source: str, table: str) -> Relation:
         fqn = f"{source}.{table}"
         if fqn not in self.ctx.sources and fqn in self.ctx.source_seeds:
             return self.ref(self.ctx.source_seeds[fqn])  # a dbt source loaded by a seed

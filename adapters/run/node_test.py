@@ -95,8 +95,9 @@ def run_test(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     failures = store_failures(rt, node, df) if node.config.get("store_failures") else None
     fail_calc = node.config.get("fail_calc")
     if fail_calc:  # dbt's fail_calc: the failure count computed over the failing rows
-        df.createOrReplaceTempView("__rivc_failing")
-        failures = int(rt.spark.sql(f"SELECT {fail_calc} FROM __rivc_failing").first()[0] or 0)
+        calc = f"SELECT {fail_calc} FROM (\n{rt.plan.sql(nid)}\n) AS dbt_internal_test"
+        row = rt.spark.sql(calc).first()
+        failures = int(row[0] or 0) if row is not None else 0
     elif failures is None:
         failures = df.count()
     error_if = str(node.config.get("error_if", "!= 0"))

@@ -48,6 +48,8 @@ def test_nodes(
     ]
     for name, (model_props, where) in sorted(props_of, key=lambda d: d[0]):
         model = nodes.get(node_id("model", name)) or nodes.get(node_id("seed", name))
+        if model is not None and model.kind == "model" and model.sql is None:
+            continue  # its own error is reported; its tests would only repeat it
         if model is not None:  # a disabled model's tests are disabled with it
             described.append((Tested(model.id, model.name, name), model_props, where))
     for fqn, table in sorted(project.dbt_sources.items()):
@@ -134,8 +136,28 @@ class Tested:
     label: str  # a model's name; a source table's "source_table"
     prefix: str = ""  # "source_" for a source table's tests
 
-    def name(self, kind: str, column: str | None) -> str:
-        return self.prefix + "_".join(p for p in (kind.replace(".", "_"), self.label, column) if p)
+    def name(self, kind: str, column: str | None, args: dict[str, Any]) -> str:
+        """dbt's name of a generic test: its type, the tested node, then every argument's
+        value (sorted by argument, configs left out), so that names match dbt's."""
+        namespace, _, short = kind.rpartition(".")
+        test_type = self.prefix + short
+        if namespace:
+            test_type = f"{namespace}_{test_type}"
+        given = {k: v for k, v in args.items() if k != "config"}
+        if column is not None:
+            given["column_name"] = column
+        flat: list[str] = []
+        for key in sorted(given):
+            value = given[key]
+            parts = (
+                list(value.values())
+                if isinstance(value, dict)
+                else list(value)
+                if isinstance(value, list | tuple)
+                else [value]
+            )
+            flat += [re.sub("[^0-9a-zA-Z_]+", "_", str(part)) for part in parts]
+        return f"{test_type}_{self.label}_{'__'.join(flat)}"
 
 
 def generic_test(
@@ -192,7 +214,7 @@ def generic_test(
         where = parse_condition(spec.config.where, loc)
         rel = f"(SELECT * FROM {rel} WHERE {where}) AS {rel}"
     deps = [tested.node]
-    name = tested.name(kind, column)
+    name = tested.name(kind, column, args)
     if kind == "not_null":
         sql = f"SELECT *\nFROM {rel}\nWHERE {col} IS NULL"
     elif kind == "unique":
@@ -224,9 +246,6 @@ def generic_test(
             f"SELECT child.{col}\nFROM {rel} AS child\nLEFT JOIN {parent} AS parent\n"
             f"  ON child.{col} = parent.{field_}\nWHERE child.{col} IS NOT NULL "
             f"AND parent.{field_} IS NULL"
-        )
-        name = tested.name(
-            "relationships", f"{column}__{nodes[target].name.replace('.', '_')}_{spec.field}"
         )
     if isinstance(given_name, str) and given_name:
         name = given_name
@@ -326,7 +345,7 @@ def custom_test(
     kwargs = {**args, "model": rel}
     if column is not None:
         kwargs["column_name"] = column
-    name = str(given_name) if given_name else tested.name(kind, column)
+    name = str(given_name) if given_name else tested.name(kind, column, args)
     try:
         rendered = renderer.render_macro(name, macro, kwargs)
     except TypeError as exc:  # a missing or unknown argument

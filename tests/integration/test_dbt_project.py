@@ -24,7 +24,15 @@ pytestmark = pytest.mark.integration
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_shop"
 TOOLS = Path(os.environ.get("RIVC_TOOLS", Path.home() / ".cache" / "rivc-tools"))
 DBT = TOOLS / "dbt" / "bin" / "dbt"  # scripts/test-setup.sh installs it
-TABLES = ("raw_customers", "raw_orders", "raw_payments", "customers", "orders", "payment_counts")
+TABLES = (
+    "raw_customers",
+    "raw_orders",
+    "raw_payments",
+    "customers",
+    "orders",
+    "payment_counts",
+    "orders_without_notes",
+)
 
 
 def dbt_build(tmp: Path) -> Path:
@@ -84,13 +92,26 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
     assert statuses["test:no_negative_amounts"] == "pass"
     # every test dbt ran, with dbt's outcome: where, limit, warn_if/error_if, severity, enabled
     theirs = json.loads((dbt_project / "target/run_results.json").read_text())["results"]
-    kinds = ("test.", "unit_test.")  # data tests and unit tests
-    dbt_tests = sorted(r["status"] for r in theirs if r["unique_id"].startswith(kinds))
-    assert sorted(s for n, s in statuses.items() if n.startswith("test:")) == dbt_tests
-    assert dbt_tests.count("warn") == 2 and "fail" not in dbt_tests
+    dbt_tests = {  # test.<project>.<name>.<hash>, unit_test.<project>.<model>.<name>
+        r["unique_id"].split(".")[2 if r["unique_id"].startswith("test.") else 3]: r["status"]
+        for r in theirs
+        if r["unique_id"].startswith(("test.", "unit_test."))
+    }
+    assert {
+        n.removeprefix("test:"): s for n, s in statuses.items() if n.startswith("test:")
+    } == dbt_tests
+    assert list(dbt_tests.values()).count("warn") == 3 and "fail" not in dbt_tests.values()
     failures = {r["unique_id"].split(".")[2]: r["failures"] for r in theirs if r["failures"]}
     ours = {r["node"].removeprefix("test:"): r["rows"] for r in results if r["status"] == "warn"}
-    assert ours == failures == {"mostly_completed": 4, "small_orders_only": 1}
+    assert (
+        ours
+        == failures
+        == {  # a fail_calc in the test's macro: the excess, not rows
+            "mostly_completed": 4,
+            "small_orders_only": 1,
+            "shop_utils_excess_over_orders_amount__20": 17,
+        }
+    )
 
     manifest = json.loads((root / "target/manifest.json").read_text())["nodes"]
     assert (
@@ -100,9 +121,10 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
     assert manifest["model:orders"]["config"]["materialized"] == "table"  # the project's default
     # the package's macros (dispatch, return, do) and generic tests, and the project's own
     assert "cast(amount / 100 as decimal(16, 2))" in manifest_sql(root, "model", "stg_payments")
-    assert {"shop_utils_row_count_between_orders", "shop_utils_at_most_orders_amount"} <= {
-        n.removeprefix("test:") for n in statuses
-    }
+    assert {
+        "shop_utils_row_count_between_orders_100__1",
+        "shop_utils_at_most_orders_amount__100",
+    } <= {n.removeprefix("test:") for n in statuses}
     assert statuses["test:is_positive_orders_amount"] == "pass"
     assert statuses["test:cents_become_dollars"] == "pass"  # dbt's unit tests
     assert statuses["test:big_orders_follow_the_var"] == "pass"
@@ -380,9 +402,9 @@ def test_dbt_sources_are_read_in_place_with_their_tests(tmp_path, make_project, 
             "test:source_unique_ecom_customers_id": "pass",
             "test:source_not_null_ecom_customers_id": "pass",
             "test:source_unique_ecom_orders_id": "pass",
-            "test:source_accepted_rows_web_clicks": "warn",
+            "test:source_accepted_rows_web_clicks_n_0": "warn",
         }
-        stored = root / "warehouse/dbt_test__audit/source_accepted_rows_web_clicks"
+        stored = root / "warehouse/dbt_test__audit/source_accepted_rows_web_clicks_n_0"
         assert DeltaTable(str(stored)).to_pyarrow_table().to_pylist() == [
             {"customer_id": 11, "n": 0}
         ]

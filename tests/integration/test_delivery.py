@@ -219,7 +219,7 @@ models:
     res = results(root)
     assert res["test:unique_orders_customer_id"]["status"] == "fail"
     assert "failing row" in res["test:unique_orders_customer_id"]["error"]
-    assert res["test:accepted_values_orders_status"]["status"] == "warn"
+    assert res["test:accepted_values_orders_status__paid"]["status"] == "warn"
     assert res["model:by_customer"]["status"] == "skipped"
 
 

@@ -118,7 +118,7 @@ def test_generic_tests_from_packages_and_the_project(make_project):
         },
     )
     nodes = analyze_dir(root).graph.nodes
-    assert "where total < 0" in (nodes["test:kit_at_least_stg_total"].sql or "")
+    assert "where total < 0" in (nodes["test:kit_at_least_stg_total__0"].sql or "")
     assert "where total <= 0" in (nodes["test:over_zero_stg_total"].sql or "")
     assert "test:over_zero" not in nodes  # tests/generic/ holds macros, not singular tests
 
@@ -194,3 +194,92 @@ def test_dbt_configs_that_place_tables_are_accepted_in_a_model(make_project):
     assert not compiled.errors, [str(f) for f in compiled.errors]
     assert compiled.graph.nodes["model:m"].config["materialized"] == "table"
     assert "schema" not in compiled.graph.nodes["model:m"].config
+
+
+COLUMNS_MACROS = {
+    "macros/cols.sql": """
+{% macro all_but(relation, skip) %}
+    {%- do _needs_relation(relation) -%}
+    {%- set names = [] -%}
+    {%- for col in adapter.get_columns_in_relation(relation) if col.column not in skip -%}
+        {%- do names.append(adapter.quote(col.column) ~ ' /* ' ~ col.data_type ~ ' */') -%}
+    {%- endfor -%}
+    {{ return(names | join(', ')) }}
+{% endmacro %}
+{% macro _needs_relation(obj) %}
+    {%- if not (obj is mapping and obj.get('metadata', {}).get('type', '').endswith('Relation')) -%}
+        {%- do exceptions.raise_compiler_error('not a relation: ' ~ obj) -%}
+    {%- endif -%}
+{% endmacro %}
+{% macro distinct_values(relation, column) %}
+    {%- set rows = run_query('select distinct ' ~ column ~ ' from ' ~ relation ~ ' order by 1') -%}
+    {{ return(rows.columns[0].values() | list) }}
+{% endmacro %}
+{% test same_count(model, compare_model) %}
+{{ config(fail_calc='max(diff)', severity='warn') }}
+select abs((select count(*) from {{ model }}) - (select count(*) from {{ compare_model }})) as diff
+{% endtest %}
+""",
+    "seeds/codes.csv": "code,label,rate\n1,a,1.50\n2,b,\n3,b,0.25\n",
+}
+
+
+def test_a_macro_reads_the_columns_of_seeds_sources_and_models_at_compile(make_project):
+    """dbt_utils.star's way: adapter.get_columns_in_relation answers from compile's columns,
+    a model asking for another model's is rendered once they are resolved."""
+    files = {
+        **COLUMNS_MACROS,
+        "models/wide.sql": "select s.*, c.label from {{ ref('stg') }} s join {{ ref('codes') }} c on c.code = s.order_id\n",
+        "models/narrow.sql": "select {{ all_but(ref('wide'), ['label']) }} from {{ ref('wide') }}\n",
+        "models/from_seed.sql": "select {{ all_but(ref('codes'), []) }} from {{ ref('codes') }}\n",
+        "models/from_source.sql": "select {{ all_but(source('demo', 'orders'), ['total']) }} from {{ source('demo', 'orders') }}\n",
+    }
+    compiled = analyze_dir(make_project(files))
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    nodes = compiled.graph.nodes
+    assert (nodes["model:from_seed"].sql or "").startswith(
+        "select `code` /* int */, `label` /* string */, `rate` /* decimal(3,2) */ from"
+    )
+    assert "`product` /* string */, `quantity` /* int */, `status`" in (
+        nodes["model:from_source"].sql or ""
+    )
+    narrow = nodes["model:narrow"]
+    assert (
+        "`order_id` /* bigint */, `customer_id` /* bigint */, `total` /* decimal(10,2) */ from"
+        in (narrow.sql or "")
+    )
+    assert narrow.depends_on == ["model:wide"] and narrow.columns == {
+        "order_id": "bigint",
+        "customer_id": "bigint",
+        "total": "decimal(10,2)",
+    }
+    # the same answers from the compile cache, and a model that is not a relation is refused
+    files["models/bad.sql"] = "select {{ all_but('wide', []) }} from {{ ref('wide') }}\n"
+    (error,) = analyze_dir(make_project(files)).errors
+    assert "not a relation: wide" in str(error)
+
+
+def test_a_query_of_a_seed_runs_while_compiling_and_test_configs_come_from_the_macro(make_project):
+    props = """
+        models:
+          - name: labels
+            data_tests:
+              - same_count: {compare_model: "ref('codes')"}
+              - same_count:
+                  compare_model: ref('stg')
+                  error_if: ">100"
+                  severity: error
+    """
+    files = {
+        **COLUMNS_MACROS,
+        "models/labels.sql": "{% for v in distinct_values(ref('codes'), 'label') %}select '{{ v }}' as label{% if not loop.last %} union all {% endif %}{% endfor %}\n",
+        "models/labels.yml": props,
+    }
+    compiled = analyze_dir(make_project(files))
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    nodes = compiled.graph.nodes
+    assert nodes["model:labels"].sql == "select 'a' as label union all select 'b' as label\n"
+    first, second = (n for n in nodes.values() if n.kind == "test" and "same_count" in n.name)
+    assert (first.config["fail_calc"], first.config["severity"]) == ("max(diff)", "warn")
+    assert (second.config["severity"], second.config["error_if"]) == ("error", ">100")
+    assert second.depends_on == ["model:labels", "model:stg"]

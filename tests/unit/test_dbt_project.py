@@ -228,7 +228,7 @@ def test_dbt_sources_are_tables_read_in_place(make_project):
     assert {
         "source_unique_ecom_orders_id",
         "source_not_null_ecom_orders_id",
-        "source_expression_is_true_ecom_lake",
+        "source_expression_is_true_ecom_lake_id_0",
     } <= set(tests)
     assert tests["source_unique_ecom_orders_id"].depends_on == ["source:ecom.orders"]
     assert "`ecom__orders`" in (tests["source_not_null_ecom_orders_id"].sql or "")
@@ -456,3 +456,11 @@ snapshots:
     assert node.depends_on == ["seed:codes"] and node.description == "every version of the codes"
     assert (node.sql or "").strip() == "select * from `codes`"
     assert not [f for f in compiled.warnings if "snapshots" in str(f)]  # read, not a note
+
+
+def test_properties_of_a_missing_model_are_a_note_in_a_dbt_project(make_project):
+    props = "models:\n  - name: not_here\n    description: dbt warns and goes on\n"
+    compiled = analyze_dir(dbt_project(make_project, {"transform/marts/extra.yml": props}))
+    assert not compiled.errors
+    (note,) = [f for f in compiled.warnings if "not_here" in f.error.message]
+    assert note.rule == "RV012" and note.location is not None and note.location.line == 2
