@@ -384,7 +384,7 @@ def test_dbt_sources_are_read_in_place_with_their_tests(tmp_path, make_project, 
     (root / "landing/clicks").mkdir(parents=True)
     pq.write_table(clicks, root / "landing/clicks/part-0.parquet")
     where = tmp_path / "raw_customers"
-    spark.sql("CREATE DATABASE IF NOT EXISTS raw_ecom")
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS raw_ecom LOCATION '{tmp_path / 'raw_ecom.db'}'")
     spark.sql(
         f"CREATE TABLE raw_ecom.customers (id BIGINT, name STRING) USING parquet LOCATION '{where}'"
     )
