@@ -188,6 +188,8 @@ def get_session(spec: SparkSpec, app_name: str = "rivc", log: Path | None = None
         if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
             builder = builder.master(spec.master or "local[*]")
         conf = session_conf(spec)
+        if log is not None:  # Spark's catalog (dbt sources in it) keeps its folder in .rivc/
+            conf.setdefault("spark.sql.warehouse.dir", str(log.parent / "spark-warehouse"))
         if log is not None and "PYSPARK_GATEWAY_PORT" not in os.environ:
             _launch_quiet({**conf, "spark.master": spec.master or "local[*]"}, log)
     for key, value in conf.items():

@@ -12,11 +12,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from rivc.adapters.run.spark import get_session
     from rivc.compiler.specs import SparkSpec
 
-    session = get_session(SparkSpec(master="local[2]"), app_name="rivc-tests")
+    catalog = tmp_path_factory.mktemp("spark-warehouse")  # not the checkout's spark-warehouse/
+    spec = SparkSpec(master="local[2]", conf={"spark.sql.warehouse.dir": str(catalog)})
+    session = get_session(spec, app_name="rivc-tests")
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
