@@ -325,6 +325,7 @@ def context(
     columns_of: Callable[[Any], list[Column]],
     names: frozenset[str],
     seeds: Seeds,
+    graph: Mapping[str, Any],
 ) -> dict[str, Any]:
     """What every template and macro sees besides ref/source/var/config and its own macros."""
     now = datetime.datetime.now(datetime.UTC)
@@ -353,7 +354,7 @@ def context(
         "local_md5": lambda text: hashlib.md5(str(text).encode()).hexdigest(),
         "run_started_at": now,
         "invocation_id": "rivc-compile",
-        "graph": {"nodes": {}, "sources": {}, "macros": {}},
+        "graph": dict(graph) or {"nodes": {}, "sources": {}, "macros": {}},
         "dbt": DbtNamespace(dict(namespaces.get(root, {}))),
     }
     for name, macros in namespaces.items():

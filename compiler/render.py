@@ -59,6 +59,7 @@ class RenderContext:
     # relation -> columns known before models render: seeds', sources' (relations.py)
     columns: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     seeds: dbtjinja.Seeds = ()  # seeds run_query may read at compile
+    graph: Mapping[str, Any] = field(default_factory=dict)  # dbt's `graph` (nodes/models.py)
 
 
 class _State:
@@ -235,6 +236,7 @@ class Renderer:
                 s.columns_of,
                 ctx.models,
                 ctx.seeds,
+                ctx.graph,
             )
         )
         # macros render as in dbt, an undefined name printing nothing (packages rely on it)

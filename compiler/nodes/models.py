@@ -43,21 +43,7 @@ def analyze_models(
 ) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
     """`sources`: the columns of every source relation compile knows."""
     defaults = project.spec.defaults.model_dump(mode="json", exclude_unset=True)
-    context_key = content_hash(
-        sorted(ctx.models),
-        sorted(ctx.sources),
-        ctx.vars,
-        ctx.macros,
-        ctx.packages,
-        ctx.dispatch,
-        sorted(ctx.source_seeds.items()),
-        sorted(ctx.columns.items()),
-        ctx.seeds,
-        params,
-        ctx.target,
-        VERSION,
-    )
-    tasks, keys = [], {}
+    configs: dict[str, dict[str, Any]] = {}
     for name in sorted(project.models):
         model = project.models[name]
         config = dict(defaults)
@@ -72,6 +58,26 @@ def analyze_models(
                 config,
                 project.properties[name][0].config.model_dump(mode="json", exclude_unset=True),
             )
+        configs[name] = config
+    ctx = dataclasses.replace(ctx, graph=dbt_graph(project, configs))
+    context_key = content_hash(
+        sorted(ctx.models),
+        sorted(ctx.sources),
+        ctx.vars,
+        ctx.macros,
+        ctx.packages,
+        ctx.dispatch,
+        sorted(ctx.source_seeds.items()),
+        sorted(ctx.columns.items()),
+        ctx.seeds,
+        ctx.graph,
+        params,
+        ctx.target,
+        VERSION,
+    )
+    tasks, keys = [], {}
+    for name, config in configs.items():
+        model = project.models[name]
         task = ModelTask(name, model.path.as_posix(), model.text, config)
         keys[name] = content_hash(context_key, task.path, task.text, config)
         tasks.append(task)
@@ -97,6 +103,59 @@ def analyze_models(
         if pool is not None:
             pool.close()
     return {t.name: results[t.name] for t in tasks}, known
+
+
+def dbt_graph(project: Project, configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """dbt's `graph` as compile knows it before rendering: models, snapshots and seeds with
+    their folder and properties configs (a model's own `config()` is not in it yet), and
+    sources."""
+    nodes: dict[str, Any] = {}
+    for name, config in configs.items():
+        if config.get("enabled") is False:
+            continue  # dbt keeps disabled nodes out of the graph
+        kind = "snapshot" if name in project.snapshots else "model"
+        path = project.models[name].path
+        nodes[f"{kind}.{project.name}.{name}"] = {
+            "unique_id": f"{kind}.{project.name}.{name}",
+            "resource_type": kind,
+            "name": name,
+            "alias": name,
+            "package_name": project.name,
+            "original_file_path": path.as_posix(),
+            "path": path.as_posix(),
+            "fqn": [project.name, *path.parts[1:-1], name],
+            "tags": list(config.get("tags", ())),
+            "config": {"materialized": "view", "enabled": True, **config},
+            "description": project.properties[name][0].description
+            if name in project.properties
+            else "",
+        }
+    for name, seed in sorted(project.seeds.items()):
+        nodes[f"seed.{project.name}.{name}"] = {
+            "unique_id": f"seed.{project.name}.{name}",
+            "resource_type": "seed",
+            "name": name,
+            "alias": name,
+            "package_name": project.name,
+            "original_file_path": seed.path.as_posix(),
+            "path": seed.path.as_posix(),
+            "fqn": [project.name, *seed.path.parts[1:-1], name],
+            "tags": [],
+            "config": {"materialized": "seed", "enabled": True},
+        }
+    sources = {}
+    for fqn in sorted(project.sources):
+        source, table = fqn.split(".", 1)
+        sources[f"source.{project.name}.{fqn}"] = {
+            "unique_id": f"source.{project.name}.{fqn}",
+            "resource_type": "source",
+            "source_name": source,
+            "name": table,
+            "identifier": table,
+            "package_name": project.name,
+            "fqn": [project.name, source, table],
+        }
+    return {"nodes": nodes, "sources": sources, "macros": {}}
 
 
 def _fresh(result: ModelResult) -> ModelResult:

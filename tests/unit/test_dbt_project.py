@@ -464,3 +464,26 @@ def test_properties_of_a_missing_model_are_a_note_in_a_dbt_project(make_project)
     assert not compiled.errors
     (note,) = [f for f in compiled.warnings if "not_here" in f.error.message]
     assert note.rule == "RV012" and note.location is not None and note.location.line == 2
+
+
+def test_graph_lists_the_projects_nodes_for_macros(make_project):
+    macro = """
+{% macro staging_models() %}
+    {%- set names = [] -%}
+    {%- for node in graph.nodes.values() | selectattr("resource_type", "equalto", "model") -%}
+        {%- if "staging" in node.tags -%}{%- do names.append(node.name) -%}{%- endif -%}
+    {%- endfor -%}
+    {{ return(names | sort) }}
+{% endmacro %}
+"""
+    model = (
+        "{% for name in staging_models() %}select '{{ name }}' as model"
+        "{% if not loop.last %} union all {% endif %}{% endfor %}\n"
+    )
+    root = dbt_project(
+        make_project, {"macros/graph.sql": macro, "transform/marts/listed.sql": model}
+    )
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    # stg_b is disabled: not in dbt's graph either
+    assert compiled.graph.nodes["model:listed"].sql == "select 'stg_a' as model\n"
