@@ -34,3 +34,50 @@ def sample(tmp_path: Path) -> Path:
         ignore=shutil.ignore_patterns("target", ".rivc", "output", "warehouse"),
     )
     return root
+
+
+@pytest.fixture(scope="session")
+def logical_pg() -> Iterator[int]:
+    """A PostgreSQL cluster of the tests' own with `wal_level = logical` (the machine's runs
+    with `replica`), on a free port, trusted from 127.0.0.1; stopped at the end. Its port."""
+    import os
+    import socket
+    import subprocess
+    import tempfile
+
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+    if not versions or os.geteuid() != 0:
+        pytest.skip("needs PostgreSQL's initdb and root (to run it as postgres)")
+    bin_ = versions[-1]
+    base = Path(tempfile.mkdtemp(prefix="rivc-logical-pg-", dir="/tmp"))  # postgres reaches it
+    base.chmod(0o755)
+    shutil.chown(base, "postgres")
+    data = base / "data"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(
+        [*as_pg, str(bin_ / "initdb"), "-D", str(data), "-A", "trust"],
+        check=True,
+        capture_output=True,
+    )
+    with open(data / "postgresql.conf", "a") as conf:
+        conf.write(
+            f"port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{base}'\n"
+            "wal_level = logical\nmax_replication_slots = 10\nmax_wal_senders = 10\n"
+            "fsync = off\n"
+        )
+    subprocess.run(
+        [*as_pg, str(bin_ / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "start"],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield port
+    finally:
+        subprocess.run(
+            [*as_pg, str(bin_ / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+        )
+        shutil.rmtree(base, ignore_errors=True)
