@@ -1,0 +1,153 @@
+"""A PostgreSQL logical replication slot read through SQL (docs/cdc.md): the `postgres-cdc`
+source's access to the log, with no streaming protocol.
+
+- `ensure` creates the publication and the slot when asked (the built-in `pgoutput` plugin: no
+  server extension) and refuses by name a server that cannot decode (`wal_level`).
+- `changes` peeks whole transactions past a position without consuming them:
+  `pg_logical_slot_peek_binary_changes` stops only at a commit, so a transaction is never split.
+- `advance` moves the slot's confirmed position, and only forward: the source calls it once
+  the changes up to there are committed in the tables, so the server keeps what a killed run
+  has not landed.
+- `snapshot` reads tables in one REPEATABLE READ transaction taken after the slot exists, and
+  returns which transactions it already holds (`Visibility`): the stream's copies of those are
+  skipped, so no change between the snapshot and the stream is lost or doubled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rivc.compiler.errors import ConnectorError
+
+from .pgoutput import Decoder, Transaction, lsn_int, lsn_text
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """A snapshot's `pg_current_snapshot()`: which transactions it sees."""
+
+    xmin: int
+    xmax: int
+    running: frozenset[int]  # in progress when it was taken: not in it
+
+    @classmethod
+    def parse(cls, text: str) -> Visibility:
+        xmin, xmax, running = text.split(":")
+        return cls(int(xmin), int(xmax), frozenset(int(x) for x in running.split(",") if x))
+
+    def holds(self, xid: int) -> bool:
+        """True when the snapshot saw transaction `xid` (32 bits, as pgoutput gives it)
+        committed: its changes are in the snapshot already."""
+        full = (self.xmax & ~0xFFFFFFFF) | xid  # the 64-bit id nearest the snapshot's horizon
+        if full - self.xmax > 1 << 31:
+            full -= 1 << 32
+        elif self.xmax - full > 1 << 31:
+            full += 1 << 32
+        return full < self.xmin or (full < self.xmax and full not in self.running)
+
+    def to_json(self) -> str:
+        return f"{self.xmin}:{self.xmax}:{','.join(map(str, sorted(self.running)))}"
+
+
+class LogicalSlot:
+    """One slot and its publication, over a psycopg connection in autocommit mode."""
+
+    def __init__(self, con: Any, slot: str, publication: str) -> None:
+        self.con, self.slot, self.publication = con, slot, publication
+
+    def ensure(self, tables: list[str], create_slot: bool, create_publication: bool) -> None:
+        level = self.con.execute("SHOW wal_level").fetchone()[0]
+        if level != "logical":
+            raise ConnectorError(
+                f"PostgreSQL's wal_level is {level}: change data capture needs "
+                "wal_level = logical (and a restart; docs/cdc.md)"
+            )
+        published = self.con.execute(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
+            (self.publication,),
+        ).fetchall()
+        exists = self.con.execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
+        ).fetchone()
+        missing = [t for t in tables if t not in {r[0] for r in published}]
+        if missing:
+            if not create_publication:
+                raise ConnectorError(
+                    f"publication {self.publication} does not publish {', '.join(missing)} "
+                    "(set auto_create_publication, or ALTER PUBLICATION ... ADD TABLE)"
+                )
+            names = ", ".join(_qualified(t) for t in missing)
+            verb = (
+                "ALTER PUBLICATION {} ADD TABLE {}"
+                if exists
+                else "CREATE PUBLICATION {} FOR TABLE {}"
+            )
+            self.con.execute(verb.format(_ident(self.publication), names))
+        if self.confirmed() is None:
+            if not create_slot:
+                raise ConnectorError(f"replication slot {self.slot} does not exist")
+            self.con.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,)
+            )
+
+    def confirmed(self) -> int | None:
+        """The slot's confirmed position; None when there is no slot."""
+        row = self.con.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (self.slot,),
+        ).fetchone()
+        return None if row is None or row[0] is None else lsn_int(row[0])
+
+    def changes(self, after: int, max_changes: int) -> Iterator[Transaction]:
+        """Whole transactions past `after` (an end LSN), in commit order, about `max_changes`
+        changes at most (a transaction is never cut)."""
+        rows = self.con.execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
+            "'proto_version', '1', 'publication_names', %s)",
+            (self.slot, max_changes, self.publication),
+        )
+        for txn in Decoder().feed(bytes(r[0]) for r in rows):
+            if txn.end_lsn > after:
+                yield txn
+
+    def advance(self, lsn: int) -> None:
+        """Confirm everything up to `lsn`: the server may recycle the log before it."""
+        at = self.confirmed()
+        if at is not None and lsn > at:
+            self.con.execute(
+                "SELECT pg_replication_slot_advance(%s, %s)", (self.slot, lsn_text(lsn))
+            )
+
+    def lag_bytes(self) -> int | None:
+        row = self.con.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+            "FROM pg_replication_slots WHERE slot_name = %s",
+            (self.slot,),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def drop(self) -> None:
+        if self.confirmed() is not None:
+            self.con.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+        self.con.execute(f"DROP PUBLICATION IF EXISTS {_ident(self.publication)}")
+
+
+def snapshot(con: Any, query: str) -> tuple[Visibility, list[tuple[Any, ...]]]:
+    """`query`'s rows in a REPEATABLE READ transaction, with what that snapshot sees. Taken
+    after the slot exists, every transaction is in the snapshot, in the stream, or (when
+    `Visibility.holds` it) in both."""
+    with con.transaction():
+        con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        seen = Visibility.parse(con.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
+        rows = con.execute(query).fetchall()
+    return seen, rows
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _qualified(table: str) -> str:
+    return ".".join(_ident(p) for p in table.split(".", 1))
