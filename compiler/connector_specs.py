@@ -7,6 +7,7 @@ what a valid configuration looks like, so `rivc compile` can check it without Sp
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -141,6 +142,40 @@ KAFKA_METADATA = {
 
 class RelationalConfig(Spec):
     """postgres and mysql take their settings on the table itself; `config:` stays empty."""
+
+
+class PostgresCdcConfig(Spec):
+    """postgres-cdc's settings, on the source (one slot and publication serve its tables):
+    the seed's names (docs/cdc.md). The defaults name both after the project and source."""
+
+    slot_name: str | None = Field(None, pattern=r"^[a-z0-9_]{1,63}$")
+    publication_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    auto_create_slot: bool = True
+    auto_create_publication: bool = True
+    max_changes_per_batch: int = Field(200_000, gt=0)  # a batch ends at the commit past it
+
+
+# The columns of a change, as every CDC source lands it (unwrap_cdc reads them): the kind of
+# change (r: read by the snapshot, c, u, d), the row before and after, the position of its
+# transaction's commit, an order of all changes (`sequence_by: seq`), the transaction, its time.
+CDC_ENVELOPE = ("op", "before", "after", "commit_lsn", "seq", "txid", "commit_time")
+
+
+def cdc_columns(_config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
+    """A CDC table's landed columns: the envelope around its declared columns; None (unknown
+    until run) when none are declared."""
+    if not columns:
+        return None
+    image = "struct<" + ",".join(f"{k}:{v}" for k, v in columns.items()) + ">"
+    return {
+        "op": "string",
+        "before": image,
+        "after": image,
+        "commit_lsn": "decimal(20,0)",
+        "seq": "decimal(38,0)",
+        "txid": "bigint",
+        "commit_time": "timestamp",
+    }
 
 
 # Columns each datagen pattern produces (Spark SQL types); cdc_mode wraps them in an envelope.

@@ -12,6 +12,7 @@ from .aliases import translate
 from .dbtproject import DBT_ONLY, dbt_project_spec, snapshot_blocks
 from .dbtsources import DbtTable, dbt_tables
 from .dbtypes import declared_type
+from .defs import Located, SinkDef, SourceTableDef, SqlFile
 from .errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from .folders import check_tree
 from .locate import (
@@ -41,49 +42,7 @@ from .specs import (
 )
 from .yamlio import YamlDoc, YamlPath, load_yaml
 
-
-@dataclass(frozen=True, slots=True)
-class Located:
-    """A spec with the YAML document and path it came from, to point errors at its keys."""
-
-    doc: YamlDoc
-    at: YamlPath
-
-    def location(self, *keys: str | int) -> SourceLocation:
-        return self.doc.location((*self.at, *keys))
-
-
-@dataclass(frozen=True, slots=True)
-class SourceTableDef:
-    source: SourceSpec
-    table: SourceTable
-    connector: ConnectorInfo
-    config: Spec
-    where: Located
-    freshness: dict[str, Any] | None = None  # a dbt source's loaded_at_field and freshness
-
-    @property
-    def fqn(self) -> str:
-        return f"{self.source.name}.{self.table.name}"
-
-    def known_columns(self) -> dict[str, str] | None:
-        """The columns this table produces, as far as compile knows them; None if unknown."""
-        return self.connector.columns(self.config, self.table.columns)
-
-
-@dataclass(frozen=True, slots=True)
-class SinkDef:
-    spec: SinkSpec
-    connector: ConnectorInfo
-    config: Spec
-    where: Located
-
-
-@dataclass(frozen=True, slots=True)
-class SqlFile:
-    name: str
-    path: Path  # relative to the project root
-    text: str
+__all__ = ["Located", "Project", "SinkDef", "SourceTableDef", "SqlFile", "load_project"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,7 +362,18 @@ def _add_source(
     info = connector("source", source.connector)
     if info is None:
         raise ProjectError(unknown("source", source.connector), doc.location((*at, "connector")))
-    if info.relational:
+    if source.config and not info.log:
+        raise ProjectError(
+            f"source {source.name!r}: config on a source is for change-log connectors "
+            "(postgres-cdc); a table's settings go under the table's config",
+            doc.location((*at, "config")),
+        )
+    log_config = (
+        _config(info, "source", source.connector, doc, (*at, "config"), source.config)
+        if info.log
+        else None
+    )
+    if info.relational or info.log:
         if not source.connection:
             raise ProjectError(
                 f"source {source.name!r}: connector {source.connector} needs connection",
@@ -423,7 +393,9 @@ def _add_source(
                 f"source table {source.name}.{table.name} needs table or query",
                 doc.location((*tat, "name")),
             )
-        if info.relational:  # declared types are applied at extraction (docs/types.md)
+        if info.log:
+            _check_log_table(source, table, doc, tat)
+        if info.relational or info.log:  # declared types are applied at extraction (types.md)
             for column, kind in table.columns.items():
                 try:
                     declared_type(kind)
@@ -431,7 +403,7 @@ def _add_source(
                     raise ProjectError(
                         f"columns.{column}: {exc}", doc.location((*tat, "columns", column))
                     ) from exc
-        if not info.relational:
+        if not info.relational and not info.log:
             for key in ("table", "query", "cursor_column", "chunk_column", "time_column"):
                 if getattr(table, key):
                     raise ProjectError(
@@ -439,7 +411,9 @@ def _add_source(
                         f"{source.connector} takes its settings under config",
                         doc.location((*tat, key)),
                     )
-        config = _config(info, "source", source.connector, doc, (*tat, "config"), table.config)
+        config = log_config or _config(
+            info, "source", source.connector, doc, (*tat, "config"), table.config
+        )
         if info.category == "stream" and not table.columns:
             raise ProjectError(
                 f"source table {source.name}.{table.name}: {source.connector} needs columns: "
@@ -454,6 +428,28 @@ def _add_source(
         out[fqn] = SourceTableDef(source, table, info, config, Located(doc, tat))
 
     _each(source.tables, add_table)
+
+
+def _check_log_table(source: SourceSpec, table: SourceTable, doc: YamlDoc, at: YamlPath) -> None:
+    """A change-log source's table names its database table, and nothing of the query modes."""
+    fqn = f"{source.name}.{table.name}"
+    if not table.table:
+        raise ProjectError(
+            f"source table {fqn} needs table: (schema.table in the database)",
+            doc.location((*at, "name")),
+        )
+    for key in ("query", "cursor_column", "chunk_column", "time_column", "config"):
+        if getattr(table, key):
+            raise ProjectError(
+                f"{key} is not for {source.connector}: it reads every change of its table "
+                "from the log (its settings go under the source's config)",
+                doc.location((*at, key)),
+            )
+    if table.mode != "full":
+        raise ProjectError(
+            f"mode is not for {source.connector}: it reads every change of its table from the log",
+            doc.location((*at, "mode")),
+        )
 
 
 def _add_sinks(doc: YamlDoc, out: dict[str, SinkDef]) -> None:

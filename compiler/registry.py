@@ -34,10 +34,12 @@ from .connector_specs import (
     IcebergSourceConfig,
     KafkaSourceConfig,
     MqttSourceConfig,
+    PostgresCdcConfig,
     RelationalConfig,
     SinkConfig,
     StdoutSinkConfig,
     TableSourceConfig,
+    cdc_columns,
     datagen_columns,
 )
 from .errors import did_you_mean
@@ -75,6 +77,9 @@ class ConnectorInfo:
     description: str
     runtime: str  # "module:attribute": a Sink class, or a source's read(spark, ctx) function
     relational: bool = False  # extracted through a profile connection (adapters/run/extract.py)
+    # read from the database's change log through a profile connection (adapters/run/cdc.py):
+    # its `config:` is the source's, its tables name a database table each
+    log: bool = False
     columns: Columns = declared  # a source table's columns, known at compile time
     location: Callable[[Any], str | None] = _nowhere  # a sink's path or URI (doctor, preflight)
     # what a sink stores values in, for the check of the types it can hold (dbtypes.unwritable):
@@ -116,6 +121,16 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "MySQL and MariaDB tables and queries (JDBC), source-safe modes",
             f"{_RUNTIME}.relational:read",
             relational=True,
+        ),
+        ConnectorInfo(
+            "postgres-cdc",
+            "source",
+            "database",
+            PostgresCdcConfig,
+            "PostgreSQL's change log (logical replication, pgoutput): inserts, updates, deletes",
+            f"{_RUNTIME}.pgcdc:read",
+            log=True,
+            columns=cdc_columns,
         ),
         ConnectorInfo(
             "datagen",

@@ -330,6 +330,7 @@ class SourceSpec(Spec):
     connection: str | None = None
     description: str = ""
     tuning: TuningSpec = TuningSpec()
+    config: dict[str, Any] = {}  # a change-log source's settings (one slot for its tables)
     tables: tuple[SourceTable, ...] = Field(min_length=1)
 
     _name = field_validator("name")(_identifier)

@@ -100,17 +100,24 @@ class LogicalSlot:
         ).fetchone()
         return None if row is None or row[0] is None else lsn_int(row[0])
 
-    def changes(self, after: int, max_changes: int) -> Iterator[Transaction]:
-        """Whole transactions past `after` (an end LSN), in commit order, about `max_changes`
-        changes at most (a transaction is never cut)."""
-        rows = self.con.execute(
-            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, "
-            "'proto_version', '1', 'publication_names', %s)",
-            (self.slot, max_changes, self.publication),
-        )
-        for txn in Decoder().feed(bytes(r[0]) for r in rows):
-            if txn.end_lsn > after:
-                yield txn
+    def current(self) -> int:
+        """The server's log position now: where a batch read stops."""
+        return lsn_int(self.con.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+
+    def changes(self, after: int, upto: int) -> Iterator[Transaction]:
+        """Whole transactions that commit before `upto` and end past `after` (an end LSN), in
+        commit order, streamed from the server (a named cursor: a large backlog is never held
+        whole in memory)."""
+        with self.con.transaction(), self.con.cursor(name="rivc_changes") as cur:
+            cur.itersize = 2000
+            cur.execute(
+                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+                "'proto_version', '1', 'publication_names', %s)",
+                (self.slot, lsn_text(upto), self.publication),
+            )
+            for txn in Decoder().feed(bytes(r[0]) for r in cur):
+                if txn.end_lsn > after:
+                    yield txn
 
     def advance(self, lsn: int) -> None:
         """Confirm everything up to `lsn`: the server may recycle the log before it."""

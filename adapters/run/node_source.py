@@ -5,8 +5,10 @@ to the selected nodes that read it."""
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING
 
+from rivc.compiler.connector_specs import PostgresCdcConfig
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.manifest import ManifestNode
 
@@ -19,9 +21,16 @@ from .sinkwriter import transform_source
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from .extract import Extraction
+
 
 def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     source = rt.plan.project.sources[node.name]
+    if source.connector.log:
+        done = run_log(rt, nid, node)
+        if done.result.status == "success" and done.batch is not None:
+            landed_view(rt, nid, done.batch)
+        return done.result
     if source.connector.relational:
         from ..connectors.relational import Conn
         from .extract import ExtractContext, extract
@@ -53,6 +62,42 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     df = source_df(rt, node)
     df.createOrReplaceTempView(node.relation)
     return NodeResult(nid, "source", "success", schema=rt.schema_of(nid, df))
+
+
+def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
+    """A change-log table (postgres-cdc): its changes landed, the slot moved (cdc.py)."""
+    from ..connectors.relational import Conn
+    from .cdc import CdcContext, extract_changes
+
+    source = rt.plan.project.sources[node.name]
+    spec = rt.plan.profile.connections.get(source.source.connection or "")
+    if spec is None:
+        raise ConnectorError(
+            f"source {node.name}: connection {source.source.connection!r} is not in the profile"
+        )
+    config = source.config
+    assert isinstance(config, PostgresCdcConfig)
+    name = source.source.name
+    project = rt.plan.manifest.project
+    tables = {fqn: t for fqn, t in rt.plan.project.sources.items() if t.source.name == name}
+    return extract_changes(
+        CdcContext(
+            nid=nid,
+            name=node.name,
+            table=source.table,
+            config=config,
+            conn=Conn.resolve(spec, os.environ),
+            slot=config.slot_name
+            or re.sub(r"[^a-z0-9_]", "_", f"rivc_{project}_{name}".lower())[:63],
+            publication=config.publication_name or f"rivc_{name}",
+            tables=sorted({t.table.table or "" for t in tables.values()}),
+            landing=rt.landing(nid),
+            siblings=[rt.landing(f"source:{fqn}") for fqn in sorted(tables)],
+            run_id=rt.run_id,
+            full_refresh=rt.full_refresh,
+            resume_from=rt.resume_from,
+        )
+    )
 
 
 def bind(rt: Runtime, nid: str) -> None:

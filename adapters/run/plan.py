@@ -78,9 +78,13 @@ class Plan:
         return self.manifest.nodes
 
     def is_extracted(self, nid: str) -> bool:
-        """A relational source table: run (extracted with its mode) whenever something reads it."""
+        """A relational or change-log source table: run (extracted, landed) whenever something
+        reads it."""
         node = self.nodes[nid]
-        return node.kind == "source" and self.project.sources[node.name].connector.relational
+        if node.kind != "source":
+            return False
+        connector = self.project.sources[node.name].connector
+        return connector.relational or connector.log
 
     @property
     def warehouse(self) -> str:
@@ -94,9 +98,10 @@ class Plan:
     def landing(self, nid: str) -> Landing:
         """The landing table of an extracted source table (landing.py)."""
         node = self.nodes[nid]
-        table = self.project.sources[node.name].table
+        source = self.project.sources[node.name]
+        table = source.table
         uri = landing_uri(self.warehouse, node.name)
-        role = "log" if table.mode == "incremental" else "snapshot"
+        role = "log" if table.mode == "incremental" or source.connector.log else "snapshot"
         return Landing(uri, self.store(uri), role, table.unique_key, table.cursor_column)
 
     def sql(self, nid: str, incremental: bool = False) -> str:

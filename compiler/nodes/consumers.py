@@ -31,6 +31,8 @@ def source_role(project: Project, node: Node) -> str:
     """`log` (a landed incremental table: it grows by batches), `snapshot` (a landed table of
     another mode: each batch is the whole table), `stream`, or `untracked` (read whole)."""
     table = project.sources[node.name]
+    if table.connector.log:  # every change, batch after batch
+        return "log"
     if table.connector.relational:
         return "log" if table.table.mode == "incremental" else "snapshot"
     return "stream" if getattr(table.config, "stream", False) else "untracked"

@@ -1,0 +1,20 @@
+"""The `postgres-cdc` source's reader for a table that has not landed yet (its changes are read
+and landed by adapters/run/cdc.py when it runs)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rivc.compiler.errors import ConnectorError
+
+from ..plane.base import SourceContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def read(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+    raise ConnectorError(
+        f"source {ctx.name} has landed no changes yet: run it first "
+        f"(rivc run --select source:{ctx.name})"
+    )

@@ -1,0 +1,410 @@
+"""Running a change-log source table (postgres-cdc, docs/cdc.md): its changes since the
+position its landing table holds, landed as one batch of change envelopes, then the slot moved
+up to what every table of the source holds.
+
+- The first run (and a full refresh) reads the table in a snapshot taken after the slot exists,
+  as `op = r` changes, and records which transactions the snapshot held: their changes in the
+  stream are skipped, so none is lost or doubled.
+- A batch holds every change of the table in transactions that commit before the log's position
+  when the run began; transactions are never split. Values are delivered as the `postgres`
+  source delivers them (compiler/dbtypes.py), exactly or refused by name. A TOASTed column an
+  update left alone is carried over from the row's last version (before-image, this batch, or
+  the landed history), never written as NULL.
+- One Delta commit adds the batch and records the log position it holds (`Position.cdc`).
+  Only then does the slot move, to the lowest position any table of the source holds: a run
+  killed before that reads the same transactions again and lands only what is past its table's
+  position; the slot never confirms what a table does not hold.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rivc.compiler.connector_specs import PostgresCdcConfig
+from rivc.compiler.dbtypes import Delivery
+from rivc.compiler.errors import ConnectorError
+from rivc.compiler.specs import SourceTable
+
+from ..connectors.pgcopy import CopyPlan, arrow_type, convert
+from ..connectors.pgoutput import UNCHANGED, Change, Transaction, Truncate, Value, lsn_text
+from ..connectors.pgslot import LogicalSlot, Visibility
+from ..connectors.relational import Conn, connection, deliveries, probe
+from ..state import NodeResult
+from ..util.faults import fault
+from .extract import Extraction, parquet_files
+from .landing import Landing, Position, new_batch_id
+
+SEQ = 10**9  # seq = commit LSN * SEQ + the change's place in its transaction
+ROWS_PER_FILE = 100_000
+IDLE_ADVANCE = 16 << 20  # a WAL segment
+
+
+@dataclass(frozen=True, kw_only=True)
+class CdcContext:
+    nid: str
+    name: str  # "source.table"
+    table: SourceTable
+    config: PostgresCdcConfig
+    conn: Conn
+    slot: str
+    publication: str
+    tables: list[str]  # the database tables of every table of the source
+    landing: Landing
+    siblings: list[Landing]  # the landing tables of the source's tables (this one included)
+    run_id: str
+    full_refresh: bool
+    resume_from: str | None
+
+
+@dataclass
+class _Rows:
+    """Envelopes gathered for one batch, as text images and their changes' facts."""
+
+    ops: list[str] = field(default_factory=list)
+    before: list[tuple[Value, ...] | None] = field(default_factory=list)
+    after: list[tuple[Value, ...] | None] = field(default_factory=list)
+    lsn: list[int | None] = field(default_factory=list)
+    seq: list[int] = field(default_factory=list)
+    txid: list[int | None] = field(default_factory=list)
+    time: list[Any] = field(default_factory=list)
+
+    def add(self, op: str, before: Any, after: Any, txn: Transaction | None, i: int) -> None:
+        self.ops.append(op)
+        self.before.append(before)
+        self.after.append(after)
+        self.lsn.append(None if txn is None else txn.final_lsn)
+        self.seq.append(0 if txn is None else txn.final_lsn * SEQ + i)
+        self.txid.append(None if txn is None else txn.xid)
+        self.time.append(None if txn is None else txn.commit_time)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+
+def extract_changes(ctx: CdcContext) -> Extraction:
+    landing, label = ctx.landing, f"source {ctx.name}"
+    at = landing.position()
+    if ctx.resume_from is not None and at.run == ctx.resume_from:
+        _advance(ctx)  # the killed run may have died before it moved the slot
+        message = f"batch {at.batch}, landed by the run this one resumes"
+        return Extraction(NodeResult(ctx.nid, "source", "success", message=message), at.batch)
+    held = None if ctx.full_refresh else at.cdc
+    table = ctx.table.table or ""
+    with connection(ctx.conn) as db:
+        db.execute("SET default_transaction_read_only = off")  # the slot and publication
+        slot = LogicalSlot(db, ctx.slot, ctx.publication)
+        slot.ensure(ctx.tables, ctx.config.auto_create_slot, ctx.config.auto_create_publication)
+        plan = deliveries(
+            "postgres",
+            probe(db, "postgres", f"SELECT * FROM {table}"),
+            dict(ctx.table.columns),
+            label,
+        )
+        upto = slot.current()
+        rows = _Rows()
+        if held is None:  # the first run, or a full refresh: a snapshot of the table
+            seen = _snapshot(db, table, plan, rows)
+            held = {"lsn": 0, "visibility": seen.to_json()}
+        visibility = Visibility.parse(held["visibility"])
+        after, reached = int(held["lsn"]), int(held["lsn"])
+        for txn in slot.changes(after, upto):
+            reached = max(reached, txn.end_lsn)
+            if visibility.holds(txn.xid):
+                continue  # the snapshot has its changes
+            for i, change in enumerate(txn.changes):
+                if isinstance(change, Truncate):
+                    if any(r.qualified == _qualified(table) for r in change.relations):
+                        raise ConnectorError(
+                            f"{label}: {table} was truncated at {lsn_text(txn.final_lsn)}; "
+                            "rivc does not apply a truncate to its consumers yet: take a new "
+                            f"snapshot with `rivc run --full-refresh --select source:{ctx.name}`"
+                        )
+                    continue
+                if change.relation.qualified != _qualified(table):
+                    continue
+                _check_shape(label, change, plan)
+                op = {"insert": "c", "update": "u", "delete": "d"}[change.op]
+                rows.add(op, _image(change.before, change, plan), change.after, txn, i)
+        reached = max(reached, upto)
+    fault("after-staging", ctx.name)
+    if not len(rows) and at.cdc is not None and not ctx.full_refresh:
+        # nothing of this table: a new position only once the log moved a segment past the
+        # held one (what the slot keeps stays bounded; idle runs commit nothing)
+        if reached - int(at.cdc["lsn"]) >= IDLE_ADVANCE:
+            moved = replace(at, run=ctx.run_id, cdc={**at.cdc, "lsn": reached})
+            dt = landing.table()
+            assert dt is not None  # it holds a position
+            landing.commit(at.batch or 0, [], moved, landing.schema(dt))
+        _advance(ctx)
+        message = f"no new changes (at {lsn_text(reached)})"
+        return Extraction(
+            NodeResult(ctx.nid, "source", "success", rows=0, message=message), at.batch
+        )
+    batch = new_batch_id(at.batch)
+    schema, files = _write(ctx, plan, rows, batch, label)
+    position = Position(
+        batch=batch,
+        columns=_spark_columns(plan),
+        floor=None if ctx.full_refresh else at.floor,
+        run=ctx.run_id,
+        cdc={"lsn": reached, "visibility": held["visibility"]},
+    )
+    landing.commit(batch, files, position, schema, replace=ctx.full_refresh)
+    fault("after-landing", ctx.name)
+    _advance(ctx)
+    message = f"batch {batch}: {len(rows)} changes up to {lsn_text(reached)}"
+    return Extraction(
+        NodeResult(ctx.nid, "source", "success", rows=len(rows), message=message), batch
+    )
+
+
+def _advance(ctx: CdcContext) -> None:
+    """Move the slot to the lowest log position the source's tables hold (a table that never
+    ran takes a snapshot of its own, and needs none of the log before it)."""
+    held = [p.cdc["lsn"] for p in (s.position() for s in ctx.siblings) if p.cdc]
+    if not held:
+        return
+    fault("before-slot-advance", ctx.name)
+    with connection(ctx.conn) as db:
+        db.execute("SET default_transaction_read_only = off")
+        LogicalSlot(db, ctx.slot, ctx.publication).advance(min(int(x) for x in held))
+
+
+def _qualified(table: str) -> str:
+    return table if "." in table else f"public.{table}"
+
+
+def _check_shape(label: str, change: Change, plan: list[Delivery]) -> None:
+    names = [c.name for c in change.relation.columns]
+    if names != [d.name for d in plan]:
+        raise ConnectorError(
+            f"{label}: the table's columns changed in the log ({', '.join(names)}); "
+            "schema changes in the log are not applied yet: take a new snapshot with "
+            "`rivc run --full-refresh`"
+        )
+
+
+def _image(before: tuple[Value, ...] | None, change: Change, plan: list[Delivery]) -> Any:
+    """A before-image, or for a key-only one the key with the other columns NULL."""
+    if before is None:
+        return None
+    if change.before_is_key:
+        keys = {c.name for c in change.relation.columns if c.key}
+        return tuple(v if d.name in keys else None for v, d in zip(before, plan, strict=True))
+    return before
+
+
+def _snapshot(db: Any, table: str, plan: list[Delivery], rows: _Rows) -> Visibility:
+    """Every row of `table` now, as `r` changes, in a REPEATABLE READ snapshot: what it holds."""
+    cols = ", ".join(f'"{d.name}"::text' for d in plan)
+    with db.transaction():
+        db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        seen = Visibility.parse(db.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
+        with db.cursor(name="rivc_snapshot") as cur:
+            cur.itersize = 10_000
+            cur.execute(f"SELECT {cols} FROM {table}")
+            for row in cur:
+                rows.add("r", None, tuple(row), None, 0)
+    return seen
+
+
+# ----------------------------------------------------------------------------- values
+
+_MONEY = re.compile(r"[^0-9.\-]")
+
+
+def _text(d: Delivery, db_type: str, value: str) -> str:
+    """pgoutput's text of a value as the `postgres` source selects it (dbtypes' expressions)."""
+    if db_type == "timestamptz":  # the session is in UTC: the +00 the cast drops
+        return re.sub(r"\+00(?=( BC)?$)", "", value)
+    if db_type == "money":
+        return ("-" if "-" in value else "") + _MONEY.sub("", value).replace("-", "")
+    return value
+
+
+def _column(d: Delivery, db_type: str, values: list[Any], plan: CopyPlan) -> Any:
+    """One column's delivered Arrow array from text values (None for NULL)."""
+    import pyarrow as pa
+
+    if d.spark == "boolean" and d.kind == "native":
+        return pa.array([None if v is None else v in ("t", "1") for v in values], pa.bool_())
+    if d.spark == "binary":
+        return pa.array([None if v is None else bytes.fromhex(v[2:]) for v in values], pa.binary())
+    if d.spark.startswith("array"):
+        raise ConnectorError(
+            f"{plan.label}: column {d.name} is an array: not read from the log yet"
+        )
+    texts = pa.array([None if v is None else _text(d, db_type, v) for v in values], pa.string())
+    return convert(plan, d, texts)
+
+
+def _images(
+    images: list[tuple[Value, ...] | None], plan: list[Delivery], types: list[str], cp: CopyPlan
+) -> Any:
+    """A struct array of row images (NULL where a change has none)."""
+    import pyarrow as pa
+
+    arrays = []
+    for j, d in enumerate(plan):
+        values = [None if img is None or img[j] is UNCHANGED else img[j] for img in images]
+        arrays.append(_column(d, types[j], values, cp))
+    fields = [
+        pa.field(d.name, arrow_type(d.spark) if d.spark != "binary" else pa.binary()) for d in plan
+    ]
+    mask = pa.array([img is None for img in images], pa.bool_())
+    return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
+
+
+def _write(
+    ctx: CdcContext, plan: list[Delivery], rows: _Rows, batch: int, label: str
+) -> tuple[Any, list[str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    types = [_db_type(d) for d in plan]
+    cp = CopyPlan(plan, label)
+    key_cols, rest = _fill_unchanged(ctx, rows, plan)
+    after = _images(rows.after, plan, types, cp)
+    if rest:
+        after = _from_history(ctx, after, key_cols, rest, plan, label)
+    before = _images(rows.before, plan, types, cp)
+    table = pa.table(
+        {
+            "op": pa.array(rows.ops, pa.string()),
+            "before": before,
+            "after": after,
+            "commit_lsn": pa.array(
+                [None if x is None else _dec(x) for x in rows.lsn], pa.decimal128(20, 0)
+            ),
+            "seq": pa.array([_dec(x) for x in rows.seq], pa.decimal128(38, 0)),
+            "txid": pa.array(rows.txid, pa.int64()),
+            "commit_time": pa.array(rows.time, pa.timestamp("us", tz="UTC")),
+        }
+    )
+    store = ctx.landing.store
+    out = ctx.landing.batch_dir(batch, "changes")
+    fs, path = store.filesystem(out)
+    fs.create_dir(path)
+    for i in range(0, max(len(table), 1), ROWS_PER_FILE):
+        if not len(table):
+            break
+        part = f"{out}/part-{i // ROWS_PER_FILE:05d}.parquet"
+        with fs.open_output_stream(store.filesystem(part)[1]) as sink:
+            pq.write_table(table.slice(i, ROWS_PER_FILE), sink, compression="snappy")
+    return table.schema, parquet_files([out], store)
+
+
+def _dec(value: int) -> Any:
+    from decimal import Decimal
+
+    return Decimal(value)
+
+
+def _db_type(d: Delivery) -> str:
+    return d.db_type.split("(")[0].split("[")[0].strip()
+
+
+def _fill_unchanged(
+    ctx: CdcContext, rows: _Rows, plan: list[Delivery]
+) -> tuple[list[int], dict[int, list[int]]]:
+    """Give every TOASTed value an update left alone the row's last value: its before-image's
+    (REPLICA IDENTITY FULL), or an earlier change's in this batch. Returns the key's columns
+    and the rest: change -> the columns whose last value is in the landed history
+    (`_from_history`)."""
+    if not any(a is not None and UNCHANGED in a for a in rows.after):
+        return [], {}
+    key_cols = _key_columns(ctx, plan)
+    last: dict[tuple[Value, ...], tuple[Value, ...]] = {}
+    rest: dict[int, list[int]] = {}
+    for n, (before, after) in enumerate(zip(rows.before, rows.after, strict=True)):
+        if after is None:
+            if before is not None:
+                last.pop(tuple(before[j] for j in key_cols), None)
+            continue
+        key = tuple(after[j] for j in key_cols)
+        if UNCHANGED in after:
+            full = (
+                before is not None and UNCHANGED not in before and not _key_only(before, key_cols)
+            )
+            known = before if full else last.get(key)
+            if known is None:
+                rest[n] = [j for j, v in enumerate(after) if v is UNCHANGED]
+            else:
+                after = tuple(known[j] if v is UNCHANGED else v for j, v in enumerate(after))
+                rows.after[n] = after
+        last[key] = after
+    return key_cols, rest
+
+
+def _from_history(
+    ctx: CdcContext,
+    after: Any,
+    key_cols: list[int],
+    rest: dict[int, list[int]],
+    plan: list[Delivery],
+    label: str,
+) -> Any:
+    """The after-images of `rest`'s changes with their untouched TOASTed values taken from the
+    row's newest landed version; refused by name when the history does not have it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    names = [plan[j].name for j in key_cols]
+    images = after.to_pylist()
+    wanted = {tuple(images[n][k] for k in names) for n in rest}
+    files = [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
+    newest: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
+    if files:
+        fs, _ = ctx.landing.store.filesystem(files[0])
+        data = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
+        table = data.to_table(columns=["op", "after", "seq"])
+        table = table.filter(pc.field("op") != "d")
+        for row in table.to_pylist():
+            image = row["after"]
+            key = tuple(image[k] for k in names)
+            if key in wanted and (key not in newest or row["seq"] > newest[key][0]):
+                newest[key] = (row["seq"], image)
+    for n, cols in rest.items():
+        key = tuple(images[n][k] for k in names)
+        if key not in newest:
+            raise ConnectorError(
+                f"{label}: an update of key {key} left a TOASTed column as it was, and the "
+                "row's last value was never landed; set REPLICA IDENTITY FULL on the table "
+                "(docs/cdc.md)"
+            )
+        for j in cols:
+            images[n][plan[j].name] = newest[key][1][plan[j].name]
+    return pa.array(images, after.type)
+
+
+def _key_only(image: tuple[Value, ...], key_cols: list[int]) -> bool:
+    return all(v is None for j, v in enumerate(image) if j not in key_cols)
+
+
+def _key_columns(ctx: CdcContext, plan: list[Delivery]) -> list[int]:
+    with connection(ctx.conn) as db:
+        names = {
+            r[0]
+            for r in db.execute(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+                (ctx.table.table,),
+            ).fetchall()
+        }
+    return [j for j, d in enumerate(plan) if d.name in names]
+
+
+def _spark_columns(plan: list[Delivery]) -> dict[str, str]:
+    image = "struct<" + ",".join(f"{d.name}:{d.spark}" for d in plan) + ">"
+    return {
+        "op": "string",
+        "before": image,
+        "after": image,
+        "commit_lsn": "decimal(20,0)",
+        "seq": "decimal(38,0)",
+        "txid": "bigint",
+        "commit_time": "timestamp",
+    }

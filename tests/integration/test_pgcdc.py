@@ -1,0 +1,159 @@
+"""postgres-cdc end to end, on a logical-WAL cluster of the tests' own: a snapshot, then inserts,
+updates (of a TOASTed column and around it), deletes and a large transaction, landed batch by
+batch and merged into Delta and Iceberg by unwrap_cdc; kills after landing and before the slot
+advances; the tables equal the source table key by key (read with deltalake and pyiceberg),
+and the slot never confirms past what the landing table holds."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import psycopg
+import pytest
+from deltalake import DeltaTable
+
+from rivc.adapters.connectors.pgoutput import lsn_int
+from rivc_testing import iceberg_catalog, rivc, run_rivc, write_files
+
+pytestmark = pytest.mark.integration
+
+SOURCES = """
+sources:
+  - name: pg
+    connector: postgres-cdc
+    connection: db
+    config: {slot_name: rivc_test_cdc, publication_name: rivc_test_pub}
+    tables:
+      - {name: orders, table: public.cdc_orders}
+"""
+SINKS = """
+sinks:
+  - name: lake
+    from: source:pg.orders
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
+    connector: delta
+    config: {table_uri: out/orders, mode: merge, merge_keys: [id]}
+  - name: ice
+    from: source:pg.orders
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
+    connector: iceberg
+    config: {namespace: cdc, table: orders, mode: upsert, key_fields: [id]}
+"""
+
+
+def connect(port: int) -> psycopg.Connection:
+    return psycopg.connect(
+        f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
+    )
+
+
+def source_rows(con: psycopg.Connection) -> dict[int, tuple]:
+    rows = con.execute("SELECT id, status, amount, updated, body FROM cdc_orders").fetchall()
+    return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+
+def delta_rows(root) -> dict[int, tuple]:
+    table = DeltaTable(str(root / "out/orders")).to_pyarrow_table().to_pylist()
+    return {r["id"]: (r["status"], r["amount"], r["updated"], r["body"]) for r in table}
+
+
+def iceberg_rows(root) -> dict[int, tuple]:
+    table = iceberg_catalog(root).load_table("cdc.orders").scan().to_arrow().to_pylist()
+    return {r["id"]: (r["status"], r["amount"], r["updated"], r["body"]) for r in table}
+
+
+def confirmed(con: psycopg.Connection) -> int:
+    row = con.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'rivc_test_cdc'"
+    ).fetchone()
+    return lsn_int(row[0])
+
+
+def landed_lsn(root) -> int:
+    import json
+
+    dt = DeltaTable(str(root / "warehouse/_rivc/landing/pg.orders"))
+    for entry in dt.history():
+        if entry.get("rivc"):
+            return int(json.loads(entry["rivc"])["position"]["cdc"]["lsn"])
+    raise AssertionError("no landed position")
+
+
+@pytest.fixture
+def orders(logical_pg):
+    con = connect(logical_pg)
+    con.execute("DROP TABLE IF EXISTS cdc_orders")
+    con.execute(
+        "CREATE TABLE cdc_orders (id int PRIMARY KEY, status text, amount numeric(10, 2), "
+        "updated timestamptz, body text)"
+    )
+    con.execute(
+        "INSERT INTO cdc_orders SELECT g, 'placed', g * 1.25, "
+        "timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute', 'b' || g "
+        "FROM generate_series(1, 2000) g"
+    )
+    try:
+        yield con
+    finally:
+        con.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = 'rivc_test_cdc'"
+        )
+        con.execute("DROP PUBLICATION IF EXISTS rivc_test_pub")
+        con.execute("DROP TABLE IF EXISTS cdc_orders")
+        con.close()
+
+
+def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
+    tmp_path, orders, logical_pg
+):
+    con = orders
+    root = write_files(
+        tmp_path / "proj",
+        {
+            "rivc_project.yml": "name: cdc\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
+            "sources/pg.yml": SOURCES,
+            "sinks/out.yml": SINKS,
+        },
+    )
+    first = rivc(root, "run")
+    assert first.exit_code == 0, first.output
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert len(delta_rows(root)) == 2000
+
+    big = "SELECT string_agg(md5(random()::text || g::text), '') FROM generate_series(1, 400) g"
+    con.execute(f"UPDATE cdc_orders SET body = ({big}) WHERE id = 5")
+    con.execute(
+        "UPDATE cdc_orders SET status = 'shipped', amount = 99999999.99 WHERE id = 5"
+    )  # body TOASTed, unchanged
+    con.execute(
+        "INSERT INTO cdc_orders VALUES (5001, 'new', NULL, NULL, NULL), (5002, 'x', -0.01, '9999-12-31 23:59:59.999999+00', '')"
+    )
+    con.execute("DELETE FROM cdc_orders WHERE id BETWEEN 10 AND 19")
+    with con.transaction():  # one large transaction: never split across batches
+        con.execute("UPDATE cdc_orders SET amount = amount + 1 WHERE id > 1000")
+        con.execute(
+            "INSERT INTO cdc_orders SELECT g, 'bulk', 1, now(), 'x' FROM generate_series(6000, 7999) g"
+        )
+    con.execute("UPDATE cdc_orders SET status = 'again' WHERE id = 5001")
+
+    killed = run_rivc(root, "before-slot-advance")  # landed, the slot not moved: read again
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert confirmed(con) <= landed_lsn(root)
+    again = run_rivc(root)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    want = source_rows(con)
+    assert delta_rows(root) == want == iceberg_rows(root)
+    assert want[5][0] == "shipped" and len(want[5][3]) == 12_800  # the TOASTed body carried over
+    assert want[5002][1] == Decimal("0.99")  # -0.01, then the bulk update
+    assert confirmed(con) == landed_lsn(root)
+
+    con.execute("UPDATE cdc_orders SET status = 'late' WHERE id < 100")
+    killed = run_rivc(root, "after-landing")  # landed, no sink ran
+    assert killed.returncode == -9
+    assert rivc(root, "run").exit_code == 0
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    quiet = rivc(root, "run")  # nothing new: no batch, nothing delivered
+    assert quiet.exit_code == 0 and "no new changes" in quiet.output
