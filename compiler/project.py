@@ -433,11 +433,6 @@ def _add_source(
 def _check_log_table(source: SourceSpec, table: SourceTable, doc: YamlDoc, at: YamlPath) -> None:
     """A change-log source's table names its database table, and nothing of the query modes."""
     fqn = f"{source.name}.{table.name}"
-    if not table.table:
-        raise ProjectError(
-            f"source table {fqn} needs table: (schema.table in the database)",
-            doc.location((*at, "name")),
-        )
     for key in ("query", "cursor_column", "chunk_column", "time_column", "config"):
         if getattr(table, key):
             raise ProjectError(
@@ -449,6 +444,11 @@ def _check_log_table(source: SourceSpec, table: SourceTable, doc: YamlDoc, at: Y
         raise ProjectError(
             f"mode is not for {source.connector}: it reads every change of its table from the log",
             doc.location((*at, "mode")),
+        )
+    if not table.table:
+        raise ProjectError(
+            f"source table {fqn} needs table: (schema.table in the database)",
+            doc.location((*at, "name")),
         )
 
 

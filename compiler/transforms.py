@@ -8,6 +8,7 @@ columns and applies the same steps with `selectExpr` and `where`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -215,7 +216,8 @@ def struct_fields(typ: str) -> Columns | None:
         return None
     out: Columns = {}
     for f in dt.expressions:
-        out[f.name] = f.args["kind"].sql("spark").lower() if f.args.get("kind") else "UNKNOWN"
+        kind = f.args.get("kind")
+        out[f.name] = re.sub(r"([,:])\s+", r"\1", kind.sql("spark").lower()) if kind else "UNKNOWN"
     return out
 
 
