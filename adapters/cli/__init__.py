@@ -11,7 +11,7 @@ import click
 
 from rivc.compiler.version import VERSION
 
-from . import execute, project, state
+from . import cdc, execute, project, state
 
 # dbt's commands that rivc does not have: named as such, never "did you mean" a neighbour
 # (`seed` is not `server`, `docs` is not `doctor`)
@@ -62,6 +62,7 @@ for command in (
     state.state,
     state.metrics,
     state.maintain,
+    cdc.cdc,
     execute.server,
 ):
     main.add_command(command)

@@ -83,6 +83,12 @@ class _Rows:
         return len(self.ops)
 
 
+def slot_names(project: str, source: str, config: PostgresCdcConfig) -> tuple[str, str]:
+    """The source's slot and publication: as configured, else named after project and source."""
+    slot = config.slot_name or re.sub(r"[^a-z0-9_]", "_", f"rivc_{project}_{source}".lower())[:63]
+    return slot, config.publication_name or f"rivc_{source}"
+
+
 def extract_changes(ctx: CdcContext) -> Extraction:
     landing, label = ctx.landing, f"source {ctx.name}"
     at = landing.position()
@@ -96,6 +102,14 @@ def extract_changes(ctx: CdcContext) -> Extraction:
         db.execute("SET default_transaction_read_only = off")  # the slot and publication
         slot = LogicalSlot(db, ctx.slot, ctx.publication)
         slot.ensure(ctx.tables, ctx.config.auto_create_slot, ctx.config.auto_create_publication)
+        confirmed = slot.confirmed() or 0
+        if held is not None and confirmed > int(held["lsn"]):
+            raise ConnectorError(
+                f"{label}: slot {ctx.slot} confirms {lsn_text(confirmed)}, past what the table "
+                f"holds ({lsn_text(int(held['lsn']))}): the log between is gone (the slot was "
+                "dropped and made again, or moved by another reader); take a new snapshot with "
+                f"`rivc run --full-refresh --select source:{ctx.name}`"
+            )
         plan = deliveries(
             "postgres",
             probe(db, "postgres", f"SELECT * FROM {table}"),
@@ -104,6 +118,7 @@ def extract_changes(ctx: CdcContext) -> Extraction:
         )
         upto = slot.current()
         rows = _Rows()
+        held_before = held
         if held is None:  # the first run, or a full refresh: a snapshot of the table
             seen = _snapshot(db, table, plan, rows)
             held = {"lsn": 0, "visibility": seen.to_json()}
@@ -143,7 +158,8 @@ def extract_changes(ctx: CdcContext) -> Extraction:
             NodeResult(ctx.nid, "source", "success", rows=0, message=message), at.batch
         )
     batch = new_batch_id(at.batch)
-    schema, files = _write(ctx, plan, rows, batch, label)
+    resnapshot = held_before is None and at.cdc is not None  # a full refresh of landed changes
+    schema, files = _write(ctx, plan, rows, batch, label, resnapshot)
     position = Position(
         batch=batch,
         columns=_spark_columns(plan),
@@ -258,7 +274,12 @@ def _images(
 
 
 def _write(
-    ctx: CdcContext, plan: list[Delivery], rows: _Rows, batch: int, label: str
+    ctx: CdcContext,
+    plan: list[Delivery],
+    rows: _Rows,
+    batch: int,
+    label: str,
+    resnapshot: bool = False,
 ) -> tuple[Any, list[str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -283,6 +304,8 @@ def _write(
             "commit_time": pa.array(rows.time, pa.timestamp("us", tz="UTC")),
         }
     )
+    if resnapshot:
+        table = pa.concat_tables([table, _vanished(ctx, plan, table)])
     store = ctx.landing.store
     out = ctx.landing.batch_dir(batch, "changes")
     fs, path = store.filesystem(out)
@@ -294,6 +317,50 @@ def _write(
         with fs.open_output_stream(store.filesystem(part)[1]) as sink:
             pq.write_table(table.slice(i, ROWS_PER_FILE), sink, compression="snappy")
     return table.schema, parquet_files([out], store)
+
+
+def _vanished(ctx: CdcContext, plan: list[Delivery], changes: Any) -> Any:
+    """A new snapshot of a table that landed before: a delete for each row the landed history
+    holds and the snapshot does not (deleted while no slot kept the log), so that consumers
+    that merge end equal to the table."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    names = [plan[j].name for j in _key_columns(ctx, plan)]
+    empty = changes.slice(0, 0)
+    files = [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
+    if not names or not files:
+        return empty
+    taken = {
+        tuple(image[k] for k in names)
+        for image in changes.column("after").to_pylist()
+        if image is not None
+    }
+    fs, _ = ctx.landing.store.filesystem(files[0])
+    history = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
+    newest: dict[tuple[Any, ...], tuple[Any, str, Any]] = {}
+    for row in history.to_table(columns=["op", "before", "after", "seq"]).to_pylist():
+        image = row["after"] if row["op"] != "d" else row["before"]
+        key = tuple(image[k] for k in names)
+        if key not in newest or row["seq"] >= newest[key][0]:
+            newest[key] = (row["seq"], row["op"], row["after"])
+    gone = [image for key, (_, op, image) in newest.items() if op != "d" and key not in taken]
+    if not gone:
+        return empty
+    n = len(gone)
+    schema = changes.schema
+    return pa.table(
+        {
+            "op": pa.array(["d"] * n, pa.string()),
+            "before": pa.array(gone, schema.field("before").type),
+            "after": pa.nulls(n, schema.field("after").type),
+            "commit_lsn": pa.nulls(n, pa.decimal128(20, 0)),
+            "seq": pa.array([_dec(0)] * n, pa.decimal128(38, 0)),
+            "txid": pa.nulls(n, pa.int64()),
+            "commit_time": pa.nulls(n, pa.timestamp("us", tz="UTC")),
+        },
+        schema=schema,
+    )
 
 
 def _dec(value: int) -> Any:

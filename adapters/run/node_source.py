@@ -5,7 +5,6 @@ to the selected nodes that read it."""
 from __future__ import annotations
 
 import os
-import re
 from typing import TYPE_CHECKING
 
 from rivc.compiler.connector_specs import PostgresCdcConfig
@@ -67,7 +66,7 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
 def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
     """A change-log table (postgres-cdc): its changes landed, the slot moved (cdc.py)."""
     from ..connectors.relational import Conn
-    from .cdc import CdcContext, extract_changes
+    from .cdc import CdcContext, extract_changes, slot_names
 
     source = rt.plan.project.sources[node.name]
     spec = rt.plan.profile.connections.get(source.source.connection or "")
@@ -78,7 +77,7 @@ def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
     config = source.config
     assert isinstance(config, PostgresCdcConfig)
     name = source.source.name
-    project = rt.plan.manifest.project
+    slot, publication = slot_names(rt.plan.manifest.project, name, config)
     tables = {fqn: t for fqn, t in rt.plan.project.sources.items() if t.source.name == name}
     return extract_changes(
         CdcContext(
@@ -87,9 +86,8 @@ def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
             table=source.table,
             config=config,
             conn=Conn.resolve(spec, os.environ),
-            slot=config.slot_name
-            or re.sub(r"[^a-z0-9_]", "_", f"rivc_{project}_{name}".lower())[:63],
-            publication=config.publication_name or f"rivc_{name}",
+            slot=slot,
+            publication=publication,
             tables=sorted({t.table.table or "" for t in tables.values()}),
             landing=rt.landing(nid),
             siblings=[rt.landing(f"source:{fqn}") for fqn in sorted(tables)],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from ..connectors.pgoutput import lsn_text
 from .runtime import Runtime
 
 
@@ -36,7 +37,12 @@ def positions(runtime: Runtime) -> list[dict[str, Any]]:
                 "source": nid,
                 "batch": at.batch,
                 "landed_at": batch_time(at.batch),
-                "cursor": None if at.cursor is None else at.cursor.value,
+                # a change-log table's cursor is the log position it holds every change before
+                "cursor": lsn_text(int(at.cdc["lsn"]))
+                if at.cdc
+                else None
+                if at.cursor is None
+                else at.cursor.value,
                 "batches": len(held),
                 "chunks_done": None if at.chunking is None else len(at.chunking["done"]),
             }

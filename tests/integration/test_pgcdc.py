@@ -6,6 +6,7 @@ and the slot never confirms past what the landing table holds."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import psycopg
@@ -70,8 +71,6 @@ def confirmed(con: psycopg.Connection) -> int:
 
 
 def landed_lsn(root) -> int:
-    import json
-
     dt = DeltaTable(str(root / "warehouse/_rivc/landing/pg.orders"))
     for entry in dt.history():
         if entry.get("rivc"):
@@ -157,3 +156,17 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
     quiet = rivc(root, "run")  # nothing new: no batch, nothing delivered
     assert quiet.exit_code == 0 and "no new changes" in quiet.output
+
+    status = rivc(root, "cdc", "status", "--json")
+    assert status.exit_code == 0, status.output
+    (row,) = json.loads(status.output)["cdc"]
+    assert row["confirmed"] == row["held"] and row["slot"] == "rivc_test_cdc"
+
+    dropped = rivc(root, "cdc", "drop", "pg")
+    assert dropped.exit_code == 0 and "dropped slot rivc_test_cdc" in dropped.output
+    con.execute("DELETE FROM cdc_orders WHERE id = 20")  # while no slot keeps the log
+    gap = rivc(root, "run")
+    assert gap.exit_code == 1 and "the log between is gone" in gap.output
+    refreshed = rivc(root, "run", "--full-refresh")
+    assert refreshed.exit_code == 0, refreshed.output
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
