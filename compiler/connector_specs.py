@@ -152,7 +152,6 @@ class PostgresCdcConfig(Spec):
     publication_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
     auto_create_slot: bool = True
     auto_create_publication: bool = True
-    max_changes_per_batch: int = Field(200_000, gt=0)  # a batch ends at the commit past it
 
 
 # The columns of a change, as every CDC source lands it (unwrap_cdc reads them): the kind of
