@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rivc.compiler.connector_specs import PostgresCdcConfig
+from rivc.compiler.connector_specs import PostgresCdcConfig, cdc_columns
 from rivc.compiler.dbtypes import Delivery
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
@@ -465,13 +465,6 @@ def _key_columns(ctx: CdcContext, plan: list[Delivery]) -> list[int]:
 
 
 def _spark_columns(plan: list[Delivery]) -> dict[str, str]:
-    image = "struct<" + ",".join(f"{d.name}:{d.spark}" for d in plan) + ">"
-    return {
-        "op": "string",
-        "before": image,
-        "after": image,
-        "commit_lsn": "decimal(20,0)",
-        "seq": "decimal(38,0)",
-        "txid": "bigint",
-        "commit_time": "timestamp",
-    }
+    columns = cdc_columns(None, {d.name: d.spark for d in plan})
+    assert columns is not None
+    return columns
