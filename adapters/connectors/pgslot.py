@@ -84,13 +84,21 @@ class LogicalSlot:
                 if exists
                 else "CREATE PUBLICATION {} FOR TABLE {}"
             )
-            self.con.execute(verb.format(_ident(self.publication), names))
+            self._racing(verb.format(_ident(self.publication), names))
         if self.confirmed() is None:
             if not create_slot:
                 raise ConnectorError(f"replication slot {self.slot} does not exist")
-            self.con.execute(
-                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,)
-            )
+            self._racing(f"SELECT pg_create_logical_replication_slot('{self.slot}', 'pgoutput')")
+
+    def _racing(self, sql: str) -> None:
+        """Create what a sibling table's run (another thread) may be creating at once: the
+        one that loses finds it made."""
+        from psycopg import errors
+
+        try:
+            self.con.execute(sql)
+        except errors.DuplicateObject:
+            pass
 
     def confirmed(self) -> int | None:
         """The slot's confirmed position; None when there is no slot."""

@@ -170,3 +170,72 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     refreshed = rivc(root, "run", "--full-refresh")
     assert refreshed.exit_code == 0, refreshed.output
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+
+
+def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, logical_pg):
+    """Two tables, one slot: a run of one table's sink moves the slot only as far as the other
+    table holds, so the other's changes wait in the log and land once when it runs."""
+    con = connect(logical_pg)
+    for t in ("cdc_a", "cdc_b"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+        con.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+        con.execute(f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 100) g")
+    sources = (
+        "sources:\n  - name: two\n    connector: postgres-cdc\n    connection: db\n"
+        "    config: {slot_name: rivc_test_two, publication_name: rivc_test_two}\n"
+        "    tables:\n      - {name: a, table: public.cdc_a}\n      - {name: b, table: public.cdc_b}\n"
+    )
+    sinks = "sinks:\n" + "".join(
+        f"  - name: lake_{t}\n    from: source:two.{t}\n"
+        "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+        f"    connector: delta\n    config: {{table_uri: out/{t}, mode: merge, merge_keys: [id]}}\n"
+        for t in ("a", "b")
+    )
+    root = write_files(
+        tmp_path / "two",
+        {
+            "rivc_project.yml": "name: two\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
+            "sources/two.yml": sources,
+            "sinks/out.yml": sinks,
+        },
+    )
+
+    def rows(t: str) -> dict[int, str]:
+        return {
+            r["id"]: r["v"]
+            for r in DeltaTable(str(root / f"out/{t}")).to_pyarrow_table().to_pylist()
+        }
+
+    def table(t: str) -> dict[int, str]:
+        return dict(con.execute(f"SELECT id, v FROM cdc_{t}").fetchall())
+
+    try:
+        assert rivc(root, "run").exit_code == 0
+        con.execute("UPDATE cdc_a SET v = 'a2' WHERE id <= 10")
+        con.execute("UPDATE cdc_b SET v = 'b2' WHERE id <= 10")
+        con.execute("DELETE FROM cdc_b WHERE id > 90")
+        only_a = rivc(root, "run", "--select", "lake_a")
+        assert only_a.exit_code == 0, only_a.output
+        assert rows("a") == table("a") and rows("b") != table("b")
+        con.execute("UPDATE cdc_b SET v = 'b3' WHERE id = 1")
+        assert rivc(root, "run").exit_code == 0
+        assert rows("a") == table("a") and rows("b") == table("b")
+        held = []
+        for t in ("a", "b"):
+            dt = DeltaTable(str(root / f"warehouse/_rivc/landing/two.{t}"))
+            entry = next(e for e in dt.history() if e.get("rivc"))
+            held.append(int(json.loads(entry["rivc"])["position"]["cdc"]["lsn"]))
+        slot = con.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'rivc_test_two'"
+        ).fetchone()[0]
+        assert lsn_int(slot) == min(held)
+    finally:
+        con.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = 'rivc_test_two'"
+        )
+        con.execute("DROP PUBLICATION IF EXISTS rivc_test_two")
+        con.execute("DROP TABLE IF EXISTS cdc_a, cdc_b")
+        con.close()
