@@ -176,8 +176,8 @@ def _round(plan: CopyPlan, d: Delivery, values: Any) -> Any:
 
     p, s = decimal_args(d.spark)
     quantum = decimal.Decimal(1).scaleb(-s)
-    limit = decimal.Decimal(10) ** (p - s)
     exact = decimal.Context(prec=200_000, rounding=decimal.ROUND_HALF_EVEN)
+    limit = exact.power(10, p - s)
     out: list[decimal.Decimal | None] = []
     for text in values.to_pylist():
         if text is None:
@@ -187,7 +187,8 @@ def _round(plan: CopyPlan, d: Delivery, values: Any) -> Any:
             value = exact.quantize(decimal.Decimal(text), quantum)
         except decimal.InvalidOperation:
             raise _refuse(plan, d, text) from None
-        if not value.is_finite() or abs(value) >= limit:
+        # in `exact`: the default context's 28 digits would round 38 nines up to the limit
+        if not value.is_finite() or exact.abs(value) >= limit:
             raise _refuse(plan, d, text)
         out.append(value)
     return pa.array(out, type=pa.decimal128(p, s))

@@ -239,3 +239,89 @@ def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, l
         con.execute("DROP PUBLICATION IF EXISTS rivc_test_two")
         con.execute("DROP TABLE IF EXISTS cdc_a, cdc_b")
         con.close()
+
+
+def test_edge_values_from_the_log_are_exact_or_refused_and_a_lost_rivc_lands_nothing_twice(
+    tmp_path, logical_pg
+):
+    """NULL-looking text, empty text, NaN and ±Infinity, a time zone other than UTC, through
+    the snapshot and the log, read back with deltalake; a lost .rivc/ resumes from the landing
+    table; a numeric past decimal(38) and an infinite date are refused naming the column."""
+    import math
+    import shutil
+    from datetime import UTC, datetime
+
+    con = connect(logical_pg)
+    con.execute("DROP TABLE IF EXISTS cdc_edge")
+    con.execute(
+        "CREATE TABLE cdc_edge (id int PRIMARY KEY, t text, f float8, n numeric(38, 10), "
+        "ts timestamptz, d date, big numeric)"
+    )
+    con.execute(
+        "INSERT INTO cdc_edge VALUES (1, 'NULL', 'NaN', 12345678901234567890.0123456789, "
+        "'2024-03-01 12:00:00+05:30', '0001-01-01', 1), (2, '', 'Infinity', -0.0000000001, NULL, "
+        "'9999-12-31', NULL)"
+    )
+    sources = (
+        "sources:\n  - name: e\n    connector: postgres-cdc\n    connection: db\n"
+        "    config: {slot_name: rivc_test_edge, publication_name: rivc_test_edge}\n"
+        "    tables:\n      - name: t\n        table: public.cdc_edge\n"
+        "        columns: {id: int, t: string, f: double, n: 'decimal(38,10)', ts: timestamp,"
+        " d: date, big: 'decimal(38,0)'}\n"
+    )
+    sinks = (
+        "sinks:\n  - name: lake\n    from: source:e.t\n"
+        "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+        "    connector: delta\n    config: {table_uri: out/e, mode: merge, merge_keys: [id]}\n"
+    )
+    root = write_files(
+        tmp_path / "edge",
+        {
+            "rivc_project.yml": "name: edge\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
+            "sources/e.yml": sources,
+            "sinks/out.yml": sinks,
+        },
+    )
+
+    def rows() -> dict[int, dict]:
+        table = DeltaTable(str(root / "out/e")).to_pyarrow_table().to_pylist()
+        return {r["id"]: r for r in table}
+
+    try:
+        assert rivc(root, "run").exit_code == 0
+        con.execute(
+            "INSERT INTO cdc_edge VALUES (3, 'None', '-Infinity', 0, "
+            "'1999-12-31 23:59:59.999999-08', '2000-02-29', 99999999999999999999999999999999999999)"
+        )
+        con.execute("UPDATE cdc_edge SET t = NULL WHERE id = 2")
+        shutil.rmtree(root / ".rivc")  # the landing tables hold the positions
+        assert rivc(root, "run").exit_code == 0
+        got = rows()
+        assert got[1]["t"] == "NULL" and math.isnan(got[1]["f"])
+        assert got[1]["n"] == Decimal("12345678901234567890.0123456789")
+        assert got[1]["ts"] == datetime(2024, 3, 1, 6, 30, tzinfo=UTC)
+        assert str(got[1]["d"]) == "0001-01-01" and str(got[2]["d"]) == "9999-12-31"
+        assert got[2]["t"] is None and got[2]["f"] == math.inf
+        assert got[2]["n"] == Decimal("-0.0000000001") and got[2]["ts"] is None
+        assert got[3]["t"] == "None" and got[3]["f"] == -math.inf
+        assert got[3]["ts"] == datetime(2000, 1, 1, 7, 59, 59, 999999, tzinfo=UTC)
+        assert got[3]["big"] == Decimal("9" * 38)
+        shutil.rmtree(root / ".rivc")
+        quiet = rivc(root, "run")
+        assert quiet.exit_code == 0 and "no new changes" in quiet.output
+        assert len(rows()) == 3
+
+        con.execute("INSERT INTO cdc_edge (id, big) VALUES (4, 1e40)")
+        refused = rivc(root, "run")
+        assert refused.exit_code == 1 and "big" in refused.output
+        assert len(rows()) == 3  # nothing of the refused batch reached the sink
+    finally:
+        con.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = 'rivc_test_edge'"
+        )
+        con.execute("DROP PUBLICATION IF EXISTS rivc_test_edge")
+        con.execute("DROP TABLE IF EXISTS cdc_edge")
+        con.close()

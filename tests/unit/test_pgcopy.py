@@ -104,3 +104,17 @@ def test_a_refusal_names_the_first_bad_value_after_good_ones():
     plan = plan_of(DbColumn("at", "timestamptz"))
     with pytest.raises(ConnectorError, match="value 'infinity'"):
         run(plan, ["2026-01-01 00:00:00", None, "infinity", "-infinity"])
+
+
+def test_a_declared_decimal_holds_38_digits_and_refuses_39():
+    """A declared decimal(38,0) holds 38 nines (compared in a context of the value's digits,
+    not Python's default 28, which rounded them up to the limit and refused them)."""
+    d = dbtypes.postgres(DbColumn("big", "numeric"), "decimal(38,0)")
+    got = convert(CopyPlan([d], "source s.t"), d, pa.array(["9" * 38, "-" + "9" * 38, None]))
+    assert [str(v) if v is not None else None for v in got.to_pylist()] == [
+        "9" * 38,
+        "-" + "9" * 38,
+        None,
+    ]
+    with pytest.raises(ConnectorError, match="does not fit decimal"):
+        convert(CopyPlan([d], "source s.t"), d, pa.array(["1" + "0" * 38]))
