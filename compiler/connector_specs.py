@@ -236,6 +236,21 @@ def _valid_size(value: int | str) -> int | str:
     return value
 
 
+class Scd2Columns(Spec):
+    """The columns in which a `mode: scd2` sink keeps each version's validity: from and to hold
+    unwrap_cdc's `sequence_by` values (to is null for the current version)."""
+
+    valid_from: str = "valid_from"
+    valid_to: str = "valid_to"
+    is_current: str = "is_current"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Scd2Columns:
+        if len({self.valid_from, self.valid_to, self.is_current}) < 3:
+            raise ValueError("valid_from, valid_to and is_current need three different names")
+        return self
+
+
 class SinkConfig(Spec):
     """What every sink's `config:` can say about itself, for compile and the run: override these
     in a connector's spec (docs/architecture.md, "A connector")."""
@@ -243,6 +258,10 @@ class SinkConfig(Spec):
     def merge_by(self) -> tuple[str, ...]:
         """The keys the sink merges or upserts each batch by; () when it appends or overwrites."""
         return ()
+
+    def history(self) -> Scd2Columns | None:
+        """The validity columns when the sink keeps every version of a key (`mode: scd2`)."""
+        return None
 
     def input_columns(self) -> dict[str, tuple[str, ...]]:
         """The config fields that name columns of the sink's input (checked at compile)."""
@@ -256,8 +275,9 @@ class SinkConfig(Spec):
 
 class DeltaSinkConfig(SinkConfig):
     table_uri: Location
-    mode: Literal["append", "overwrite", "merge"] = "append"
+    mode: Literal["append", "overwrite", "merge", "scd2"] = "append"
     merge_keys: StrList = ()
+    scd2: Scd2Columns = Scd2Columns()
     partition_by: StrList = ()
     compression: Compression = "snappy"
     target_file_size: int | None = Field(None, gt=0)
@@ -272,12 +292,15 @@ class DeltaSinkConfig(SinkConfig):
 
     @model_validator(mode="after")
     def _keys(self) -> DeltaSinkConfig:
-        if self.mode == "merge" and not self.merge_keys:
-            raise ValueError("mode merge needs merge_keys")
+        if self.mode in ("merge", "scd2") and not self.merge_keys:
+            raise ValueError(f"mode {self.mode} needs merge_keys")
         return self
 
     def merge_by(self) -> tuple[str, ...]:
-        return self.merge_keys if self.mode == "merge" else ()
+        return self.merge_keys if self.mode in ("merge", "scd2") else ()
+
+    def history(self) -> Scd2Columns | None:
+        return self.scd2 if self.mode == "scd2" else None
 
 
 class CsvOptions(Spec):
@@ -370,8 +393,9 @@ class IcebergSinkConfig(SinkConfig):
     catalog: IcebergCatalog = IcebergCatalog()
     namespace: str
     table: str
-    mode: Literal["append", "overwrite", "upsert"] = "append"
+    mode: Literal["append", "overwrite", "upsert", "scd2"] = "append"
     key_fields: StrList = ()
+    scd2: Scd2Columns = Scd2Columns()
     partitioning: tuple[IcebergPartition, ...] = ()
     schema_evolution: Literal["strict", "add_columns", "full"] = "strict"
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
@@ -384,12 +408,15 @@ class IcebergSinkConfig(SinkConfig):
 
     @model_validator(mode="after")
     def _keys(self) -> IcebergSinkConfig:
-        if self.mode == "upsert" and not self.key_fields:
-            raise ValueError("mode upsert needs key_fields")
+        if self.mode in ("upsert", "scd2") and not self.key_fields:
+            raise ValueError(f"mode {self.mode} needs key_fields")
         return self
 
     def merge_by(self) -> tuple[str, ...]:
-        return self.key_fields if self.mode == "upsert" else ()
+        return self.key_fields if self.mode in ("upsert", "scd2") else ()
+
+    def history(self) -> Scd2Columns | None:
+        return self.scd2 if self.mode == "scd2" else None
 
     def input_columns(self) -> dict[str, tuple[str, ...]]:
         out = super().input_columns()
@@ -401,6 +428,11 @@ class IcebergSinkConfig(SinkConfig):
 def merge_keys_of(config: Any) -> tuple[str, ...]:
     """The keys a sink merges or upserts by; () for a sink that only appends or overwrites."""
     return config.merge_by() if isinstance(config, SinkConfig) else ()
+
+
+def history_of(config: Any) -> Scd2Columns | None:
+    """The validity columns of a sink that keeps every version (`mode: scd2`), else None."""
+    return config.history() if isinstance(config, SinkConfig) else None
 
 
 def sink_mode(config: Any) -> str | None:

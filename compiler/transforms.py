@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import sqlglot
 from pydantic import Field, field_validator, model_validator
@@ -20,6 +20,9 @@ from sqlglot.errors import ParseError, TokenError
 
 from .specbase import Spec, StrList, _as_tuple
 from .sql import literal, quote
+
+if TYPE_CHECKING:
+    from .connector_specs import Scd2Columns
 
 Columns = dict[str, str]  # name -> Spark SQL type ("UNKNOWN" when not known)
 ERROR_COLUMN = "_rivc_error"  # the reason a row was set aside, while a batch is checked
@@ -257,10 +260,15 @@ class TransformError(ValueError):
 
 
 def plan(
-    transforms: tuple[Any, ...], columns: Columns, keys: tuple[str, ...] = ()
+    transforms: tuple[Any, ...],
+    columns: Columns,
+    keys: tuple[str, ...] = (),
+    history: Scd2Columns | None = None,
 ) -> TransformPlan:
     """The SQL steps of `transforms` over input `columns`; TransformError names the bad one.
-    `keys` are the sink's merge or upsert keys, which unwrap_cdc's sequence_by orders by."""
+    `keys` are the sink's merge or upsert keys, which unwrap_cdc's sequence_by orders by;
+    `history`: the sink keeps every version of a key (mode scd2), so unwrap_cdc keeps every
+    change, with its sequence_by value as the version's start."""
     steps: list[Step] = []
     cols = dict(columns)
     route: Route | None = None
@@ -350,8 +358,18 @@ def plan(
             image = struct_fields(cols[t.after])
             if image is None:
                 raise TransformError(i, "after", f"unwrap_cdc: {t.after!r} is not a struct")
-            steps += _unwrap(i, t, image, keys)
-            cols = dict(image) if t.deletes == "apply" else {**image, "_op": "string"}
+            if history is not None:
+                seq_type = cols[t.sequence_by or t.op_field]
+                steps += _versions(i, t, image, keys, history, seq_type)
+                cols = {
+                    **image,
+                    history.valid_from: seq_type,
+                    history.valid_to: seq_type,
+                    history.is_current: "boolean",
+                }
+            else:
+                steps += _unwrap(i, t, image, keys)
+                cols = dict(image) if t.deletes == "apply" else {**image, "_op": "string"}
             deletes = t.deletes == "apply"
         if flagged:  # the delete flag rides along every select after unwrap_cdc
             steps[start:] = [
@@ -359,6 +377,66 @@ def plan(
                 for s in steps[start:]
             ]
     return TransformPlan(tuple(steps), cols, route, deletes)
+
+
+def _versions(
+    i: int, t: UnwrapCdc, image: Columns, keys: tuple[str, ...], history: Scd2Columns, kind: str
+) -> list[Step]:
+    """unwrap_cdc's steps for a sink that keeps history: every change's image with its
+    sequence_by value as the version's start (the sink sets its end and whether it is current);
+    deletes flagged (apply: they close their key's version) or left out (drop)."""
+    if not t.sequence_by:
+        raise TransformError(
+            i,
+            "sequence_by",
+            "unwrap_cdc: a scd2 sink orders each key's versions by sequence_by; set it "
+            "(postgres-cdc: sequence_by: seq)",
+        )
+    if t.deletes == "keep":
+        raise TransformError(
+            i,
+            "deletes",
+            "unwrap_cdc: a scd2 sink takes deletes: apply (a delete ends its "
+            "key's version) or drop",
+        )
+    missing = [k for k in keys if k not in image]
+    if missing:
+        raise TransformError(
+            i,
+            "type",
+            f"unwrap_cdc: key {missing[0]!r} is not a field of {t.after!r} ({', '.join(image)})",
+        )
+    names = (history.valid_from, history.valid_to, history.is_current)
+    clash = [n for n in names if n in image]
+    if clash:
+        raise TransformError(
+            i,
+            "after",
+            f"unwrap_cdc: {t.after!r} has a field {clash[0]!r}, the name of a scd2 "
+            "column; name the scd2 columns otherwise in the sink's config: scd2:",
+        )
+    op = quote(t.op_field)
+    deleted = f"coalesce(lower({op}) IN ('delete', 'd'), false)"
+    img = f"CASE WHEN {deleted} THEN {quote(t.before)} ELSE {quote(t.after)} END"
+    steps = [
+        Step(
+            (
+                f"{img} AS _rivc_image",
+                f"{deleted} AS _rivc_del",
+                f"{quote(t.sequence_by)} AS _rivc_seq",
+            )
+        )
+    ]
+    if t.deletes == "drop":
+        steps.append(Step(where="NOT _rivc_del"))
+    validity = (
+        f"_rivc_seq AS {quote(history.valid_from)}",
+        f"CAST(NULL AS {kind}) AS {quote(history.valid_to)}",
+        f"CAST(NULL AS boolean) AS {quote(history.is_current)}",
+    )
+    flag = (f"_rivc_del AS {DELETE_COLUMN}",) if t.deletes == "apply" else ()
+    steps.append(Step(("_rivc_image.*", *validity, *flag)))
+    return steps
 
 
 def _unwrap(i: int, t: UnwrapCdc, image: Columns, keys: tuple[str, ...]) -> list[Step]:

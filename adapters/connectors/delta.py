@@ -127,7 +127,8 @@ class DeltaSink(Sink):
         passes through rivc. A merge rewrites only the files that can hold the batch's keys."""
         c = self.config
         deletes = DELETE_COLUMN in df.columns  # unwrap_cdc's deletes: only this path applies them
-        if not deletes and not large(df, parse_size(c.spark_write_threshold)):
+        history = c.history()  # and only this path keeps versions
+        if not deletes and not history and not large(df, parse_size(c.spark_write_threshold)):
             return None
         store = self.store
         stamp = self._stamp(batch_id)
@@ -138,7 +139,7 @@ class DeltaSink(Sink):
             evolve = "append_new_columns" if c.schema_evolution == "add_columns" else "fail"
             carry = (DELETE_COLUMN,) if deletes else ()
             df, schema = reconcile(df, dt, evolve, f"sink {self.ctx.sink!r}", carry)
-        if c.mode == "merge":
+        if c.mode in ("merge", "scd2"):
             return self._claimed(
                 merge(
                     df,
@@ -150,6 +151,7 @@ class DeltaSink(Sink):
                     c.compression,
                     c.partition_by,
                     dict(c.table_properties),
+                    history,
                 )
             )
         if dt is not None and c.mode == "overwrite" and list(df.columns) != table_schema(dt).names:
@@ -174,7 +176,7 @@ class DeltaSink(Sink):
         hard-link them into an unpartitioned local table (a copy where links cannot cross
         filesystems) and commit them as add actions, without reading a row."""
         c = self.config
-        if c.mode == "merge" or c.partition_by or "://" in self.uri or not paths:
+        if c.mode in ("merge", "scd2") or c.partition_by or "://" in self.uri or not paths:
             return None
         import pyarrow.parquet as pq
 
@@ -226,8 +228,10 @@ class DeltaSink(Sink):
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         c = self.config
-        if DELETE_COLUMN in data.schema.names:  # write_spark takes every batch with deletes
-            raise ConnectorError(f"sink {self.ctx.sink}: deletes reached the streamed path")
+        if DELETE_COLUMN in data.schema.names or c.history():  # write_spark takes them all
+            raise ConnectorError(
+                f"sink {self.ctx.sink}: a {c.mode} batch reached the streamed path"
+            )
         dt = open_table(self.uri, self.store.delta)
         self._claim(dt)
         if c.mode != "overwrite" and data.count_rows() == 0 and dt is not None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
+from rivc.compiler.connector_specs import IcebergSinkConfig, Scd2Columns, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.sql import quote
@@ -30,6 +30,7 @@ from ..plane.base import (
     spark_repeated_key,
     stream,
 )
+from ..plane.history import versions
 from ..util.faults import fault
 from ..util.storage import Store, join, shares_disk
 from .iceberg_catalog import (
@@ -142,13 +143,21 @@ class IcebergSink(Sink):
         types = {
             f.name: f.dataType.simpleString() for f in df.schema.fields if f.name != DELETE_COLUMN
         }
+        history = c.history()  # mode scd2: only this path keeps versions
+
+        def streamed(why: str) -> WriteResult | None:
+            """The streamed path takes this batch; a scd2 batch is refused, saying why."""
+            if history is not None:
+                raise ConnectorError(f"scd2 into {self.identifier}: {why}")
+            return None
+
         helpers = {f"_rivc_p{i}": _spark_partition(p, types) for i, p in enumerate(c.partitioning)}
         if None in helpers.values():
-            return None
+            return streamed("a partition transform Spark cannot compute as Iceberg does")
         buckets = {
             n: p for n, p in zip(helpers, c.partitioning, strict=True) if p.transform == "bucket"
         }
-        if shares_disk(df) and not large(df, parse_size(c.spark_write_threshold)):
+        if not history and shares_disk(df) and not large(df, parse_size(c.spark_write_threshold)):
             return None
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
@@ -161,25 +170,29 @@ class IcebergSink(Sink):
         local = "://" not in uri  # store_path drops file://
         micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
         if local and shares_disk(df) and not micros:
-            return None  # Spark's own writer would write INT96 timestamps Iceberg cannot take
+            # Spark's own writer would write INT96 timestamps Iceberg cannot take
+            return streamed("Spark writes INT96 timestamps (set outputTimestampType)")
         if _spec(table) != [_transform_name(p) for p in c.partitioning]:
-            return None  # partitioned otherwise than configured: pyiceberg follows the table
+            # partitioned otherwise than configured: pyiceberg follows the table
+            return streamed("the table is partitioned otherwise than configured")
         if self._evolve(table, schema):
             table = table.refresh()
         store = Store.of(uri, self.ctx.storage, c.storage_options)
         replaced: list[Any] = []  # upsert: the data files rewritten with the batch
-        if c.mode == "upsert":
+        if c.mode == "upsert":  # scd2: versions() refuses two changes of a key at once
             repeated = spark_repeated_key(df, c.key_fields)
             if repeated:
                 raise ConnectorError(
                     f"upsert into {self.identifier}: the batch holds key ({repeated}) more than once"
                 )
-        if c.mode == "upsert" and table.current_snapshot() is not None:
+        if c.mode in ("upsert", "scd2") and table.current_snapshot() is not None:
             found = _upsert_files(table, df, c.key_fields[0])
-            if found is None:
-                return None  # delete files: pyiceberg's own delete applies them
+            if found is None:  # delete files: pyiceberg's own delete applies them
+                return streamed("the table has delete files (compact it first)")
             replaced = found
-            df = _upserted(table, df, replaced, c.key_fields, store)
+            df = _upserted(table, df, replaced, c.key_fields, store, history)
+        elif history is not None:
+            df = versions(None, df, c.key_fields, history, f"scd2 into {self.identifier}")
         elif deletes:  # a new table: the deletes have nothing to take out
             df = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN)
         rel = f"data/rivc-batch-{batch_id:06d}-{uuid.uuid4().hex[:8]}"
@@ -229,6 +242,8 @@ class IcebergSink(Sink):
         from pyiceberg.exceptions import CommitFailedException
 
         c = self.config
+        if c.history() is not None:  # write_spark takes every scd2 batch
+            raise ConnectorError(f"sink {self.ctx.sink}: a scd2 batch reached the streamed path")
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
 
@@ -454,23 +469,36 @@ def _upsert_files(table: Any, df: Any, key: str) -> list[Any] | None:
     return [t.file for n, t in enumerate(tasks) if n in chosen]
 
 
-def _upserted(table: Any, df: Any, replaced: list[Any], keys: tuple[str, ...], store: Store) -> Any:
+def _upserted(
+    table: Any,
+    df: Any,
+    replaced: list[Any],
+    keys: tuple[str, ...],
+    store: Store,
+    history: Scd2Columns | None,
+) -> Any:
     """What replaces `replaced`: their rows without the batch's keys, plus the batch's rows that
     are not deletes, in the table's column order (columns the batch lacks read as null through
-    the name mapping)."""
+    the name mapping). With `history` (mode scd2): the versions of the batch's keys laid out
+    again with the batch's changes."""
 
     from ..plane.tableread import DataFile, read_files
 
-    rows = df
-    if DELETE_COLUMN in df.columns:
-        rows = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN)
+    target = None
     if replaced:
         stored = spark_arrow_schema(table)
         files = [DataFile(store_path(f.file_path), f.file_size_in_bytes, {}) for f in replaced]
         target = read_files(df.sparkSession, files, stored, store)
-        rows = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
-            rows, allowMissingColumns=True
-        )
+    if history is not None:
+        rows = versions(target, df, keys, history, "scd2 into " + ".".join(table.name()))
+    else:
+        rows = df
+        if DELETE_COLUMN in df.columns:
+            rows = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN)
+        if target is not None:
+            rows = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
+                rows, allowMissingColumns=True
+            )
     return rows.select(*[quote(n) for n in table.schema().column_names if n in rows.columns])
 
 

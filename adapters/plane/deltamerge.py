@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rivc.compiler.connector_specs import Scd2Columns
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..plane.base import (
     WriteResult,
 )
+from ..plane.history import versions
 from ..plane.tableread import DataFile, read_files
 from ..plane.taskwrite import partition_value
 from ..util.storage import Store
@@ -42,26 +44,31 @@ def merge(
     codec: str = "snappy",
     partition_by: tuple[str, ...] = (),
     configuration: dict[str, str] | None = None,
+    history: Scd2Columns | None = None,
 ) -> WriteResult:
     """Upsert `df` by `keys` on Spark's executors (a new table is created with `partition_by`). The files that can hold a batch key (by
     partition value and the first key's min/max statistics, matched by a join in Spark) are
     read, joined with the batch and rewritten; one commit removes them and adds the new files,
     with the batch id. Files no key can be in are not touched. Rows unwrap_cdc flagged as
-    deletes (DELETE_COLUMN) take their key's row out of the table and add none."""
+    deletes (DELETE_COLUMN) take their key's row out of the table and add none. With `history`
+    (mode scd2) the batch's changes become versions of their keys instead (plane/history.py)."""
     from pyspark.sql import functions as F
 
     deletes = DELETE_COLUMN in df.columns
     upserts = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN) if deletes else df
+    where = f"merge into {uri}"
 
     counted = df.groupBy(*keys).count()
     totals = counted.agg(F.sum("count").alias("rows"), F.max("count").alias("most")).first()
     batch_rows = int(totals["rows"] or 0) if totals else 0
-    if totals and (totals["most"] or 0) > 1:
+    if history is None and totals and (totals["most"] or 0) > 1:
         dupe = counted.where("count > 1").first()
         shown = ", ".join(f"{k}={dupe[k]!r}" for k in keys) if dupe else ""
         raise ConnectorError(f"merge into {uri}: the batch holds key ({shown}) more than once")
     dt = open_table(uri, store.delta)
     if dt is None:
+        if history is not None:
+            upserts = versions(None, df, keys, history, where)
         schema = arrow_schema(upserts)
         return write_batch(
             upserts,
@@ -85,14 +92,15 @@ def merge(
     parts = tuple(dt.metadata().partition_columns)
     candidates = _candidates(df, dt, files, keys, parts)
     target = read_files(df.sparkSession, candidates, stored, store) if candidates else None
-    batch = upserts.select(*[F.col(n) for n in schema.names if n in upserts.columns])
-    out = (
-        batch
-        if target is None
-        else target.join(df.select(*keys), list(keys), "left_anti").unionByName(
-            batch, allowMissingColumns=True
+    if history is not None:
+        out = versions(target, df, keys, history, where)
+    elif target is None:
+        out = upserts
+    else:
+        out = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
+            upserts, allowMissingColumns=True
         )
-    )
+    out = out.select(*[F.col(n) for n in schema.names if n in out.columns])
     rel = {f.uri: f.uri[len(uri.rstrip("/")) + 1 :] for f in files}
     result = write_batch(
         out,

@@ -282,6 +282,7 @@ def _write(
     resnapshot: bool = False,
 ) -> tuple[Any, list[str]]:
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     types = [_db_type(d) for d in plan]
@@ -304,8 +305,14 @@ def _write(
             "commit_time": pa.array(rows.time, pa.timestamp("us", tz="UTC")),
         }
     )
-    if resnapshot:
-        table = pa.concat_tables([table, _vanished(ctx, plan, table)])
+    if resnapshot:  # after the landed history: a scd2 sink's versions stay in sequence order
+        gone, base = _vanished(ctx, plan, table)
+        seq = table.column("seq")
+        snapshot = pa.array([_dec(base)] * len(table), seq.type)
+        table = table.set_column(
+            table.schema.get_field_index("seq"), "seq", pc.if_else(pc.equal(seq, 0), snapshot, seq)
+        )
+        table = pa.concat_tables([table, gone])
     store = ctx.landing.store
     out = ctx.landing.batch_dir(batch, "changes")
     fs, path = store.filesystem(out)
@@ -319,25 +326,31 @@ def _write(
     return table.schema, parquet_files([out], store)
 
 
-def _vanished(ctx: CdcContext, plan: list[Delivery], changes: Any) -> Any:
+def _vanished(ctx: CdcContext, plan: list[Delivery], changes: Any) -> tuple[Any, int]:
     """A new snapshot of a table that landed before: a delete for each row the landed history
     holds and the snapshot does not (deleted while no slot kept the log), so that consumers
-    that merge end equal to the table."""
+    that merge end equal to the table. Also the sequence value that follows the landed
+    history, which the new snapshot's rows take (0 when nothing landed)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
     names = [plan[j].name for j in _key_columns(ctx, plan)]
     empty = changes.slice(0, 0)
     files = [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
-    if not names or not files:
-        return empty
+    if not files:
+        return empty, 0
+    fs, _ = ctx.landing.store.filesystem(files[0])
+    history = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
+    landed = pc.max(history.to_table(columns=["seq"]).column("seq")).as_py()
+    base = 0 if landed is None else int(landed) + 1
+    if not names:
+        return empty, base
     taken = {
         tuple(image[k] for k in names)
         for image in changes.column("after").to_pylist()
         if image is not None
     }
-    fs, _ = ctx.landing.store.filesystem(files[0])
-    history = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
     newest: dict[tuple[Any, ...], tuple[Any, str, Any]] = {}
     for row in history.to_table(columns=["op", "before", "after", "seq"]).to_pylist():
         image = row["after"] if row["op"] != "d" else row["before"]
@@ -346,7 +359,7 @@ def _vanished(ctx: CdcContext, plan: list[Delivery], changes: Any) -> Any:
             newest[key] = (row["seq"], row["op"], row["after"])
     gone = [image for key, (_, op, image) in newest.items() if op != "d" and key not in taken]
     if not gone:
-        return empty
+        return empty, base
     n = len(gone)
     schema = changes.schema
     return pa.table(
@@ -355,12 +368,12 @@ def _vanished(ctx: CdcContext, plan: list[Delivery], changes: Any) -> Any:
             "before": pa.array(gone, schema.field("before").type),
             "after": pa.nulls(n, schema.field("after").type),
             "commit_lsn": pa.nulls(n, pa.decimal128(20, 0)),
-            "seq": pa.array([_dec(0)] * n, pa.decimal128(38, 0)),
+            "seq": pa.array([_dec(base)] * n, pa.decimal128(38, 0)),
             "txid": pa.nulls(n, pa.int64()),
             "commit_time": pa.nulls(n, pa.timestamp("us", tz="UTC")),
         },
         schema=schema,
-    )
+    ), base
 
 
 def _dec(value: int) -> Any:

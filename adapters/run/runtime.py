@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rivc.compiler.connector_specs import merge_keys_of
+from rivc.compiler.connector_specs import history_of, merge_keys_of
 from rivc.compiler.manifest import ManifestNode
 from rivc.compiler.specs import RateLimit
 
@@ -196,6 +196,7 @@ class Runtime:
             writer(name),
             transforms=spec.transforms,
             keys=merge_keys_of(sinks[name].config),
+            history=history_of(sinks[name].config),
             quality=spec.quality,
             targets={t: writer(t) for t in spec.targets},
             dead_letter=next((t for t, why in spec.targets.items() if why == "dead_letter"), None),

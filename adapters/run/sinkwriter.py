@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler import transforms as tf
+from rivc.compiler.connector_specs import Scd2Columns
 from rivc.compiler.errors import ConnectorError, RivcError
 from rivc.compiler.specs import RateLimit, SinkRetry
 from rivc.compiler.sql import literal
@@ -94,6 +95,7 @@ class SinkWriter:
     main: BatchWriter
     transforms: tuple[Any, ...] = ()
     keys: tuple[str, ...] = ()  # the sink's merge or upsert keys (unwrap_cdc orders by them)
+    history: Scd2Columns | None = None  # mode scd2: unwrap_cdc keeps every change
     quality: tuple[Expectation, ...] = ()
     targets: dict[str, BatchWriter] = field(default_factory=dict)
     dead_letter: str | None = None
@@ -178,7 +180,7 @@ class SinkWriter:
 
     def check(self, df: DataFrame, batch_id: int) -> Checked:
         columns = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-        plan = tf.plan(self.transforms, columns, self.keys)
+        plan = tf.plan(self.transforms, columns, self.keys, self.history)
         out = apply(df, plan, track=True)
         names = [q(c) for c in plan.output]
         ok = f"{ERROR_COLUMN} IS NULL"

@@ -35,16 +35,17 @@ def transformed(
     findings: list[Finding],
     kind: str,
     keys: tuple[str, ...] = (),
+    history: Any = None,
 ) -> dict[str, str] | None:
     """The columns after `transforms`, each checked against its input; None when unknown.
-    `keys`: a sink's merge or upsert keys."""
+    `keys`: a sink's merge or upsert keys; `history`: its scd2 columns."""
     for i, t in enumerate(transforms):
         if kind == "source" and t.type == "route":
             findings.append(spec_finding("route is a sink transform", where, "transforms", i))
     if columns is None:
         return None
     try:
-        return tf.plan(transforms, columns, keys).columns
+        return tf.plan(transforms, columns, keys, history).columns
     except tf.UnknownColumns:
         return None
     except tf.TransformError as exc:

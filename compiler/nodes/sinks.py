@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import rules
 from .. import transforms as tf
-from ..connector_specs import merge_keys_of
+from ..connector_specs import history_of, merge_keys_of
 from ..dbtypes import unwritable
 from ..errors import (
     GraphError,
@@ -64,8 +64,19 @@ def sink_node(
                     )
                 )
             )
-    keys = merge_keys_of(sink.config)
-    columns = transformed(spec.transforms, columns, sink.where, findings, "sink", keys)
+    keys, history = merge_keys_of(sink.config), history_of(sink.config)
+    if history is not None and not any(t.type == "unwrap_cdc" for t in spec.transforms):
+        findings.append(
+            spec_finding(
+                "mode scd2 keeps every version of unwrap_cdc's changes: add the transform "
+                "{type: unwrap_cdc, deletes: apply, sequence_by: ...}",
+                sink.where,
+                "config",
+                "mode",
+            )
+        )
+        columns = None  # its keys and columns are those of the images it lacks
+    columns = transformed(spec.transforms, columns, sink.where, findings, "sink", keys, history)
     if columns is not None:
         check_expectations(spec.quality, columns, sink.where, findings)
         fmt = getattr(sink.config, "format", None)

@@ -39,6 +39,16 @@ sinks:
     transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
     connector: iceberg
     config: {namespace: cdc, table: orders, mode: upsert, key_fields: [id]}
+  - name: lake_history
+    from: source:pg.orders
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
+    connector: delta
+    config: {table_uri: out/history, mode: scd2, merge_keys: [id]}
+  - name: ice_history
+    from: source:pg.orders
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
+    connector: iceberg
+    config: {namespace: cdc, table: history, mode: scd2, key_fields: [id]}
 """
 
 
@@ -61,6 +71,45 @@ def delta_rows(root) -> dict[int, tuple]:
 def iceberg_rows(root) -> dict[int, tuple]:
     table = iceberg_catalog(root).load_table("cdc.orders").scan().to_arrow().to_pylist()
     return {r["id"]: (r["status"], r["amount"], r["updated"], r["body"]) for r in table}
+
+
+def landed_history(root) -> set[tuple]:
+    """The versions the landed changes describe, worked out here without Spark: per key in
+    sequence order, each insert or update is a version until the key's next change."""
+    changes = DeltaTable(str(root / "warehouse/_rivc/landing/pg.orders")).to_pyarrow_table()
+    by_key: dict[int, list] = {}
+    for c in changes.to_pylist():
+        image = c["before"] if c["op"] == "d" else c["after"]
+        by_key.setdefault(image["id"], []).append((c["seq"], c["op"] == "d", image))
+    out = set()
+    for key, mine in by_key.items():
+        mine.sort(key=lambda c: c[0])
+        for n, (seq, deleted, image) in enumerate(mine):
+            if not deleted:
+                until = mine[n + 1][0] if n + 1 < len(mine) else None
+                values = (image["status"], image["amount"], image["updated"], image["body"])
+                out.add((key, values, seq, until, until is None))
+    return out
+
+
+def history_rows(rows: list[dict]) -> set[tuple]:
+    return {
+        (
+            r["id"],
+            (r["status"], r["amount"], r["updated"], r["body"]),
+            r["valid_from"],
+            r["valid_to"],
+            r["is_current"],
+        )
+        for r in rows
+    }
+
+
+def histories(root) -> tuple[set[tuple], set[tuple]]:
+    """The scd2 sinks' tables: the Delta one read with deltalake, the Iceberg one with pyiceberg."""
+    delta = DeltaTable(str(root / "out/history")).to_pyarrow_table().to_pylist()
+    ice = iceberg_catalog(root).load_table("cdc.history").scan().to_arrow().to_pylist()
+    return history_rows(delta), history_rows(ice)
 
 
 def confirmed(con: psycopg.Connection) -> int:
@@ -154,6 +203,11 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     assert killed.returncode == -9
     assert rivc(root, "run").exit_code == 0
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    history = landed_history(root)
+    assert histories(root) == (history, history)  # every version once, across both kills
+    current = {k: v for k, v, _, _, live in history if live}
+    assert current == source_rows(con)
+    assert sum(1 for k, *_ in history if k == 5) == 4  # the snapshot's, two updates, 'late'
     quiet = rivc(root, "run")  # nothing new: no batch, nothing delivered
     assert quiet.exit_code == 0 and "no new changes" in quiet.output
 
@@ -170,6 +224,14 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     refreshed = rivc(root, "run", "--full-refresh")
     assert refreshed.exit_code == 0, refreshed.output
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    delta_history, ice_history = histories(root)
+    assert delta_history == ice_history
+    # the new snapshot follows the landed history: what was current ends where it begins
+    base = max(since for _, _, since, _, _ in history) + 1
+    assert {h for h in history if not h[4]} < delta_history
+    assert {(k, v, s, base, False) for k, v, s, _, live in history if live} < delta_history
+    assert {k: v for k, v, _, _, live in delta_history if live} == source_rows(con)
+    assert not any(k == 20 and live for k, _, _, _, live in delta_history)  # deleted unseen
 
 
 def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, logical_pg):

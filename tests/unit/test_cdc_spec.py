@@ -112,3 +112,96 @@ def test_source_settings_are_checked_and_only_cdc_sources_take_them(make_project
         (ProjectError, CompileFailed), match="config on a source is for change-log connectors"
     ):
         analyze_dir(root)
+
+
+HISTORY = """
+sinks:
+  - name: history
+    from: source:pg.orders
+    transforms: [TRANSFORMS]
+    connector: CONNECTOR
+    config: CONFIG
+"""
+
+
+@pytest.mark.parametrize("connector", ["delta", "iceberg"])
+def test_a_scd2_sink_holds_each_version_with_its_span(make_project, connector):
+    config = (
+        "{table_uri: out/h, mode: scd2, merge_keys: [id], scd2: {valid_to: ended}}"
+        if connector == "delta"
+        else "{namespace: n, table: h, mode: scd2, key_fields: [id], scd2: {valid_to: ended}}"
+    )
+    sink = (
+        HISTORY.replace("TRANSFORMS", "{type: unwrap_cdc, deletes: apply, sequence_by: seq}")
+        .replace("CONNECTOR", connector)
+        .replace("CONFIG", config)
+    )
+    root = make_project({"profiles.yml": PROFILE, "sources/pg.yml": SOURCE, "sinks/h.yml": sink})
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    assert compiled.graph.nodes["sink:history"].columns == {
+        "id": "int",
+        "status": "string",
+        "amount": "decimal(10,2)",
+        "valid_from": "decimal(38,0)",
+        "ended": "decimal(38,0)",
+        "is_current": "boolean",
+    }
+
+
+@pytest.mark.parametrize(
+    ("transforms", "config", "said", "line"),
+    [
+        ("", "{table_uri: h, mode: scd2, merge_keys: [id]}", "add the transform", 6),
+        (
+            "{type: unwrap_cdc, deletes: apply}",
+            "{table_uri: h, mode: scd2, merge_keys: [id]}",
+            "orders each key's versions by sequence_by",
+            4,
+        ),
+        (
+            "{type: unwrap_cdc, deletes: keep, sequence_by: seq}",
+            "{table_uri: h, mode: scd2, merge_keys: [id]}",
+            "deletes: apply",
+            4,
+        ),
+        (
+            "{type: unwrap_cdc, sequence_by: seq}",
+            "{table_uri: h, mode: scd2, merge_keys: [id], scd2: {valid_from: status}}",
+            "name the scd2 columns otherwise",
+            4,
+        ),
+    ],
+)
+def test_what_a_scd2_sink_cannot_take_is_refused_at_its_line(
+    make_project, transforms, config, said, line
+):
+    sink = (
+        HISTORY.replace("TRANSFORMS", transforms)
+        .replace("CONNECTOR", "delta")
+        .replace("CONFIG", config)
+    )
+    root = make_project({"profiles.yml": PROFILE, "sources/pg.yml": SOURCE, "sinks/h.yml": sink})
+    errors = analyze_dir(root).errors
+    assert [said in e.error.message for e in errors] == [True], [str(e) for e in errors]
+    assert errors[0].location.line == line
+
+
+def test_scd2_needs_keys_and_three_names(make_project):
+    for config, said in (
+        ("{table_uri: h, mode: scd2}", "mode scd2 needs merge_keys"),
+        (
+            "{table_uri: h, mode: scd2, merge_keys: [id], scd2: {valid_to: valid_from}}",
+            "three different names",
+        ),
+    ):
+        sink = (
+            HISTORY.replace("TRANSFORMS", "{type: unwrap_cdc, sequence_by: seq}")
+            .replace("CONNECTOR", "delta")
+            .replace("CONFIG", config)
+        )
+        root = make_project(
+            {"profiles.yml": PROFILE, "sources/pg.yml": SOURCE, "sinks/h.yml": sink}
+        )
+        with pytest.raises((ProjectError, CompileFailed), match=said):
+            analyze_dir(root)
