@@ -69,18 +69,23 @@ class _Rows:
     seq: list[int] = field(default_factory=list)
     txid: list[int | None] = field(default_factory=list)
     time: list[Any] = field(default_factory=list)
+    base: int = 0  # the snapshot's seq: 0, or after the landed history for a new snapshot
 
     def add(self, op: str, before: Any, after: Any, txn: Transaction | None, i: int) -> None:
         self.ops.append(op)
         self.before.append(before)
         self.after.append(after)
         self.lsn.append(None if txn is None else txn.final_lsn)
-        self.seq.append(0 if txn is None else txn.final_lsn * SEQ + i)
+        self.seq.append(self.base if txn is None else txn.final_lsn * SEQ + i)
         self.txid.append(None if txn is None else txn.xid)
         self.time.append(None if txn is None else txn.commit_time)
 
     def __len__(self) -> int:
         return len(self.ops)
+
+    def clear(self) -> None:
+        for name in ("ops", "before", "after", "lsn", "seq", "txid", "time"):
+            getattr(self, name).clear()
 
 
 def slot_names(project: str, source: str, config: PostgresCdcConfig) -> tuple[str, str]:
@@ -117,11 +122,17 @@ def extract_changes(ctx: CdcContext) -> Extraction:
             label,
         )
         upto = slot.current()
-        rows = _Rows()
-        held_before = held
+        batch = new_batch_id(at.batch)
+        parts = _Parts(ctx, batch, _envelopes(ctx, plan, _Rows(), label).schema)
+        resnapshot = held is None and at.cdc is not None  # a full refresh of landed changes
+        landed, base = _landed(ctx, plan) if resnapshot else ({}, 0)
+        rows = _Rows(base=base)
         if held is None:  # the first run, or a full refresh: a snapshot of the table
-            seen = _snapshot(db, table, plan, rows)
+            seen, taken = _snapshot(db, table, plan, rows, parts, ctx, label, resnapshot)
             held = {"lsn": 0, "visibility": seen.to_json()}
+            if resnapshot:
+                gone = [image for key, image in landed.items() if key not in taken]
+                parts.write(_deletes(gone, base, parts.schema))
         visibility = Visibility.parse(held["visibility"])
         after, reached = int(held["lsn"]), int(held["lsn"])
         for txn in slot.changes(after, upto):
@@ -143,10 +154,13 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                 op = {"insert": "c", "update": "u", "delete": "d"}[change.op]
                 rows.add(op, _image(change.before, change, plan), change.after, txn, i)
         reached = max(reached, upto)
+    if len(rows):
+        parts.write(_envelopes(ctx, plan, rows, label))
     fault("after-staging", ctx.name)
-    if not len(rows) and at.cdc is not None and not ctx.full_refresh:
+    if not parts.rows and at.cdc is not None and not ctx.full_refresh:
         # nothing of this table: a new position only once the log moved a segment past the
         # held one (what the slot keeps stays bounded; idle runs commit nothing)
+        parts.discard()
         if reached - int(at.cdc["lsn"]) >= IDLE_ADVANCE:
             moved = replace(at, run=ctx.run_id, cdc={**at.cdc, "lsn": reached})
             dt = landing.table()
@@ -157,9 +171,6 @@ def extract_changes(ctx: CdcContext) -> Extraction:
         return Extraction(
             NodeResult(ctx.nid, "source", "success", rows=0, message=message), at.batch
         )
-    batch = new_batch_id(at.batch)
-    resnapshot = held_before is None and at.cdc is not None  # a full refresh of landed changes
-    schema, files = _write(ctx, plan, rows, batch, label, resnapshot)
     position = Position(
         batch=batch,
         columns=_spark_columns(plan),
@@ -167,12 +178,12 @@ def extract_changes(ctx: CdcContext) -> Extraction:
         run=ctx.run_id,
         cdc={"lsn": reached, "visibility": held["visibility"]},
     )
-    landing.commit(batch, files, position, schema, replace=ctx.full_refresh)
+    landing.commit(batch, parts.files(), position, parts.schema, replace=ctx.full_refresh)
     fault("after-landing", ctx.name)
     _advance(ctx)
-    message = f"batch {batch}: {len(rows)} changes up to {lsn_text(reached)}"
+    message = f"batch {batch}: {parts.rows} changes up to {lsn_text(reached)}"
     return Extraction(
-        NodeResult(ctx.nid, "source", "success", rows=len(rows), message=message), batch
+        NodeResult(ctx.nid, "source", "success", rows=parts.rows, message=message), batch
     )
 
 
@@ -212,9 +223,31 @@ def _image(before: tuple[Value, ...] | None, change: Change, plan: list[Delivery
     return before
 
 
-def _snapshot(db: Any, table: str, plan: list[Delivery], rows: _Rows) -> Visibility:
-    """Every row of `table` now, as `r` changes, in a REPEATABLE READ snapshot: what it holds."""
+def _snapshot(
+    db: Any,
+    table: str,
+    plan: list[Delivery],
+    rows: _Rows,
+    parts: _Parts,
+    ctx: CdcContext,
+    label: str,
+    keyed: bool,
+) -> tuple[Visibility, set[tuple[Any, ...]]]:
+    """Every row of `table` now, as `r` changes, in a REPEATABLE READ snapshot, written to the
+    batch's files ROWS_PER_FILE rows at a time (memory stays bounded). Returns what the snapshot
+    holds and, when `keyed` (a new snapshot of landed changes), the keys it found."""
     cols = ", ".join(f'"{d.name}"::text' for d in plan)
+    names = [plan[j].name for j in _key_columns(ctx, plan)] if keyed else []
+    taken: set[tuple[Any, ...]] = set()
+
+    def flush() -> None:
+        envelopes = _envelopes(ctx, plan, rows, label)
+        if names:
+            after = envelopes.column("after").combine_chunks()
+            taken.update(zip(*(after.field(k).to_pylist() for k in names), strict=True))
+        parts.write(envelopes)
+        rows.clear()
+
     with db.transaction():
         db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         seen = Visibility.parse(db.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
@@ -223,7 +256,11 @@ def _snapshot(db: Any, table: str, plan: list[Delivery], rows: _Rows) -> Visibil
             cur.execute(f"SELECT {cols} FROM {table}")
             for row in cur:
                 rows.add("r", None, tuple(row), None, 0)
-    return seen
+                if len(rows) >= ROWS_PER_FILE:
+                    flush()
+    if len(rows):
+        flush()
+    return seen, taken
 
 
 # ----------------------------------------------------------------------------- values
@@ -273,17 +310,10 @@ def _images(
     return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
 
 
-def _write(
-    ctx: CdcContext,
-    plan: list[Delivery],
-    rows: _Rows,
-    batch: int,
-    label: str,
-    resnapshot: bool = False,
-) -> tuple[Any, list[str]]:
+def _envelopes(ctx: CdcContext, plan: list[Delivery], rows: _Rows, label: str) -> Any:
+    """`rows` as an Arrow table of change envelopes, values delivered as the `postgres` source
+    delivers them; untouched TOASTed values filled in from the row's last version."""
     import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     types = [_db_type(d) for d in plan]
     cp = CopyPlan(plan, label)
@@ -292,7 +322,7 @@ def _write(
     if rest:
         after = _from_history(ctx, after, key_cols, rest, plan, label)
     before = _images(rows.before, plan, types, cp)
-    table = pa.table(
+    return pa.table(
         {
             "op": pa.array(rows.ops, pa.string()),
             "before": before,
@@ -305,75 +335,84 @@ def _write(
             "commit_time": pa.array(rows.time, pa.timestamp("us", tz="UTC")),
         }
     )
-    if resnapshot:  # after the landed history: a scd2 sink's versions stay in sequence order
-        gone, base = _vanished(ctx, plan, table)
-        seq = table.column("seq")
-        snapshot = pa.array([_dec(base)] * len(table), seq.type)
-        table = table.set_column(
-            table.schema.get_field_index("seq"), "seq", pc.if_else(pc.equal(seq, 0), snapshot, seq)
-        )
-        table = pa.concat_tables([table, gone])
-    store = ctx.landing.store
-    out = ctx.landing.batch_dir(batch, "changes")
-    fs, path = store.filesystem(out)
-    fs.create_dir(path)
-    for i in range(0, max(len(table), 1), ROWS_PER_FILE):
-        if not len(table):
-            break
-        part = f"{out}/part-{i // ROWS_PER_FILE:05d}.parquet"
-        with fs.open_output_stream(store.filesystem(part)[1]) as sink:
-            pq.write_table(table.slice(i, ROWS_PER_FILE), sink, compression="snappy")
-    return table.schema, parquet_files([out], store)
 
 
-def _vanished(ctx: CdcContext, plan: list[Delivery], changes: Any) -> tuple[Any, int]:
-    """A new snapshot of a table that landed before: a delete for each row the landed history
-    holds and the snapshot does not (deleted while no slot kept the log), so that consumers
-    that merge end equal to the table. Also the sequence value that follows the landed
-    history, which the new snapshot's rows take (0 when nothing landed)."""
-    import pyarrow as pa
+class _Parts:
+    """A batch's Parquet files under the landing table, written as its changes come."""
+
+    def __init__(self, ctx: CdcContext, batch: int, schema: Any) -> None:
+        self.store = ctx.landing.store
+        self.out = ctx.landing.batch_dir(batch, "changes")
+        self.schema = schema
+        self.rows = 0
+        self.count = 0
+        self.store.remove_tree(self.out)  # a killed run's files of the same batch
+        fs, path = self.store.filesystem(self.out)
+        fs.create_dir(path)
+
+    def write(self, table: Any) -> None:
+        import pyarrow.parquet as pq
+
+        fs = self.store.filesystem(self.out)[0]
+        for i in range(0, len(table), ROWS_PER_FILE):
+            part = f"{self.out}/part-{self.count:05d}.parquet"
+            with fs.open_output_stream(self.store.filesystem(part)[1]) as sink:
+                pq.write_table(table.slice(i, ROWS_PER_FILE), sink, compression="snappy")
+            self.count += 1
+        self.rows += len(table)
+
+    def files(self) -> list[str]:
+        return parquet_files([self.out], self.store) if self.count else []
+
+    def discard(self) -> None:
+        self.store.remove_tree(self.out)
+
+
+def _landed(ctx: CdcContext, plan: list[Delivery]) -> tuple[dict[tuple[Any, ...], Any], int]:
+    """Before a new snapshot of a table that landed changes: each key's newest image in the
+    landed history, for the keys not deleted there, and the sequence value that follows the
+    history, which the new snapshot's rows take (so a scd2 sink's versions stay in order)."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    names = [plan[j].name for j in _key_columns(ctx, plan)]
-    empty = changes.slice(0, 0)
     files = [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
     if not files:
-        return empty, 0
+        return {}, 0
     fs, _ = ctx.landing.store.filesystem(files[0])
     history = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
     landed = pc.max(history.to_table(columns=["seq"]).column("seq")).as_py()
     base = 0 if landed is None else int(landed) + 1
+    names = [plan[j].name for j in _key_columns(ctx, plan)]
     if not names:
-        return empty, base
-    taken = {
-        tuple(image[k] for k in names)
-        for image in changes.column("after").to_pylist()
-        if image is not None
-    }
+        return {}, base
     newest: dict[tuple[Any, ...], tuple[Any, str, Any]] = {}
     for row in history.to_table(columns=["op", "before", "after", "seq"]).to_pylist():
         image = row["after"] if row["op"] != "d" else row["before"]
         key = tuple(image[k] for k in names)
         if key not in newest or row["seq"] >= newest[key][0]:
             newest[key] = (row["seq"], row["op"], row["after"])
-    gone = [image for key, (_, op, image) in newest.items() if op != "d" and key not in taken]
-    if not gone:
-        return empty, base
+    return {key: image for key, (_, op, image) in newest.items() if op != "d"}, base
+
+
+def _deletes(gone: list[Any], seq: int, schema: Any) -> Any:
+    """A delete for each of `gone`'s images: rows the landed history holds and a new snapshot
+    does not (deleted while no slot kept the log), so that consumers that merge end equal to
+    the table."""
+    import pyarrow as pa
+
     n = len(gone)
-    schema = changes.schema
     return pa.table(
         {
             "op": pa.array(["d"] * n, pa.string()),
             "before": pa.array(gone, schema.field("before").type),
             "after": pa.nulls(n, schema.field("after").type),
             "commit_lsn": pa.nulls(n, pa.decimal128(20, 0)),
-            "seq": pa.array([_dec(base)] * n, pa.decimal128(38, 0)),
+            "seq": pa.array([_dec(seq)] * n, pa.decimal128(38, 0)),
             "txid": pa.nulls(n, pa.int64()),
             "commit_time": pa.nulls(n, pa.timestamp("us", tz="UTC")),
         },
         schema=schema,
-    ), base
+    )
 
 
 def _dec(value: int) -> Any:

@@ -153,8 +153,11 @@ def orders(logical_pg):
 
 
 def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
-    tmp_path, orders, logical_pg
+    tmp_path, orders, logical_pg, monkeypatch
 ):
+    from rivc.adapters.run import cdc
+
+    monkeypatch.setattr(cdc, "ROWS_PER_FILE", 700)  # the snapshot's 2000 rows: three files
     con = orders
     root = write_files(
         tmp_path / "proj",
@@ -170,6 +173,9 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     assert first.exit_code == 0, first.output
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
     assert len(delta_rows(root)) == 2000
+    snapshot = DeltaTable(str(root / "warehouse/_rivc/landing/pg.orders"))
+    files = snapshot.to_pyarrow_dataset().get_fragments()
+    assert sorted(f.count_rows() for f in files) == [600, 700, 700]  # written as read
 
     big = "SELECT string_agg(md5(random()::text || g::text), '') FROM generate_series(1, 400) g"
     con.execute(f"UPDATE cdc_orders SET body = ({big}) WHERE id = 5")
