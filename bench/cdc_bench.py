@@ -1,4 +1,5 @@
-"""postgres-cdc speed: changes per second from PostgreSQL's log into a Delta merge (batch mode).
+"""postgres-cdc speed: changes per second from PostgreSQL's log into a Delta merge and a Delta
+scd2 history (batch mode).
 
     python bench/cdc_bench.py                # 200,000 changes each way
     python bench/cdc_bench.py --changes 50000
@@ -6,8 +7,8 @@
 Starts a PostgreSQL cluster of its own with wal_level = logical (initdb as postgres, a free port,
 a temporary folder; root needed), loads a table, and times `rivc run` in a new process for:
 the snapshot of the table; a burst of single-row updates, each its own transaction; and one
-transaction updating as many rows. Reported: wall time and changes/s of each run, and the log
-the server keeps for the slot once caught up.
+transaction updating as many rows. Reported: wall time and changes/s of each run (both sinks),
+each node's time, and the log the server keeps for the slot once caught up.
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ def main() -> None:
             "sinks:\n  - name: lake\n    from: source:pg.orders\n"
             "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
             "    connector: delta\n    config: {table_uri: out/orders, mode: merge, merge_keys: [id]}\n"
+            "  - name: history\n    from: source:pg.orders\n"
+            "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+            "    connector: delta\n    config: {table_uri: out/history, mode: scd2, merge_keys: [id]}\n"
         )
         results = []
         took = timed_run(root)

@@ -142,11 +142,13 @@ def extract_changes(ctx: CdcContext) -> Extraction:
             for i, change in enumerate(txn.changes):
                 if isinstance(change, Truncate):
                     if any(r.qualified == _qualified(table) for r in change.relations):
-                        raise ConnectorError(
-                            f"{label}: {table} was truncated at {lsn_text(txn.final_lsn)}; "
-                            "rivc does not apply a truncate to its consumers yet: take a new "
-                            f"snapshot with `rivc run --full-refresh --select source:{ctx.name}`"
-                        )
+                        # every row the table held goes: a delete for each, in its place
+                        if len(rows):
+                            parts.write(_envelopes(ctx, plan, rows, label))
+                            rows.clear()
+                        held_rows = _newest(ctx, plan, _history(ctx) + parts.files(), label)
+                        seq = txn.final_lsn * SEQ + i
+                        parts.write(_deletes(list(held_rows.values()), seq, parts.schema))
                     continue
                 if change.relation.qualified != _qualified(table):
                     continue
@@ -368,6 +370,11 @@ class _Parts:
         self.store.remove_tree(self.out)
 
 
+def _history(ctx: CdcContext) -> list[str]:
+    """The landed changes' files."""
+    return [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
+
+
 def _landed(ctx: CdcContext, plan: list[Delivery]) -> tuple[dict[tuple[Any, ...], Any], int]:
     """Before a new snapshot of a table that landed changes: each key's newest image in the
     landed history, for the keys not deleted there, and the sequence value that follows the
@@ -375,29 +382,50 @@ def _landed(ctx: CdcContext, plan: list[Delivery]) -> tuple[dict[tuple[Any, ...]
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    files = [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
+    files = _history(ctx)
     if not files:
         return {}, 0
     fs, _ = ctx.landing.store.filesystem(files[0])
     history = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
     landed = pc.max(history.to_table(columns=["seq"]).column("seq")).as_py()
     base = 0 if landed is None else int(landed) + 1
+    return _newest(ctx, plan, files, None), base
+
+
+def _newest(
+    ctx: CdcContext, plan: list[Delivery], files: list[str], label: str | None
+) -> dict[tuple[Any, ...], Any]:
+    """Each key's newest image in the changes of `files`, for the keys not deleted there. A
+    table without a primary key has no keys: empty, or with `label` (a truncate to apply)
+    refused by name."""
+    import pyarrow.dataset as ds
+
     names = [plan[j].name for j in _key_columns(ctx, plan)]
     if not names:
-        return {}, base
+        if label is not None:
+            raise ConnectorError(
+                f"{label}: {ctx.table.table} was truncated and has no primary key, so its "
+                "rows cannot be deleted one by one in the consumers: take a new snapshot with "
+                f"`rivc run --full-refresh --select source:{ctx.name}`"
+            )
+        return {}
+    if not files:
+        return {}
+    fs, _ = ctx.landing.store.filesystem(files[0])
+    changes = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
     newest: dict[tuple[Any, ...], tuple[Any, str, Any]] = {}
-    for row in history.to_table(columns=["op", "before", "after", "seq"]).to_pylist():
+    for row in changes.to_table(columns=["op", "before", "after", "seq"]).to_pylist():
         image = row["after"] if row["op"] != "d" else row["before"]
         key = tuple(image[k] for k in names)
         if key not in newest or row["seq"] >= newest[key][0]:
             newest[key] = (row["seq"], row["op"], row["after"])
-    return {key: image for key, (_, op, image) in newest.items() if op != "d"}, base
+    return {key: image for key, (_, op, image) in newest.items() if op != "d"}
 
 
 def _deletes(gone: list[Any], seq: int, schema: Any) -> Any:
-    """A delete for each of `gone`'s images: rows the landed history holds and a new snapshot
-    does not (deleted while no slot kept the log), so that consumers that merge end equal to
-    the table."""
+    """A delete at `seq` for each of `gone`'s images: the rows a truncate took, or rows the
+    landed history holds and a new snapshot does not (deleted while no slot kept the log), so
+    that consumers that merge end equal to the table."""
     import pyarrow as pa
 
     n = len(gone)

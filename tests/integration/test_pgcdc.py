@@ -393,3 +393,73 @@ def test_edge_values_from_the_log_are_exact_or_refused_and_a_lost_rivc_lands_not
         con.execute("DROP PUBLICATION IF EXISTS rivc_test_edge")
         con.execute("DROP TABLE IF EXISTS cdc_edge")
         con.close()
+
+
+def test_a_truncate_deletes_every_row_it_took_in_its_place(tmp_path, logical_pg):
+    """A truncate lands as a delete of every row the table held, between the changes before
+    and after it; the merge equals the table and the history ends every earlier version there.
+    A table without a primary key cannot be emptied key by key: refused by name."""
+    con = connect(logical_pg)
+    con.execute("DROP TABLE IF EXISTS cdc_t, cdc_nokey")
+    con.execute("CREATE TABLE cdc_t (id int PRIMARY KEY, v text)")
+    con.execute("CREATE TABLE cdc_nokey (v text)")
+    con.execute("INSERT INTO cdc_t SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    sources = (
+        "sources:\n  - name: t\n    connector: postgres-cdc\n    connection: db\n"
+        "    config: {slot_name: rivc_test_trunc, publication_name: rivc_test_trunc}\n"
+        "    tables:\n      - {name: t, table: public.cdc_t}\n"
+        "      - {name: nokey, table: public.cdc_nokey}\n"
+    )
+    unwrap = "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+    sinks = (
+        f"sinks:\n  - name: lake\n    from: source:t.t\n{unwrap}"
+        "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n"
+        f"  - name: history\n    from: source:t.t\n{unwrap}"
+        "    connector: delta\n    config: {table_uri: out/h, mode: scd2, merge_keys: [id]}\n"
+    )
+    root = write_files(
+        tmp_path / "trunc",
+        {
+            "rivc_project.yml": "name: trunc\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
+            "sources/t.yml": sources,
+            "sinks/out.yml": sinks,
+        },
+    )
+
+    def table() -> dict[int, str]:
+        return dict(con.execute("SELECT id, v FROM cdc_t").fetchall())
+
+    try:
+        assert rivc(root, "run").exit_code == 0
+        con.execute("INSERT INTO cdc_t VALUES (51, 'before')")
+        con.execute("UPDATE cdc_t SET v = 'changed' WHERE id = 1")
+        con.execute("TRUNCATE cdc_t")
+        con.execute("INSERT INTO cdc_t VALUES (1, 'again'), (2, 'new')")
+        con.execute("UPDATE cdc_t SET v = 'newer' WHERE id = 2")
+        done = rivc(root, "run")
+        assert done.exit_code == 0, done.output
+        merged = DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
+        assert {r["id"]: r["v"] for r in merged} == table() == {1: "again", 2: "newer"}
+        history = DeltaTable(str(root / "out/h")).to_pyarrow_table().to_pylist()
+        live = {r["id"]: r["v"] for r in history if r["is_current"]}
+        assert live == table()
+        ended = {r["valid_to"] for r in history if r["v"] in ("changed", "before", "v3")}
+        assert len(ended) == 1  # the truncate's place in the log
+        (cut,) = ended
+        assert all(r["valid_from"] > cut for r in history if r["v"] in ("again", "new", "newer"))
+        assert len(history) == 50 + 1 + 1 + 3  # the snapshot, 51, 'changed', then after
+
+        con.execute("TRUNCATE cdc_nokey")
+        refused = rivc(root, "run")
+        assert refused.exit_code == 1
+        assert "cdc_nokey was truncated and has no primary key" in refused.output
+    finally:
+        con.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = 'rivc_test_trunc'"
+        )
+        con.execute("DROP PUBLICATION IF EXISTS rivc_test_trunc")
+        con.execute("DROP TABLE IF EXISTS cdc_t, cdc_nokey")
+        con.close()
