@@ -98,8 +98,8 @@ def extract_changes(ctx: CdcContext) -> Extraction:
     landing, label = ctx.landing, f"source {ctx.name}"
     at = landing.position()
     if ctx.resume_from is not None and at.run == ctx.resume_from:
-        _advance(ctx)  # the killed run may have died before it moved the slot
-        message = f"batch {at.batch}, landed by the run this one resumes"
+        kept = _advance(ctx)  # the killed run may have died before it moved the slot
+        message = f"batch {at.batch}, landed by the run this one resumes{kept}"
         return Extraction(NodeResult(ctx.nid, "source", "success", message=message), at.batch)
     held = None if ctx.full_refresh else at.cdc
     table = ctx.table.table or ""
@@ -168,8 +168,8 @@ def extract_changes(ctx: CdcContext) -> Extraction:
             dt = landing.table()
             assert dt is not None  # it holds a position
             landing.commit(at.batch or 0, [], moved, landing.schema(dt))
-        _advance(ctx)
-        message = f"no new changes (at {lsn_text(reached)})"
+        kept = _advance(ctx)
+        message = f"no new changes (at {lsn_text(reached)}){kept}"
         return Extraction(
             NodeResult(ctx.nid, "source", "success", rows=0, message=message), at.batch
         )
@@ -182,23 +182,29 @@ def extract_changes(ctx: CdcContext) -> Extraction:
     )
     landing.commit(batch, parts.files(), position, parts.schema, replace=ctx.full_refresh)
     fault("after-landing", ctx.name)
-    _advance(ctx)
-    message = f"batch {batch}: {parts.rows} changes up to {lsn_text(reached)}"
+    kept = _advance(ctx)
+    message = f"batch {batch}: {parts.rows} changes up to {lsn_text(reached)}{kept}"
     return Extraction(
         NodeResult(ctx.nid, "source", "success", rows=parts.rows, message=message), batch
     )
 
 
-def _advance(ctx: CdcContext) -> None:
+def _advance(ctx: CdcContext) -> str:
     """Move the slot to the lowest log position the source's tables hold (a table that never
-    ran takes a snapshot of its own, and needs none of the log before it)."""
+    ran takes a snapshot of its own, and needs none of the log before it). Returns how much
+    log the server keeps for the slot then, for the node's message."""
+    from ..ops.report import human_bytes
+
     held = [p.cdc["lsn"] for p in (s.position() for s in ctx.siblings) if p.cdc]
-    if not held:
-        return
-    fault("before-slot-advance", ctx.name)
+    if held:
+        fault("before-slot-advance", ctx.name)
     with connection(ctx.conn) as db:
         db.execute("SET default_transaction_read_only = off")
-        LogicalSlot(db, ctx.slot, ctx.publication).advance(min(int(x) for x in held))
+        slot = LogicalSlot(db, ctx.slot, ctx.publication)
+        if held:
+            slot.advance(min(int(x) for x in held))
+        lag = slot.lag_bytes()
+    return "" if lag is None else f"; the server keeps {human_bytes(lag)} of log for the slot"
 
 
 def _qualified(table: str) -> str:
