@@ -154,6 +154,32 @@ class PostgresCdcConfig(Spec):
     auto_create_publication: bool = True
 
 
+class MysqlCdcConfig(Spec):
+    """mysql-cdc's settings, on the source: the seed's `server_id`, the id rivc's binlog reader
+    takes among the server's replicas (default: one derived from project and source)."""
+
+    server_id: int | None = Field(None, ge=1, le=2**32 - 1)
+
+
+def mysql_cdc_columns(_config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
+    """A mysql-cdc table's landed columns: the envelope around its declared columns, with the
+    binlog's coordinates where postgres-cdc has its log position; None until run when none
+    are declared."""
+    if not columns:
+        return None
+    image = "struct<" + ",".join(f"{k}:{v}" for k, v in columns.items()) + ">"
+    return {
+        "op": "string",
+        "before": image,
+        "after": image,
+        "binlog_file": "string",
+        "binlog_pos": "bigint",
+        "seq": "decimal(38,0)",
+        "gtid": "string",
+        "commit_time": "timestamp",
+    }
+
+
 # The columns of a change, as every CDC source lands it (unwrap_cdc reads them): the kind of
 # change (r: read by the snapshot, c, u, d), the row before and after, the position of its
 # transaction's commit, an order of all changes (`sequence_by: seq`), the transaction, its time.

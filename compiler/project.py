@@ -365,7 +365,7 @@ def _add_source(
     if source.config and not info.log:
         raise ProjectError(
             f"source {source.name!r}: config on a source is for change-log connectors "
-            "(postgres-cdc); a table's settings go under the table's config",
+            "(postgres-cdc, mysql-cdc); a table's settings go under the table's config",
             doc.location((*at, "config")),
         )
     log_config = (

@@ -34,6 +34,7 @@ from .connector_specs import (
     IcebergSourceConfig,
     KafkaSourceConfig,
     MqttSourceConfig,
+    MysqlCdcConfig,
     PostgresCdcConfig,
     RelationalConfig,
     SinkConfig,
@@ -41,6 +42,7 @@ from .connector_specs import (
     TableSourceConfig,
     cdc_columns,
     datagen_columns,
+    mysql_cdc_columns,
 )
 from .errors import did_you_mean
 from .specbase import Spec
@@ -128,9 +130,19 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "database",
             PostgresCdcConfig,
             "PostgreSQL's change log (logical replication, pgoutput): inserts, updates, deletes",
-            f"{_RUNTIME}.pgcdc:read",
+            f"{_RUNTIME}.logsource:read",
             log=True,
             columns=cdc_columns,
+        ),
+        ConnectorInfo(
+            "mysql-cdc",
+            "source",
+            "database",
+            MysqlCdcConfig,
+            "MySQL's and MariaDB's binary log (row-based): inserts, updates, deletes",
+            f"{_RUNTIME}.logsource:read",
+            log=True,
+            columns=mysql_cdc_columns,
         ),
         ConnectorInfo(
             "datagen",

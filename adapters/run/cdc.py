@@ -33,11 +33,11 @@ from ..connectors.pgslot import LogicalSlot, Visibility
 from ..connectors.relational import Conn, connection, deliveries, probe
 from ..state import NodeResult
 from ..util.faults import fault
-from .extract import Extraction, parquet_files
+from .changes import ROWS_PER_FILE, BatchParts, deletes, history, newest, next_seq
+from .extract import Extraction
 from .landing import Landing, Position, new_batch_id
 
 SEQ = 10**9  # seq = commit LSN * SEQ + the change's place in its transaction
-ROWS_PER_FILE = 100_000
 IDLE_ADVANCE = 16 << 20  # a WAL segment
 
 
@@ -123,16 +123,21 @@ def extract_changes(ctx: CdcContext) -> Extraction:
         )
         upto = slot.current()
         batch = new_batch_id(at.batch)
-        parts = _Parts(ctx, batch, _envelopes(ctx, plan, _Rows(), label).schema)
+        schema = _envelopes(ctx, plan, _Rows(), label).schema
+        parts = BatchParts(ctx.landing, batch, schema, ROWS_PER_FILE)
         resnapshot = held is None and at.cdc is not None  # a full refresh of landed changes
-        landed, base = _landed(ctx, plan) if resnapshot else ({}, 0)
+        landed, base = {}, 0
+        if resnapshot:  # the rows the new snapshot does not find are deleted after it
+            files = history(ctx.landing)
+            names = [plan[j].name for j in _key_columns(ctx, plan)]
+            landed, base = newest(ctx.landing, files, names), next_seq(ctx.landing, files)
         rows = _Rows(base=base)
         if held is None:  # the first run, or a full refresh: a snapshot of the table
             seen, taken = _snapshot(db, table, plan, rows, parts, ctx, label, resnapshot)
             held = {"lsn": 0, "visibility": seen.to_json()}
             if resnapshot:
                 gone = [image for key, image in landed.items() if key not in taken]
-                parts.write(_deletes(gone, base, parts.schema))
+                parts.write(deletes(gone, base, parts.schema))
         visibility = Visibility.parse(held["visibility"])
         after, reached = int(held["lsn"]), int(held["lsn"])
         for txn in slot.changes(after, upto):
@@ -146,9 +151,9 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                         if len(rows):
                             parts.write(_envelopes(ctx, plan, rows, label))
                             rows.clear()
-                        held_rows = _newest(ctx, plan, _history(ctx) + parts.files(), label)
+                        held_rows = _newest(ctx, plan, history(ctx.landing) + parts.files())
                         seq = txn.final_lsn * SEQ + i
-                        parts.write(_deletes(list(held_rows.values()), seq, parts.schema))
+                        parts.write(deletes(list(held_rows.values()), seq, parts.schema))
                     continue
                 if change.relation.qualified != _qualified(table):
                     continue
@@ -236,7 +241,7 @@ def _snapshot(
     table: str,
     plan: list[Delivery],
     rows: _Rows,
-    parts: _Parts,
+    parts: BatchParts,
     ctx: CdcContext,
     label: str,
     keyed: bool,
@@ -345,108 +350,17 @@ def _envelopes(ctx: CdcContext, plan: list[Delivery], rows: _Rows, label: str) -
     )
 
 
-class _Parts:
-    """A batch's Parquet files under the landing table, written as its changes come."""
-
-    def __init__(self, ctx: CdcContext, batch: int, schema: Any) -> None:
-        self.store = ctx.landing.store
-        self.out = ctx.landing.batch_dir(batch, "changes")
-        self.schema = schema
-        self.rows = 0
-        self.count = 0
-        self.store.remove_tree(self.out)  # a killed run's files of the same batch
-        fs, path = self.store.filesystem(self.out)
-        fs.create_dir(path)
-
-    def write(self, table: Any) -> None:
-        import pyarrow.parquet as pq
-
-        fs = self.store.filesystem(self.out)[0]
-        for i in range(0, len(table), ROWS_PER_FILE):
-            part = f"{self.out}/part-{self.count:05d}.parquet"
-            with fs.open_output_stream(self.store.filesystem(part)[1]) as sink:
-                pq.write_table(table.slice(i, ROWS_PER_FILE), sink, compression="snappy")
-            self.count += 1
-        self.rows += len(table)
-
-    def files(self) -> list[str]:
-        return parquet_files([self.out], self.store) if self.count else []
-
-    def discard(self) -> None:
-        self.store.remove_tree(self.out)
-
-
-def _history(ctx: CdcContext) -> list[str]:
-    """The landed changes' files."""
-    return [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
-
-
-def _landed(ctx: CdcContext, plan: list[Delivery]) -> tuple[dict[tuple[Any, ...], Any], int]:
-    """Before a new snapshot of a table that landed changes: each key's newest image in the
-    landed history, for the keys not deleted there, and the sequence value that follows the
-    history, which the new snapshot's rows take (so a scd2 sink's versions stay in order)."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-
-    files = _history(ctx)
-    if not files:
-        return {}, 0
-    fs, _ = ctx.landing.store.filesystem(files[0])
-    history = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
-    landed = pc.max(history.to_table(columns=["seq"]).column("seq")).as_py()
-    base = 0 if landed is None else int(landed) + 1
-    return _newest(ctx, plan, files, None), base
-
-
-def _newest(
-    ctx: CdcContext, plan: list[Delivery], files: list[str], label: str | None
-) -> dict[tuple[Any, ...], Any]:
-    """Each key's newest image in the changes of `files`, for the keys not deleted there. A
-    table without a primary key has no keys: empty, or with `label` (a truncate to apply)
-    refused by name."""
-    import pyarrow.dataset as ds
-
+def _newest(ctx: CdcContext, plan: list[Delivery], files: list[str]) -> dict[Any, Any]:
+    """Each key's newest image in `files` before a truncate is applied; a table without a
+    primary key cannot be emptied key by key: refused by name."""
     names = [plan[j].name for j in _key_columns(ctx, plan)]
     if not names:
-        if label is not None:
-            raise ConnectorError(
-                f"{label}: {ctx.table.table} was truncated and has no primary key, so its "
-                "rows cannot be deleted one by one in the consumers: take a new snapshot with "
-                f"`rivc run --full-refresh --select source:{ctx.name}`"
-            )
-        return {}
-    if not files:
-        return {}
-    fs, _ = ctx.landing.store.filesystem(files[0])
-    changes = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
-    newest: dict[tuple[Any, ...], tuple[Any, str, Any]] = {}
-    for row in changes.to_table(columns=["op", "before", "after", "seq"]).to_pylist():
-        image = row["after"] if row["op"] != "d" else row["before"]
-        key = tuple(image[k] for k in names)
-        if key not in newest or row["seq"] >= newest[key][0]:
-            newest[key] = (row["seq"], row["op"], row["after"])
-    return {key: image for key, (_, op, image) in newest.items() if op != "d"}
-
-
-def _deletes(gone: list[Any], seq: int, schema: Any) -> Any:
-    """A delete at `seq` for each of `gone`'s images: the rows a truncate took, or rows the
-    landed history holds and a new snapshot does not (deleted while no slot kept the log), so
-    that consumers that merge end equal to the table."""
-    import pyarrow as pa
-
-    n = len(gone)
-    return pa.table(
-        {
-            "op": pa.array(["d"] * n, pa.string()),
-            "before": pa.array(gone, schema.field("before").type),
-            "after": pa.nulls(n, schema.field("after").type),
-            "commit_lsn": pa.nulls(n, pa.decimal128(20, 0)),
-            "seq": pa.array([_dec(seq)] * n, pa.decimal128(38, 0)),
-            "txid": pa.nulls(n, pa.int64()),
-            "commit_time": pa.nulls(n, pa.timestamp("us", tz="UTC")),
-        },
-        schema=schema,
-    )
+        raise ConnectorError(
+            f"source {ctx.name}: {ctx.table.table} was truncated and has no primary key, so its "
+            "rows cannot be deleted one by one in the consumers: take a new snapshot with "
+            f"`rivc run --full-refresh --select source:{ctx.name}`"
+        )
+    return newest(ctx.landing, files, names)
 
 
 def _dec(value: int) -> Any:

@@ -1,5 +1,5 @@
-"""The `postgres-cdc` source's reader for a table that has not landed yet (its changes are read
-and landed by adapters/run/cdc.py when it runs)."""
+"""A change-log source's (postgres-cdc, mysql-cdc) reader for a table that has not landed yet:
+its changes are read and landed when it runs (adapters/run/cdc.py, mysqlcdc.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,102 @@
+"""What every change-log source (postgres-cdc, mysql-cdc) does with its landing table: a batch's
+envelope files written as the changes come, the landed history's newest image of each key, the
+sequence value after it, and deletes in the envelope's own shape (a truncate, a row a new
+snapshot no longer finds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .extract import parquet_files
+from .landing import Landing
+
+ROWS_PER_FILE = 100_000
+
+
+class BatchParts:
+    """A batch's Parquet files under the landing table, written as its changes come."""
+
+    def __init__(self, landing: Landing, batch: int, schema: Any, rows_per_file: int) -> None:
+        self.store = landing.store
+        self.out = landing.batch_dir(batch, "changes")
+        self.schema = schema
+        self.rows_per_file = rows_per_file
+        self.rows = 0
+        self.count = 0
+        self.store.remove_tree(self.out)  # a killed run's files of the same batch
+        fs, path = self.store.filesystem(self.out)
+        fs.create_dir(path)
+
+    def write(self, table: Any) -> None:
+        import pyarrow.parquet as pq
+
+        fs = self.store.filesystem(self.out)[0]
+        for i in range(0, len(table), self.rows_per_file):
+            part = f"{self.out}/part-{self.count:05d}.parquet"
+            with fs.open_output_stream(self.store.filesystem(part)[1]) as sink:
+                pq.write_table(table.slice(i, self.rows_per_file), sink, compression="snappy")
+            self.count += 1
+        self.rows += len(table)
+
+    def files(self) -> list[str]:
+        return parquet_files([self.out], self.store) if self.count else []
+
+    def discard(self) -> None:
+        self.store.remove_tree(self.out)
+
+
+def history(landing: Landing) -> list[str]:
+    """The landed changes' files."""
+    return [f.uri for f in landing.files(None, landing.position().batch)]
+
+
+def _dataset(landing: Landing, files: list[str]) -> Any:
+    import pyarrow.dataset as ds
+
+    fs, _ = landing.store.filesystem(files[0])
+    return ds.dataset([landing.store.filesystem(f)[1] for f in files], filesystem=fs)
+
+
+def next_seq(landing: Landing, files: list[str]) -> int:
+    """The sequence value after every change in `files` (0 when there are none): a new
+    snapshot's rows take it, so a scd2 sink's versions stay in order."""
+    import pyarrow.compute as pc
+
+    if not files:
+        return 0
+    landed = pc.max(_dataset(landing, files).to_table(columns=["seq"]).column("seq")).as_py()
+    return 0 if landed is None else int(landed) + 1
+
+
+def newest(landing: Landing, files: list[str], names: list[str]) -> dict[tuple[Any, ...], Any]:
+    """Each key (the values of `names`) with its newest image in the changes of `files`, for
+    the keys not deleted there."""
+    if not files or not names:
+        return {}
+    found: dict[tuple[Any, ...], tuple[Any, str, Any]] = {}
+    columns = ["op", "before", "after", "seq"]
+    for row in _dataset(landing, files).to_table(columns=columns).to_pylist():
+        image = row["after"] if row["op"] != "d" else row["before"]
+        key = tuple(image[k] for k in names)
+        if key not in found or row["seq"] >= found[key][0]:
+            found[key] = (row["seq"], row["op"], row["after"])
+    return {key: image for key, (_, op, image) in found.items() if op != "d"}
+
+
+def deletes(gone: list[Any], seq: int, schema: Any) -> Any:
+    """A delete at `seq` for each of `gone`'s images, in the envelope's `schema`: the rows a
+    truncate took, or rows the landed history holds and a new snapshot does not, so that
+    consumers that merge end equal to the table."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    n = len(gone)
+    columns = {
+        "op": pa.array(["d"] * n, pa.string()),
+        "before": pa.array(gone, schema.field("before").type),
+        "seq": pa.array([Decimal(seq)] * n, schema.field("seq").type),
+    }
+    return pa.table(
+        {f.name: columns.get(f.name, pa.nulls(n, f.type)) for f in schema}, schema=schema
+    )
