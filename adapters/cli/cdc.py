@@ -16,7 +16,7 @@ from .state import _print_rows, _runtime
 
 @click.group()
 def cdc() -> None:
-    """Change-log sources (postgres-cdc): their slots and publications."""
+    """Change-log sources (postgres-cdc, mysql-cdc): where they are in the log."""
 
 
 def _sources(runtime: Any) -> dict[str, list[str]]:
@@ -28,18 +28,44 @@ def _sources(runtime: Any) -> dict[str, list[str]]:
     return out
 
 
-def _slot(runtime: Any, source: str) -> tuple[Any, str, str]:
-    from ..connectors.relational import Conn
-    from ..run.cdc import slot_names
+def _first(runtime: Any, source: str) -> Any:
+    return next(t for t in runtime.plan.project.sources.values() if t.source.name == source)
 
-    first = next(t for t in runtime.plan.project.sources.values() if t.source.name == source)
+
+def _conn(runtime: Any, source: str) -> Any:
+    from ..connectors.relational import Conn
+
+    first = _first(runtime, source)
     spec = runtime.plan.profile.connections.get(first.source.connection or "")
     if spec is None:
         raise ProjectError(
             f"source {source}: connection {first.source.connection!r} is not in the profile"
         )
-    slot, publication = slot_names(runtime.plan.manifest.project, source, first.config)
-    return Conn.resolve(spec, os.environ), slot, publication
+    return Conn.resolve(spec, os.environ)
+
+
+def _slot(runtime: Any, source: str) -> tuple[Any, str, str]:
+    from ..run.cdc import slot_names
+
+    config = _first(runtime, source).config
+    slot, publication = slot_names(runtime.plan.manifest.project, source, config)
+    return _conn(runtime, source), slot, publication
+
+
+def _binlog_rows(runtime: Any, source: str, nids: list[str]) -> list[dict[str, Any]]:
+    """mysql-cdc: each table's held binlog coordinates beside the server's log end."""
+    from ..connectors.relational import connection
+
+    with connection(_conn(runtime, source)) as db, db.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    end = None if row is None else f"{row[0]}:{row[1]}"
+    rows = []
+    for nid in nids:
+        held = runtime.plan.landing(nid).position().cdc
+        at = None if not held else f"{held['file']}:{held['pos']}"
+        rows.append({"table": nid, "held": at, "log_end": end})
+    return rows
 
 
 @cdc.command("status")
@@ -56,6 +82,9 @@ def cdc_status(as_json: bool, project_dir: str | None) -> None:
     runtime = _runtime(_root(project_dir))
     rows = []
     for source, nids in _sources(runtime).items():
+        if _first(runtime, source).connector.name == "mysql-cdc":
+            rows += _binlog_rows(runtime, source, nids)
+            continue
         conn, slot, publication = _slot(runtime, source)
         with connection(conn) as db:
             log = LogicalSlot(db, slot, publication)
@@ -96,6 +125,11 @@ def cdc_drop(source: str, project_dir: str | None) -> None:
         names = ", ".join(known) or "none"
         raise ProjectError(
             f"{source!r} is not a change-log source of this project (they are: {names})"
+        )
+    if _first(runtime, source).connector.name == "mysql-cdc":
+        raise ProjectError(
+            f"{source!r} is a mysql-cdc source: it keeps nothing on the server (the server "
+            "purges its binlog by its own expiry settings)"
         )
     conn, slot, publication = _slot(runtime, source)
     with connection(conn) as db:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from rivc.compiler.connector_specs import PostgresCdcConfig
+from rivc.compiler.connector_specs import MysqlCdcConfig, PostgresCdcConfig
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.manifest import ManifestNode
 
@@ -64,7 +64,8 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
 
 
 def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
-    """A change-log table (postgres-cdc): its changes landed, the slot moved (cdc.py)."""
+    """A change-log table: its changes landed (postgres-cdc: then the slot moved; cdc.py;
+    mysql-cdc: mysqlcdc.py)."""
     from ..connectors.relational import Conn
     from .cdc import CdcContext, extract_changes, slot_names
 
@@ -75,8 +76,24 @@ def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
             f"source {node.name}: connection {source.source.connection!r} is not in the profile"
         )
     config = source.config
-    assert isinstance(config, PostgresCdcConfig)
     name = source.source.name
+    if isinstance(config, MysqlCdcConfig):
+        from .mysqlcdc import BinlogContext, extract_binlog, server_id
+
+        return extract_binlog(
+            BinlogContext(
+                nid=nid,
+                name=node.name,
+                table=source.table,
+                conn=Conn.resolve(spec, os.environ),
+                server_id=server_id(rt.plan.manifest.project, name, config),
+                landing=rt.landing(nid),
+                run_id=rt.run_id,
+                full_refresh=rt.full_refresh,
+                resume_from=rt.resume_from,
+            )
+        )
+    assert isinstance(config, PostgresCdcConfig)
     slot, publication = slot_names(rt.plan.manifest.project, name, config)
     tables = {fqn: t for fqn, t in rt.plan.project.sources.items() if t.source.name == name}
     return extract_changes(

@@ -81,3 +81,78 @@ def logical_pg() -> Iterator[int]:
             capture_output=True,
         )
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def binlog_mariadb() -> Iterator[int]:
+    """A MariaDB server of the tests' own with the row-based binary log on (the machine's runs
+    with it off), on a free port, root without a password from 127.0.0.1; stopped at the end.
+    Its port."""
+    import os
+    import socket
+    import subprocess
+    import tempfile
+    import time
+
+    if not Path("/usr/sbin/mariadbd").exists() or os.geteuid() != 0:
+        pytest.skip("needs mariadbd and root (to run it as mysql)")
+    base = Path(tempfile.mkdtemp(prefix="rivc-binlog-", dir="/tmp"))
+    base.chmod(0o755)
+    shutil.chown(base, "mysql")
+    data = base / "data"
+    subprocess.run(
+        [
+            "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={data}",
+            "--user=mysql",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    log = (base / "server.log").open("w")  # the server keeps its own copy of the handle
+    server = subprocess.Popen(
+        [
+            "/usr/sbin/mariadbd",
+            "--no-defaults",
+            f"--datadir={data}",
+            "--user=mysql",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={base / 'sock'}",
+            f"--pid-file={base / 'pid'}",
+            f"--log-bin={data / 'binlog'}",
+            "--binlog-format=ROW",
+            "--binlog-row-metadata=FULL",
+            "--server-id=1",
+            "--innodb-flush-log-at-trx-commit=0",
+            "--sync-binlog=0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    log.close()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError((base / "server.log").read_text()[-3000:]) from None
+            time.sleep(0.2)
+    try:
+        yield port
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(base, ignore_errors=True)

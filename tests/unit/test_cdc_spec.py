@@ -205,3 +205,38 @@ def test_scd2_needs_keys_and_three_names(make_project):
         )
         with pytest.raises((ProjectError, CompileFailed), match=said):
             analyze_dir(root)
+
+
+MYSQL = """
+sources:
+  - name: my
+    connector: mysql-cdc
+    connection: db
+    config: CONFIG
+    tables:
+      - name: orders
+        table: shop.orders
+        columns: {id: int, total: "decimal(10,2)"}
+"""
+
+
+def test_a_mysql_cdc_source_lands_binlog_envelopes_and_checks_its_server_id(make_project):
+    profile = "default:\n  connections:\n    db: {type: mysql, database: shop}\n"
+    root = make_project({"profiles.yml": profile, "sources/my.yml": MYSQL.replace("CONFIG", "{}")})
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    image = "struct<id:int,total:decimal(10,2)>"
+    assert compiled.graph.nodes["source:my.orders"].columns == {
+        "op": "string",
+        "before": image,
+        "after": image,
+        "binlog_file": "string",
+        "binlog_pos": "bigint",
+        "seq": "decimal(38,0)",
+        "gtid": "string",
+        "commit_time": "timestamp",
+    }
+    bad = MYSQL.replace("CONFIG", "{server_id: 0}")
+    root = make_project({"profiles.yml": profile, "sources/my.yml": bad})
+    with pytest.raises((ProjectError, CompileFailed), match="server_id"):
+        analyze_dir(root)

@@ -1,0 +1,493 @@
+"""Running a mysql-cdc table (docs/cdc.md): its changes from the server's row-based binary log
+since the coordinates its landing table holds, landed as one batch of change envelopes.
+
+- The first run (and a full refresh) reads the table in a consistent snapshot whose binlog
+  coordinates MariaDB reports with it (`binlog_snapshot_file/position`; on MySQL the tables are
+  locked for the moment it takes to read the coordinates), as `op = r` changes; the log is read
+  from exactly there, so no change is lost or doubled.
+- A batch holds every change of the table in transactions committed before the log's end when
+  the run began, whole. Values are the server's own (pymysql and the binlog decode them); each
+  is delivered exactly in the column's type or refused by name.
+- One Delta commit adds the batch and records the coordinates it holds (`Position.cdc`). The
+  server keeps no state for rivc: nothing to advance, and a run killed anywhere reads the same
+  transactions again from what the table holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import zlib
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from rivc.compiler.connector_specs import MysqlCdcConfig, mysql_cdc_columns
+from rivc.compiler.dbtypes import DbColumn, Delivery, declared_type
+from rivc.compiler.errors import ConnectorError
+from rivc.compiler.specs import SourceTable
+
+from ..connectors.pgcopy import arrow_type
+from ..connectors.relational import Conn, connection, deliveries, probe
+from ..state import NodeResult
+from ..util.faults import fault
+from .changes import ROWS_PER_FILE, BatchParts, deletes, history, newest, next_seq
+from .extract import Extraction
+from .landing import Landing, Position, new_batch_id
+
+SEQ = 10**9  # seq = (binlog file number << 32 | commit end position) * SEQ + place in its commit
+IDLE_ADVANCE = 16 << 20  # an idle table records a new position past this much log, or a new file
+_BITS = {"tiny": 8, "short": 16, "int24": 24, "long": 32, "longlong": 64}
+_READ = ("native", "decimal", "date", "timestamp")  # deliveries the log gives as the snapshot does
+
+
+@dataclass(frozen=True, kw_only=True)
+class BinlogContext:
+    nid: str
+    name: str  # "source.table"
+    table: SourceTable
+    conn: Conn
+    server_id: int
+    landing: Landing
+    run_id: str
+    full_refresh: bool
+    resume_from: str | None
+
+
+@dataclass
+class _Rows:
+    ops: list[str] = field(default_factory=list)
+    before: list[list[Any] | None] = field(default_factory=list)
+    after: list[list[Any] | None] = field(default_factory=list)
+    file: list[str | None] = field(default_factory=list)
+    pos: list[int | None] = field(default_factory=list)
+    seq: list[int] = field(default_factory=list)
+    gtid: list[str | None] = field(default_factory=list)
+    time: list[datetime | None] = field(default_factory=list)
+    base: int = 0  # the snapshot's seq
+
+    def add(self, op: str, before: Any, after: Any, commit: _Commit | None, i: int) -> None:
+        self.ops.append(op)
+        self.before.append(before)
+        self.after.append(after)
+        self.file.append(None if commit is None else commit.file)
+        self.pos.append(None if commit is None else commit.pos)
+        self.seq.append(self.base if commit is None else commit.seq(i))
+        self.gtid.append(None if commit is None else commit.gtid)
+        self.time.append(None if commit is None else commit.time)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def clear(self) -> None:
+        for name in ("ops", "before", "after", "file", "pos", "seq", "gtid", "time"):
+            getattr(self, name).clear()
+
+
+@dataclass(frozen=True)
+class _Commit:
+    file: str
+    pos: int  # where the commit event ends: the next transaction starts there
+    gtid: str | None
+    time: datetime
+
+    def seq(self, i: int) -> int:
+        return ((_file_number(self.file) << 32) | self.pos) * SEQ + i
+
+
+def server_id(project: str, source: str, config: MysqlCdcConfig) -> int:
+    """The id rivc's binlog reader takes among the server's replicas: as configured, else one
+    derived from project and source (above 65535, where hand-picked ids rarely are)."""
+    if config.server_id is not None:
+        return config.server_id
+    return 65_536 + zlib.crc32(f"{project}:{source}".encode()) % (2**31 - 65_536)
+
+
+def extract_binlog(ctx: BinlogContext) -> Extraction:
+    landing, label = ctx.landing, f"source {ctx.name}"
+    at = landing.position()
+    if ctx.resume_from is not None and at.run == ctx.resume_from:
+        message = f"batch {at.batch}, landed by the run this one resumes"
+        return Extraction(NodeResult(ctx.nid, "source", "success", message=message), at.batch)
+    if ctx.conn.kind != "mysql":
+        raise ConnectorError(f"{label}: mysql-cdc needs a mysql connection, not {ctx.conn.kind}")
+    held = None if ctx.full_refresh else at.cdc
+    schema_name, table_name = _split(ctx.table.table or "", ctx.conn.database or "")
+    qualified = f"`{schema_name}`.`{table_name}`"
+    with connection(ctx.conn) as db:
+        mariadb = _check_server(db, label)
+        columns = probe(db, "mysql", f"SELECT * FROM {qualified}")
+        plan = _plan(columns, dict(ctx.table.columns), label)
+        keys = _key_names(db, schema_name, table_name)
+        if held is not None and held["file"] not in _binary_logs(db):
+            raise ConnectorError(
+                f"{label}: the binlog file {held['file']} that the table holds a position in "
+                "was purged from the server: the log between is gone; take a new snapshot with "
+                f"`rivc run --full-refresh --select source:{ctx.name}`"
+            )
+        upto = _log_end(db)
+        batch = new_batch_id(at.batch)
+        convert = _Converter(plan, columns, label)
+        parts = BatchParts(landing, batch, convert.table(_Rows()).schema, ROWS_PER_FILE)
+        resnapshot = held is None and at.cdc is not None
+        landed, base = {}, 0
+        if resnapshot:  # the rows the new snapshot does not find are deleted after it
+            files = history(landing)
+            landed, base = newest(landing, files, keys), next_seq(landing, files)
+        rows = _Rows(base=base)
+        if held is None:
+            held, taken = _snapshot(db, qualified, plan, rows, parts, convert, keys, mariadb)
+            if resnapshot:
+                gone = [image for key, image in landed.items() if key not in taken]
+                parts.write(deletes(gone, base, parts.schema))
+    for commit, changes in _transactions(ctx, held, upto, schema_name, table_name):
+        for i, (op, before, after) in enumerate(changes):
+            if op == "truncate":
+                if not keys:
+                    raise ConnectorError(
+                        f"{label}: {qualified} was truncated and has no primary key, so its "
+                        "rows cannot be deleted one by one in the consumers: take a new "
+                        f"snapshot with `rivc run --full-refresh --select source:{ctx.name}`"
+                    )
+                if len(rows):
+                    parts.write(convert.table(rows))
+                    rows.clear()
+                found = newest(landing, history(landing) + parts.files(), keys)
+                parts.write(deletes(list(found.values()), commit.seq(i), parts.schema))
+                continue
+            rows.add(op, before, after, commit, i)
+            if len(rows) >= ROWS_PER_FILE:
+                parts.write(convert.table(rows))
+                rows.clear()
+    if len(rows):
+        parts.write(convert.table(rows))
+    reached = {"file": upto[0], "pos": upto[1]}
+    fault("after-staging", ctx.name)
+    if not parts.rows and at.cdc is not None and not ctx.full_refresh:
+        parts.discard()
+        moved = reached["file"] != at.cdc["file"] or reached["pos"] - at.cdc["pos"] >= IDLE_ADVANCE
+        if moved:  # a held position stays inside the log the server keeps
+            dt = landing.table()
+            assert dt is not None  # it holds a position
+            landing.commit(
+                at.batch or 0, [], replace(at, run=ctx.run_id, cdc=reached), landing.schema(dt)
+            )
+        message = f"no new changes (at {reached['file']}:{reached['pos']})"
+        return Extraction(
+            NodeResult(ctx.nid, "source", "success", rows=0, message=message), at.batch
+        )
+    position = Position(
+        batch=batch,
+        columns=mysql_cdc_columns(None, {d.name: d.spark for d in plan}) or {},
+        floor=None if ctx.full_refresh else at.floor,
+        run=ctx.run_id,
+        cdc=reached,
+    )
+    landing.commit(batch, parts.files(), position, parts.schema, replace=ctx.full_refresh)
+    fault("after-landing", ctx.name)
+    message = f"batch {batch}: {parts.rows} changes up to {reached['file']}:{reached['pos']}"
+    return Extraction(
+        NodeResult(ctx.nid, "source", "success", rows=parts.rows, message=message), batch
+    )
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+def _split(table: str, database: str) -> tuple[str, str]:
+    schema, _, name = table.rpartition(".")
+    return (schema or database).strip("`"), name.strip("`")
+
+
+def _check_server(db: Any, label: str) -> bool:
+    """Refuse, by name, a server whose binlog cannot give every row whole. Whether it is
+    MariaDB."""
+    with db.cursor() as cur:
+        cur.execute("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, VERSION()")
+        log_bin, fmt, image, version = cur.fetchone()
+        cur.execute("SHOW GLOBAL VARIABLES LIKE 'binlog_row_metadata'")
+        metadata = (cur.fetchone() or (None, None))[1]
+    if not int(log_bin):
+        raise ConnectorError(f"{label}: the server's binary log is off (set log_bin)")
+    if str(fmt).upper() != "ROW":
+        raise ConnectorError(
+            f"{label}: the server's binlog_format is {fmt}: mysql-cdc needs ROW (the rows "
+            "themselves, not the statements)"
+        )
+    if str(image).upper() != "FULL":
+        raise ConnectorError(
+            f"{label}: the server's binlog_row_image is {image}: mysql-cdc needs FULL (every "
+            "column of every changed row)"
+        )
+    if str(metadata).upper() != "FULL":
+        raise ConnectorError(
+            f"{label}: the server's binlog_row_metadata is {metadata or 'unknown (too old)'}: "
+            "mysql-cdc needs FULL (each column's charset and sign in the log; MariaDB 10.5+, "
+            "MySQL 8.0.1+)"
+        )
+    return "mariadb" in str(version).lower()
+
+
+def _binary_logs(db: Any) -> set[str]:
+    with db.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return {row[0] for row in cur.fetchall()}
+
+
+def _log_end(db: Any) -> tuple[str, int]:
+    """The binlog's end now: the batch reads the transactions committed before it."""
+    with db.cursor() as cur:
+        try:
+            cur.execute("SHOW MASTER STATUS")
+        except Exception:  # MySQL 8.4 renamed it
+            cur.execute("SHOW BINARY LOG STATUS")
+        row = cur.fetchone()
+    return str(row[0]), int(row[1])
+
+
+def _key_names(db: Any, schema: str, table: str) -> list[str]:
+    with db.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
+        return [row[0] for row in cur.fetchall()]
+
+
+def _file_number(name: str) -> int:
+    return int(name.rsplit(".", 1)[1])
+
+
+def _snapshot(
+    db: Any,
+    qualified: str,
+    plan: list[Delivery],
+    rows: _Rows,
+    parts: BatchParts,
+    convert: _Converter,
+    keys: list[str],
+    mariadb: bool,
+) -> tuple[dict[str, Any], set[tuple[Any, ...]]]:
+    """Every row of the table now, as `r` changes, and the binlog coordinates of that moment;
+    also the keys the snapshot found. Written ROWS_PER_FILE rows at a time."""
+    import pymysql
+
+    taken: set[tuple[Any, ...]] = set()
+
+    def flush() -> None:
+        table = convert.table(rows)
+        if keys:
+            after = table.column("after").combine_chunks()
+            taken.update(zip(*(after.field(k).to_pylist() for k in keys), strict=True))
+        parts.write(table)
+        rows.clear()
+
+    with db.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        if mariadb:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            status = dict(cur.fetchall())
+            at = (status["Binlog_snapshot_file"], int(status["Binlog_snapshot_position"]))
+        else:  # MySQL: the coordinates under a global read lock, held only while they are read
+            cur.execute("FLUSH TABLES WITH READ LOCK")
+            try:
+                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                at = _log_end(db)
+            finally:
+                cur.execute("UNLOCK TABLES")
+    cols = ", ".join(f"`{d.name}`" for d in plan)
+    with db.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute(f"SELECT {cols} FROM {qualified}")
+        for row in cur:
+            rows.add("r", None, list(row), None, 0)
+            if len(rows) >= ROWS_PER_FILE:
+                flush()
+    db.commit()
+    if len(rows):
+        flush()
+    return {"file": at[0], "pos": at[1]}, taken
+
+
+_DDL = re.compile(r"^\s*(alter|truncate|drop|rename|create\s+or\s+replace)\b", re.IGNORECASE)
+
+
+def _transactions(
+    ctx: BinlogContext,
+    held: dict[str, Any],
+    upto: tuple[str, int],
+    schema: str,
+    table: str,
+) -> Any:
+    """Each transaction committed between `held` and `upto` that changed the table: its commit
+    and its changes, (op, before, after) in order; a truncate as ("truncate", None, None). A
+    statement that changes the table's shape is refused by name."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)  # _check_server speaks
+    c = ctx.conn
+    reader = BinLogStreamReader(
+        connection_settings={
+            "host": c.host,
+            "port": c.port,
+            "user": c.user or "",
+            "password": c.password or "",
+            **c.tls.pymysql(),
+        },
+        server_id=ctx.server_id,
+        log_file=held["file"],
+        log_pos=int(held["pos"]),
+        resume_stream=True,
+        blocking=False,
+        only_events=[
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+            XidEvent,
+            QueryEvent,
+            GtidEvent,
+            MariadbGtidEvent,
+        ],
+        is_mariadb=False,  # its MariaDB mode starts at the first binlog: file and position here
+        enable_logging=False,
+        pymysql_wrapper=_connect,
+    )
+    end = (_file_number(upto[0]), upto[1])
+    gtid: str | None = None
+    changes: list[tuple[str, Any, Any]] = []
+    named = re.compile(rf"(`?{re.escape(schema)}`?\s*\.\s*)?`?{re.escape(table)}`?(\W|$)", re.I)
+    try:
+        for event in reader:
+            if (_file_number(reader.log_file), event.packet.log_pos) > end:
+                break
+            if isinstance(event, GtidEvent | MariadbGtidEvent):
+                gtid, changes = str(event.gtid), []
+            elif isinstance(event, QueryEvent) and str(event.query).strip().upper() == "BEGIN":
+                changes = []
+            elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+                if event.schema != schema or event.table != table:
+                    continue
+                for row in event.rows:
+                    if isinstance(event, WriteRowsEvent):
+                        changes.append(("c", None, list(row["values"].values())))
+                    elif isinstance(event, UpdateRowsEvent):
+                        before, after = row["before_values"], row["after_values"]
+                        changes.append(("u", list(before.values()), list(after.values())))
+                    else:
+                        changes.append(("d", list(row["values"].values()), None))
+            else:
+                query = str(getattr(event, "query", "")).strip()
+                commit = isinstance(event, XidEvent) or query.upper() == "COMMIT"
+                ddl = not commit and _DDL.match(query) and named.search(query)
+                if ddl and not _ours(event, query, schema):
+                    ddl = None  # a table of the same name in another database
+                if ddl and query.lower().startswith("truncate"):
+                    changes.append(("truncate", None, None))
+                elif ddl:
+                    raise ConnectorError(
+                        f"source {ctx.name}: the table changed shape in the log ({query[:80]}); "
+                        "schema changes are not applied yet: take a new snapshot with "
+                        f"`rivc run --full-refresh --select source:{ctx.name}`"
+                    )
+                if (commit or ddl) and changes:
+                    when = datetime.fromtimestamp(event.timestamp, UTC)
+                    yield _Commit(reader.log_file, event.packet.log_pos, gtid, when), changes
+                    changes = []
+    finally:
+        reader.close()
+
+
+def _connect(**settings: Any) -> Any:
+    """pymysql.connect for the binlog reader, with `database` for the `db` it passes (which
+    pymysql deprecates)."""
+    import pymysql
+
+    if "db" in settings:
+        settings["database"] = settings.pop("db")
+    return pymysql.connect(**settings)
+
+
+def _ours(event: Any, query: str, schema: str) -> bool:
+    """Whether a statement on a table of our table's name is on ours: it names our database,
+    or ran in it."""
+    current = getattr(event, "schema", b"") or b""
+    current = current.decode() if isinstance(current, bytes) else str(current)
+    return current == schema or re.search(rf"`?{re.escape(schema)}`?\s*\.", query) is not None
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def _plan(columns: list[DbColumn], declared: dict[str, str], label: str) -> list[Delivery]:
+    """Each column's delivery; a type the log does not give as the snapshot reads it is refused
+    by name."""
+    plan = deliveries("mysql", columns, {}, label)
+    for d, col in zip(plan, columns, strict=True):
+        if d.kind not in _READ or col.type in ("bit", "set", "enum", "json", "time"):
+            raise ConnectorError(
+                f"{label}: column {d.name} has type {d.db_type}, which mysql-cdc does not read "
+                "from the binlog yet"
+            )
+    return [
+        replace(d, spark=declared_type(declared[d.name])) if d.name in declared else d for d in plan
+    ]
+
+
+class _Converter:
+    """Row images (lists of the server's values, in column order) to Arrow arrays of each
+    column's delivered type: exact or refused by name."""
+
+    def __init__(self, plan: list[Delivery], columns: list[DbColumn], label: str) -> None:
+        self.plan, self.label = plan, label
+        self.unsigned = [_BITS[c.type] if c.unsigned and c.type in _BITS else 0 for c in columns]
+
+    def table(self, rows: _Rows) -> Any:
+        import pyarrow as pa
+
+        return pa.table(
+            {
+                "op": pa.array(rows.ops, pa.string()),
+                "before": self._images(rows.before),
+                "after": self._images(rows.after),
+                "binlog_file": pa.array(rows.file, pa.string()),
+                "binlog_pos": pa.array(rows.pos, pa.int64()),
+                "seq": pa.array([Decimal(x) for x in rows.seq], pa.decimal128(38, 0)),
+                "gtid": pa.array(rows.gtid, pa.string()),
+                "commit_time": pa.array(rows.time, pa.timestamp("us", tz="UTC")),
+            }
+        )
+
+    def _images(self, images: list[list[Any] | None]) -> Any:
+        import pyarrow as pa
+
+        arrays = [
+            self._column(j, d, [None if img is None else img[j] for img in images])
+            for j, d in enumerate(self.plan)
+        ]
+        fields = [pa.field(d.name, arrays[j].type) for j, d in enumerate(self.plan)]
+        mask = pa.array([img is None for img in images], pa.bool_())
+        return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
+
+    def _column(self, j: int, d: Delivery, values: list[Any]) -> Any:
+        import pyarrow as pa
+
+        bits = self.unsigned[j]
+        if bits:  # the binlog decodes unsigned integers as signed
+            values = [v + (1 << bits) if v is not None and v < 0 else v for v in values]
+        kind = pa.binary() if d.spark == "binary" else arrow_type(d.spark)
+        try:
+            return pa.array(values, kind)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+            for v in values:  # the first value that does not fit, named
+                try:
+                    pa.array([v], kind)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+                    raise ConnectorError(
+                        f"{self.label}: column {d.name} ({d.db_type}) holds {str(v)[:80]!r}, "
+                        f"which {d.spark} cannot hold exactly; declare a wider type in columns:"
+                    ) from None
+            raise

@@ -1,0 +1,226 @@
+"""mysql-cdc end to end, on a MariaDB server of the tests' own with the row-based binlog on: a
+snapshot, then inserts of edge values, updates, deletes, a large transaction and a truncate,
+landed batch by batch; kills after staging and after landing; a lost .rivc/; a Delta merge, an
+Iceberg upsert and a scd2 history equal to the table (and to the landed changes), read with
+deltalake and pyiceberg; a server that cannot give whole rows and a purged log refused by name."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import pymysql
+import pytest
+from deltalake import DeltaTable
+
+from rivc_testing import iceberg_catalog, rivc, run_rivc, write_files
+
+pytestmark = pytest.mark.integration
+
+COLUMNS = "id, status, amount, updated, seen, big, body, raw"
+SOURCES = """
+sources:
+  - name: my
+    connector: mysql-cdc
+    connection: db
+    tables:
+      - {name: orders, table: rivc_cdc.orders}
+"""
+UNWRAP = "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+SINKS = (
+    f"sinks:\n  - name: lake\n    from: source:my.orders\n{UNWRAP}"
+    "    connector: delta\n    config: {table_uri: out/orders, mode: merge, merge_keys: [id]}\n"
+    f"  - name: ice\n    from: source:my.orders\n{UNWRAP}"
+    "    connector: iceberg\n"
+    "    config: {namespace: my, table: orders, mode: upsert, key_fields: [id]}\n"
+    f"  - name: history\n    from: source:my.orders\n{UNWRAP}"
+    "    connector: delta\n    config: {table_uri: out/history, mode: scd2, merge_keys: [id]}\n"
+)
+
+
+def connect(port: int) -> pymysql.Connection:
+    return pymysql.connect(
+        host="127.0.0.1",
+        port=port,
+        user="root",
+        autocommit=True,
+        init_command="SET time_zone='+00:00'",
+    )
+
+
+def run(con: pymysql.Connection, *sql: str) -> None:
+    with con.cursor() as cur:
+        for statement in sql:
+            cur.execute(statement)
+
+
+def _utc(v):
+    return v.replace(tzinfo=UTC) if isinstance(v, datetime) else v
+
+
+def source_rows(con) -> dict[int, tuple]:
+    with con.cursor() as cur:
+        cur.execute(f"SELECT {COLUMNS} FROM rivc_cdc.orders")
+        return {r[0]: tuple(_utc(v) for v in r[1:]) for r in cur.fetchall()}
+
+
+def image(r: dict) -> tuple:
+    return tuple(r[c] for c in COLUMNS.split(", ")[1:])
+
+
+def delta_rows(root) -> dict[int, tuple]:
+    return {
+        r["id"]: image(r)
+        for r in DeltaTable(str(root / "out/orders")).to_pyarrow_table().to_pylist()
+    }
+
+
+def iceberg_rows(root) -> dict[int, tuple]:
+    table = iceberg_catalog(root).load_table("my.orders").scan().to_arrow().to_pylist()
+    return {r["id"]: image(r) for r in table}
+
+
+def landed_history(root) -> set[tuple]:
+    """The versions the landed changes describe, worked out here without Spark."""
+    changes = DeltaTable(str(root / "warehouse/_rivc/landing/my.orders")).to_pyarrow_table()
+    by_key: dict[int, list] = {}
+    for c in changes.to_pylist():
+        img = c["before"] if c["op"] == "d" else c["after"]
+        by_key.setdefault(img["id"], []).append((c["seq"], c["op"] == "d", img))
+    out = set()
+    for key, mine in by_key.items():
+        mine.sort(key=lambda c: c[0])
+        for n, (seq, deleted, img) in enumerate(mine):
+            if not deleted:
+                until = mine[n + 1][0] if n + 1 < len(mine) else None
+                out.add((key, image(img), seq, until))
+    return out
+
+
+def history_rows(root) -> set[tuple]:
+    rows = DeltaTable(str(root / "out/history")).to_pyarrow_table().to_pylist()
+    return {(r["id"], image(r), r["valid_from"], r["valid_to"]) for r in rows}
+
+
+@pytest.fixture
+def shop(binlog_mariadb):
+    con = connect(binlog_mariadb)
+    run(
+        con,
+        "DROP DATABASE IF EXISTS rivc_cdc",
+        "CREATE DATABASE rivc_cdc",
+        "USE rivc_cdc",  # where the seq_1_to_n tables of MariaDB's sequence engine are
+        "CREATE TABLE rivc_cdc.orders (id int PRIMARY KEY, status varchar(20), "
+        "amount decimal(12,2), updated datetime(6), seen timestamp(6) NULL, "
+        "big bigint unsigned, body mediumtext, raw varbinary(16)) CHARSET utf8mb4",
+        "INSERT INTO rivc_cdc.orders SELECT seq, 'placed', seq * 1.25, "
+        "'2024-01-01 00:00:00' + INTERVAL seq MINUTE, NULL, seq, CONCAT('b', seq), NULL "
+        "FROM seq_1_to_2000",
+    )
+    try:
+        yield con
+    finally:
+        run(
+            con, "USE mysql", "DROP DATABASE IF EXISTS rivc_cdc", "SET GLOBAL binlog_format = 'ROW'"
+        )
+        con.close()
+
+
+def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_across_kills(
+    tmp_path, shop, binlog_mariadb
+):
+    con = shop
+    root = write_files(
+        tmp_path / "proj",
+        {
+            "rivc_project.yml": "name: mycdc\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {binlog_mariadb}, user: root, database: rivc_cdc}}\n",
+            "sources/my.yml": SOURCES,
+            "sinks/out.yml": SINKS,
+        },
+    )
+    first = rivc(root, "run")
+    assert first.exit_code == 0, first.output
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert len(delta_rows(root)) == 2000
+
+    run(
+        con,
+        "UPDATE rivc_cdc.orders SET status = 'shipped', amount = 9999999999.99 WHERE id = 5",
+        "INSERT INTO rivc_cdc.orders VALUES (5001, '', -0.01, '1000-01-01 00:00:00', "
+        "'1970-01-01 00:00:01.000001', 18446744073709551615, 'ünïcode 🚀', x'00ff10'), "
+        "(5002, NULL, NULL, '9999-12-31 23:59:59.999999', '2038-01-19 03:14:07.999999', 0, '', '')",
+        "DELETE FROM rivc_cdc.orders WHERE id BETWEEN 10 AND 19",
+    )
+    run(
+        con,
+        "START TRANSACTION",  # one large transaction: never split across batches
+        "UPDATE rivc_cdc.orders SET amount = amount + 1 WHERE id > 1000",
+        "INSERT INTO rivc_cdc.orders SELECT seq, 'bulk', 1, NOW(6), NOW(6), 1, 'x', NULL "
+        "FROM seq_6000_to_7999",
+        "COMMIT",
+    )
+    killed = run_rivc(root, "after-landing")  # landed, no consumer ran
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    again = run_rivc(root)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    want = source_rows(con)
+    assert delta_rows(root) == want == iceberg_rows(root)
+    assert want[5001][4] == 18446744073709551615 and want[5001][5] == "ünïcode 🚀"
+    assert want[5002][2] == datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    assert want[5001][6] == b"\x00\xff\x10" and want[5002][1] is None and want[5002][5] == ""
+
+    run(con, "UPDATE rivc_cdc.orders SET status = 'late' WHERE id < 100")
+    killed = run_rivc(root, "after-staging")  # read, nothing landed
+    assert killed.returncode == -9
+    (root / ".rivc/state.db").unlink()  # the tables hold the place
+    assert rivc(root, "run").exit_code == 0
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    history = landed_history(root)
+    assert history_rows(root) == history  # every version once, across both kills
+    assert {k: v for k, v, _, until in history if until is None} == source_rows(con)
+
+    run(
+        con,
+        "TRUNCATE TABLE rivc_cdc.orders",
+        "INSERT INTO rivc_cdc.orders (id, status) VALUES (1, 'again'), (2, 'new')",
+    )
+    done = rivc(root, "run")
+    assert done.exit_code == 0, done.output
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert len(source_rows(con)) == 2
+    assert history_rows(root) == landed_history(root)
+    quiet = rivc(root, "run")  # nothing new: no batch
+    assert quiet.exit_code == 0 and "no new changes" in quiet.output
+    status = rivc(root, "cdc", "status", "--json")
+    assert status.exit_code == 0, status.output
+    (row,) = json.loads(status.output)["cdc"]
+    assert row["held"] == row["log_end"] and row["table"] == "source:my.orders"
+    kept = rivc(root, "cdc", "drop", "my")
+    assert kept.exit_code == 2 and "keeps nothing on the server" in kept.output
+
+    run(con, "SET GLOBAL binlog_format = 'MIXED'")
+    refused = rivc(root, "run")
+    assert (
+        refused.exit_code == 1 and "binlog_format is MIXED: mysql-cdc needs ROW" in refused.output
+    )
+    run(con, "SET GLOBAL binlog_format = 'ROW'")
+
+    with con.cursor() as cur:  # the log the table holds a position in, gone
+        run(con, "INSERT INTO rivc_cdc.orders (id) VALUES (3)", "FLUSH BINARY LOGS")
+        cur.execute("SHOW MASTER STATUS")
+        (current, *_) = cur.fetchone()
+        for _ in range(50):  # a file a replica connection still reads is kept a moment
+            cur.execute(f"PURGE BINARY LOGS TO '{current}'")
+            cur.execute("SHOW BINARY LOGS")
+            if [r[0] for r in cur.fetchall()] == [current]:
+                break
+            time.sleep(0.2)
+    gone = rivc(root, "run")
+    assert gone.exit_code == 1 and "was purged from the server" in gone.output, gone.output
+    refreshed = rivc(root, "run", "--full-refresh")
+    assert refreshed.exit_code == 0, refreshed.output
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert {k: v for k, v, _, until in history_rows(root) if until is None} == source_rows(con)
