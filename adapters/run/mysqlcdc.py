@@ -126,7 +126,6 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
                 "was purged from the server: the log between is gone; take a new snapshot with "
                 f"`rivc run --full-refresh --select source:{ctx.name}`"
             )
-        upto = _log_end(db)
         batch = new_batch_id(at.batch)
         convert = _Converter(plan, columns, label)
         parts = BatchParts(landing, batch, convert.table(_Rows()).schema, ROWS_PER_FILE)
@@ -141,6 +140,7 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
             if resnapshot:
                 gone = [image for key, image in landed.items() if key not in taken]
                 parts.write(deletes(gone, base, parts.schema))
+        upto = _log_end(db)  # after the snapshot: the batch reads on from its coordinates
     for commit, changes in _transactions(ctx, held, upto, schema_name, table_name):
         for i, (op, before, after) in enumerate(changes):
             if op == "truncate":
