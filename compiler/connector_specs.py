@@ -165,19 +165,12 @@ def mysql_cdc_columns(_config: Any, columns: Mapping[str, str]) -> dict[str, str
     """A mysql-cdc table's landed columns: the envelope around its declared columns, with the
     binlog's coordinates where postgres-cdc has its log position; None until run when none
     are declared."""
-    if not columns:
+    found = cdc_columns(None, columns)
+    if found is None:
         return None
-    image = "struct<" + ",".join(f"{k}:{v}" for k, v in columns.items()) + ">"
-    return {
-        "op": "string",
-        "before": image,
-        "after": image,
-        "binlog_file": "string",
-        "binlog_pos": "bigint",
-        "seq": "decimal(38,0)",
-        "gtid": "string",
-        "commit_time": "timestamp",
-    }
+    position = {"binlog_file": "string", "binlog_pos": "bigint", "seq": "decimal(38,0)"}
+    order = ("op", "before", "after", *position, "gtid", "commit_time")
+    return {k: {**found, **position, "gtid": "string"}[k] for k in order}
 
 
 # The columns of a change, as every CDC source lands it (unwrap_cdc reads them): the kind of

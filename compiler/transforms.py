@@ -379,6 +379,17 @@ def plan(
     return TransformPlan(tuple(steps), cols, route, deletes)
 
 
+def _keys_in(i: int, t: UnwrapCdc, image: Columns, keys: tuple[str, ...], key: str) -> None:
+    """Refuse, at the transform's `key`, a sink key the change's image does not have."""
+    missing = [k for k in keys if k not in image]
+    if missing:
+        raise TransformError(
+            i,
+            key,
+            f"unwrap_cdc: key {missing[0]!r} is not a field of {t.after!r} ({', '.join(image)})",
+        )
+
+
 def _versions(
     i: int, t: UnwrapCdc, image: Columns, keys: tuple[str, ...], history: Scd2Columns, kind: str
 ) -> list[Step]:
@@ -399,13 +410,7 @@ def _versions(
             "unwrap_cdc: a scd2 sink takes deletes: apply (a delete ends its "
             "key's version) or drop",
         )
-    missing = [k for k in keys if k not in image]
-    if missing:
-        raise TransformError(
-            i,
-            "type",
-            f"unwrap_cdc: key {missing[0]!r} is not a field of {t.after!r} ({', '.join(image)})",
-        )
+    _keys_in(i, t, image, keys, "type")
     names = (history.valid_from, history.valid_to, history.is_current)
     clash = [n for n in names if n in image]
     if clash:
@@ -469,14 +474,7 @@ def _unwrap(i: int, t: UnwrapCdc, image: Columns, keys: tuple[str, ...]) -> list
                 "sink needs keys (delta mode merge with merge_keys, iceberg mode upsert with "
                 "key_fields)",
             )
-        missing = [k for k in keys if k not in image]
-        if missing:
-            raise TransformError(
-                i,
-                "sequence_by",
-                f"unwrap_cdc: key {missing[0]!r} is not a field of "
-                f"{t.after!r} ({', '.join(image)})",
-            )
+        _keys_in(i, t, image, keys, "sequence_by")
         by = ", ".join(f"_rivc_image.{quote(k)}" for k in keys)
         steps += [
             Step(

@@ -186,3 +186,45 @@ def azurite(container: str = "lake") -> Iterator[str]:
         server.kill()  # it waits on clients' idle keep-alive connections after a SIGTERM
         server.wait(10)
         shutil.rmtree(data, ignore_errors=True)
+
+
+@contextmanager
+def busy_writer(connect: Any, step: Any) -> Iterator[list[int]]:
+    """A thread that, until the block ends, calls `step(con, key, new, gone)` every 5 ms on a
+    connection of its own (`connect()`): a key of 1..50,000 to update, a new id to insert
+    (100,000 up) and a key to delete. Yields the list of new ids written so far."""
+    import random
+    import threading
+
+    stop, written = threading.Event(), []
+
+    def loop() -> None:
+        con, rng, new = connect(), random.Random(7), 100_000
+        try:
+            while not stop.is_set():
+                step(con, rng.randrange(1, 50_001), new, rng.randrange(1, 50_001))
+                written.append(new)
+                new += 1
+                time.sleep(0.005)
+        finally:
+            con.close()
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    try:
+        yield written
+    finally:
+        stop.set()
+        thread.join()
+
+
+def assert_merged_once(root: Path, table: str, landing: str, want: dict[Any, Any]) -> None:
+    """The merge sink's Delta `table` (id -> v) equals `want`, and the landed changes hold
+    each inserted or snapshot-read row once."""
+    from deltalake import DeltaTable
+
+    merged = DeltaTable(str(root / table)).to_pyarrow_table().to_pylist()
+    assert {r["id"]: r["v"] for r in merged} == want
+    landed = DeltaTable(str(root / "warehouse/_rivc/landing" / landing)).to_pyarrow_table()
+    inserts = [c["after"]["id"] for c in landed.to_pylist() if c["op"] in ("c", "r")]
+    assert len(inserts) == len(set(inserts))  # no row read both by the snapshot and the log

@@ -14,7 +14,14 @@ import pytest
 from deltalake import DeltaTable
 
 from rivc.adapters.connectors.pgoutput import lsn_int
-from rivc_testing import iceberg_catalog, rivc, run_rivc, write_files
+from rivc_testing import (
+    assert_merged_once,
+    busy_writer,
+    iceberg_catalog,
+    rivc,
+    run_rivc,
+    write_files,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -469,10 +476,6 @@ def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(tmp_path,
     """A writer commits updates, inserts and deletes all through the first run (its snapshot
     of 50,000 rows) and the second: the merged table ends equal to the source, and the landed
     changes hold each committed insert once."""
-    import random
-    import threading
-    import time
-
     con = connect(logical_pg)
     con.execute("DROP TABLE IF EXISTS cdc_busy")
     con.execute("CREATE TABLE cdc_busy (id int PRIMARY KEY, v int)")
@@ -494,40 +497,23 @@ def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(tmp_path,
             "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n",
         },
     )
-    stop, commits = threading.Event(), []
 
-    def write() -> None:
-        mine, rng, new = connect(logical_pg), random.Random(7), 100_000
-        while not stop.is_set():
-            k = rng.randrange(1, 50_001)
-            mine.execute("UPDATE cdc_busy SET v = v + 1 WHERE id = %s", (k,))
-            mine.execute("INSERT INTO cdc_busy VALUES (%s, 1)", (new,))
-            mine.execute("DELETE FROM cdc_busy WHERE id = %s", (rng.randrange(1, 50_001),))
-            commits.append(k)
-            new += 1
-            time.sleep(0.005)
-        mine.close()
+    def step(mine, key: int, new: int, gone: int) -> None:
+        mine.execute("UPDATE cdc_busy SET v = v + 1 WHERE id = %s", (key,))
+        mine.execute("INSERT INTO cdc_busy VALUES (%s, 1)", (new,))
+        mine.execute("DELETE FROM cdc_busy WHERE id = %s", (gone,))
 
-    writer = threading.Thread(target=write)
-    writer.start()
     try:
-        first = rivc(root, "run")
-        during = len(commits)
-        second = rivc(root, "run")
-    finally:
-        stop.set()
-        writer.join()
-    try:
+        with busy_writer(lambda: connect(logical_pg), step) as written:
+            first = rivc(root, "run")
+            during = len(written)
+            second = rivc(root, "run")
         assert first.exit_code == 0, first.output
         assert second.exit_code == 0, second.output
         assert during > 20  # the writer was busy while the snapshot read
         assert rivc(root, "run").exit_code == 0  # what it wrote after the second run began
         want = dict(con.execute("SELECT id, v FROM cdc_busy").fetchall())
-        merged = DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
-        assert {r["id"]: r["v"] for r in merged} == want
-        landed = DeltaTable(str(root / "warehouse/_rivc/landing/pg.t")).to_pyarrow_table()
-        inserts = [c["after"]["id"] for c in landed.to_pylist() if c["op"] in ("c", "r")]
-        assert len(inserts) == len(set(inserts))  # no row read both by the snapshot and the log
+        assert_merged_once(root, "out/t", "pg.t", want)
     finally:
         con.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
