@@ -17,7 +17,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from rivc.compiler.specs import SparkSpec
 
     catalog = tmp_path_factory.mktemp("spark-warehouse")  # not the checkout's spark-warehouse/
-    spec = SparkSpec(master="local[2]", conf={"spark.sql.warehouse.dir": str(catalog)})
+    conf = {
+        "spark.sql.warehouse.dir": str(catalog),
+        # some 600 tests share this JVM: room for their state, and Spark's record of past jobs
+        # kept short (a whole suite at Spark's 1 GB default ran out of heap)
+        "spark.driver.memory": "2g",
+        "spark.ui.retainedJobs": "100",
+        "spark.ui.retainedStages": "100",
+        "spark.sql.ui.retainedExecutions": "100",
+    }
+    spec = SparkSpec(master="local[2]", conf=conf)
     session = get_session(spec, app_name="rivc-tests")
     session.sparkContext.setLogLevel("ERROR")
     yield session
