@@ -1,11 +1,12 @@
-"""postgres-cdc speed: changes per second from PostgreSQL's log into a Delta merge and a Delta
-scd2 history (batch mode).
+"""CDC speed: changes per second from PostgreSQL's log or MariaDB's binlog into a Delta merge
+and a Delta scd2 history (batch mode).
 
-    python bench/cdc_bench.py                # 200,000 changes each way
+    python bench/cdc_bench.py                   # postgres-cdc, 200,000 changes each way
+    python bench/cdc_bench.py --source mysql    # mysql-cdc on a MariaDB of its own
     python bench/cdc_bench.py --changes 50000
 
 Starts a PostgreSQL cluster of its own with wal_level = logical (initdb as postgres, a free port,
-a temporary folder; root needed), loads a table, and times `rivc run` in a new process for:
+a temporary folder; root needed), or a MariaDB with the row-based binlog, loads a table, and times `rivc run` in a new process for:
 the snapshot of the table; a burst of single-row updates, each its own transaction; and one
 transaction updating as many rows. Reported: wall time and changes/s of each run (both sinks),
 each node's time, and the log the server keeps for the slot once caught up.
@@ -65,68 +66,133 @@ def timed_run(root: Path) -> float:
     return took
 
 
+def mariadb() -> tuple[Path, int, subprocess.Popen[bytes]]:
+    """A MariaDB server of the bench's own with the row-based binlog on (root needed)."""
+    base = Path(tempfile.mkdtemp(prefix="rivc-cdc-bench-", dir="/tmp"))
+    base.chmod(0o755)
+    shutil.chown(base, "mysql")
+    data = base / "data"
+    subprocess.run(
+        [
+            "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={data}",
+            "--user=mysql",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    server = subprocess.Popen(
+        [
+            "/usr/sbin/mariadbd",
+            "--no-defaults",
+            f"--datadir={data}",
+            "--user=mysql",
+            f"--port={port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={base / 'sock'}",
+            f"--log-bin={data / 'binlog'}",
+            "--binlog-format=ROW",
+            "--binlog-row-metadata=FULL",
+            "--server-id=1",
+            "--innodb-flush-log-at-trx-commit=0",
+            "--sync-binlog=0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    return base, port, server
+
+
+SINKS = "".join(
+    f"  - name: {name}\n    from: source:db.orders\n"
+    "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+    f"    connector: delta\n    config: {{table_uri: out/{name}, mode: {mode}, merge_keys: [id]}}\n"
+    for name, mode in (("lake", "merge"), ("history", "scd2"))
+)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--changes", type=int, default=200_000)
-    n = ap.parse_args().changes
-    base, port, pg_ctl, _ = cluster()
-    try:
+    ap.add_argument("--source", choices=["postgres", "mysql"], default="postgres")
+    args = ap.parse_args()
+    n = args.changes
+    if args.source == "postgres":
+        base, port, pg_ctl, _ = cluster()
         con = psycopg.connect(
             f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
         )
-        con.execute(
-            "CREATE TABLE orders (id int PRIMARY KEY, status text, amount numeric(12, 2), "
-            "updated timestamptz, note text)"
+        run = con.execute
+        table, series = "public.orders", f"generate_series(1, {n}) g"
+        connection = (
+            f"{{type: postgres, host: 127.0.0.1, port: {port}, user: postgres, database: postgres}}"
         )
-        con.execute(
-            f"INSERT INTO orders SELECT g, 'placed', g / 100.0, now(), md5(g::text) "
-            f"FROM generate_series(1, {n}) g"
+        stop = lambda: subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)  # noqa: E731
+    else:
+        import pymysql
+
+        base, port, server = mariadb()
+        my = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
+        my.cursor().execute("CREATE DATABASE bench")
+        my.select_db("bench")
+
+        def run(sql: str, params: tuple[object, ...] = ()) -> None:
+            with my.cursor() as cur:
+                cur.execute(sql, params or None)
+
+        table, series = "bench.orders", f"(SELECT seq AS g FROM seq_1_to_{n}) s"
+        connection = f"{{type: mysql, host: 127.0.0.1, port: {port}, user: root, database: bench}}"
+        stop = server.kill
+    try:
+        run(
+            "CREATE TABLE orders (id int PRIMARY KEY, status varchar(20), amount numeric(12, 2), "
+            "updated timestamp(6) NULL, note text)"
         )
+        run(f"INSERT INTO orders SELECT g, 'placed', g / 100.0, now(), md5(concat('', g)) FROM {series}")
         root = base / "proj"
         root.mkdir()
         (root / "rivc_project.yml").write_text("name: bench\n")
-        (root / "profiles.yml").write_text(
-            "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {port}, user: postgres, database: postgres}}\n"
-        )
+        (root / "profiles.yml").write_text(f"default:\n  connections:\n    db: {connection}\n")
         (root / "sources").mkdir()
-        (root / "sources/pg.yml").write_text(
-            "sources:\n  - name: pg\n    connector: postgres-cdc\n    connection: db\n"
-            "    tables: [{name: orders, table: public.orders}]\n"
+        (root / "sources/db.yml").write_text(
+            f"sources:\n  - name: db\n    connector: {args.source}-cdc\n    connection: db\n"
+            f"    tables: [{{name: orders, table: {table}}}]\n"
         )
         (root / "sinks").mkdir()
-        (root / "sinks/lake.yml").write_text(
-            "sinks:\n  - name: lake\n    from: source:pg.orders\n"
-            "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
-            "    connector: delta\n    config: {table_uri: out/orders, mode: merge, merge_keys: [id]}\n"
-            "  - name: history\n    from: source:pg.orders\n"
-            "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
-            "    connector: delta\n    config: {table_uri: out/history, mode: scd2, merge_keys: [id]}\n"
-        )
+        (root / "sinks/lake.yml").write_text("sinks:\n" + SINKS)
         results = []
         took = timed_run(root)
         results.append(("snapshot", n, took))
-        con.execute("SET synchronous_commit = off")  # the writer's speed is not measured
-        for i in range(1, n + 1):
-            con.execute(
-                "UPDATE orders SET status = 'burst', amount = amount + 1 WHERE id = %s", (i,)
-            )
-        con.execute("SET synchronous_commit = on")
-        con.execute("SELECT 1")
+        for i in range(1, n + 1):  # each its own transaction (autocommit)
+            run("UPDATE orders SET status = 'burst', amount = amount + 1 WHERE id = %s", (i,))
         took = timed_run(root)
         results.append((f"{n:,} single-row transactions", n, took))
-        con.execute("UPDATE orders SET status = 'bulk', updated = now()")
+        run("UPDATE orders SET status = 'bulk', updated = now()")
         took = timed_run(root)
         results.append((f"one {n:,}-row transaction", n, took))
-        kept = con.execute(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) FROM pg_replication_slots"
-        ).fetchone()[0]
         print(f"{'run':40} {'changes':>9} {'seconds':>8} {'changes/s':>10}")
         for label, changes, secs in results:
             print(f"{label:40} {changes:>9,} {secs:>8.1f} {changes / secs:>10,.0f}")
-        print(f"log kept for the slot once caught up: {int(kept):,} bytes")
+        if args.source == "postgres":
+            kept = con.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) "
+                "FROM pg_replication_slots"
+            ).fetchone()[0]
+            print(f"log kept for the slot once caught up: {int(kept):,} bytes")
     finally:
-        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        stop()
         shutil.rmtree(base, ignore_errors=True)
 
 
