@@ -160,7 +160,9 @@ def main() -> None:
             "CREATE TABLE orders (id int PRIMARY KEY, status varchar(20), amount numeric(12, 2), "
             "updated timestamp(6) NULL, note text)"
         )
-        run(f"INSERT INTO orders SELECT g, 'placed', g / 100.0, now(), md5(concat('', g)) FROM {series}")
+        run(
+            f"INSERT INTO orders SELECT g, 'placed', g / 100.0, now(), md5(concat('', g)) FROM {series}"
+        )
         root = base / "proj"
         root.mkdir()
         (root / "rivc_project.yml").write_text("name: bench\n")
