@@ -228,3 +228,24 @@ def assert_merged_once(root: Path, table: str, landing: str, want: dict[Any, Any
     landed = DeltaTable(str(root / "warehouse/_rivc/landing" / landing)).to_pyarrow_table()
     inserts = [c["after"]["id"] for c in landed.to_pylist() if c["op"] in ("c", "r")]
     assert len(inserts) == len(set(inserts))  # no row read both by the snapshot and the log
+
+
+def landed_versions(root: Path, landing: str, values: Any) -> set[tuple[Any, ...]]:
+    """The versions the landed changes of `landing` describe, worked out without Spark: per
+    key (`id`) in sequence order, each insert, update or snapshot read is a version until the
+    key's next change: (id, values(image), valid_from, valid_to, is_current)."""
+    from deltalake import DeltaTable
+
+    changes = DeltaTable(str(root / "warehouse/_rivc/landing" / landing)).to_pyarrow_table()
+    by_key: dict[Any, list[tuple[Any, bool, Any]]] = {}
+    for c in changes.to_pylist():
+        image = c["before"] if c["op"] == "d" else c["after"]
+        by_key.setdefault(image["id"], []).append((c["seq"], c["op"] == "d", image))
+    out = set()
+    for key, mine in by_key.items():
+        mine.sort(key=lambda c: c[0])
+        for n, (seq, deleted, image) in enumerate(mine):
+            if not deleted:
+                until = mine[n + 1][0] if n + 1 < len(mine) else None
+                out.add((key, values(image), seq, until, until is None))
+    return out

@@ -18,6 +18,7 @@ from rivc_testing import (
     assert_merged_once,
     busy_writer,
     iceberg_catalog,
+    landed_versions,
     rivc,
     run_rivc,
     write_files,
@@ -89,25 +90,12 @@ def iceberg_rows(root) -> dict[int, tuple]:
 
 
 def landed_history(root) -> set[tuple]:
-    """The versions the landed changes describe, worked out here without Spark."""
-    changes = DeltaTable(str(root / "warehouse/_rivc/landing/my.orders")).to_pyarrow_table()
-    by_key: dict[int, list] = {}
-    for c in changes.to_pylist():
-        img = c["before"] if c["op"] == "d" else c["after"]
-        by_key.setdefault(img["id"], []).append((c["seq"], c["op"] == "d", img))
-    out = set()
-    for key, mine in by_key.items():
-        mine.sort(key=lambda c: c[0])
-        for n, (seq, deleted, img) in enumerate(mine):
-            if not deleted:
-                until = mine[n + 1][0] if n + 1 < len(mine) else None
-                out.add((key, image(img), seq, until))
-    return out
+    return landed_versions(root, "my.orders", image)
 
 
 def history_rows(root) -> set[tuple]:
     rows = DeltaTable(str(root / "out/history")).to_pyarrow_table().to_pylist()
-    return {(r["id"], image(r), r["valid_from"], r["valid_to"]) for r in rows}
+    return {(r["id"], image(r), r["valid_from"], r["valid_to"], r["is_current"]) for r in rows}
 
 
 @pytest.fixture
@@ -187,7 +175,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
     history = landed_history(root)
     assert history_rows(root) == history  # every version once, across both kills
-    assert {k: v for k, v, _, until in history if until is None} == source_rows(con)
+    assert {k: v for k, v, _, _, live in history if live} == source_rows(con)
 
     run(
         con,
@@ -230,7 +218,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     refreshed = rivc(root, "run", "--full-refresh")
     assert refreshed.exit_code == 0, refreshed.output
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
-    assert {k: v for k, v, _, until in history_rows(root) if until is None} == source_rows(con)
+    assert {k: v for k, v, _, _, live in history_rows(root) if live} == source_rows(con)
 
 
 def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(tmp_path, binlog_mariadb):

@@ -18,6 +18,7 @@ from rivc_testing import (
     assert_merged_once,
     busy_writer,
     iceberg_catalog,
+    landed_versions,
     rivc,
     run_rivc,
     write_files,
@@ -81,22 +82,9 @@ def iceberg_rows(root) -> dict[int, tuple]:
 
 
 def landed_history(root) -> set[tuple]:
-    """The versions the landed changes describe, worked out here without Spark: per key in
-    sequence order, each insert or update is a version until the key's next change."""
-    changes = DeltaTable(str(root / "warehouse/_rivc/landing/pg.orders")).to_pyarrow_table()
-    by_key: dict[int, list] = {}
-    for c in changes.to_pylist():
-        image = c["before"] if c["op"] == "d" else c["after"]
-        by_key.setdefault(image["id"], []).append((c["seq"], c["op"] == "d", image))
-    out = set()
-    for key, mine in by_key.items():
-        mine.sort(key=lambda c: c[0])
-        for n, (seq, deleted, image) in enumerate(mine):
-            if not deleted:
-                until = mine[n + 1][0] if n + 1 < len(mine) else None
-                values = (image["status"], image["amount"], image["updated"], image["body"])
-                out.add((key, values, seq, until, until is None))
-    return out
+    return landed_versions(
+        root, "pg.orders", lambda i: (i["status"], i["amount"], i["updated"], i["body"])
+    )
 
 
 def history_rows(rows: list[dict]) -> set[tuple]:
