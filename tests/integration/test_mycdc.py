@@ -141,6 +141,13 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
     assert len(delta_rows(root)) == 2000
 
+    # a partial selection: the merge takes the batch, the history waits for it in the landing
+    run(con, "UPDATE rivc_cdc.orders SET status = 'partial' WHERE id = 7")
+    only = rivc(root, "run", "--select", "lake")
+    assert only.exit_code == 0, only.output
+    assert delta_rows(root)[7][0] == "partial"
+    assert {v[0] for k, v, *_ in history_rows(root) if k == 7} == {"placed"}
+
     run(
         con,
         "UPDATE rivc_cdc.orders SET status = 'shipped', amount = 9999999999.99 WHERE id = 5",
