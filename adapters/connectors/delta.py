@@ -138,7 +138,8 @@ class DeltaSink(Sink):
         if dt is not None and c.mode != "overwrite":
             evolve = "append_new_columns" if c.schema_evolution == "add_columns" else "fail"
             carry = (DELETE_COLUMN,) if deletes else ()
-            df, schema = reconcile(df, dt, evolve, f"sink {self.ctx.sink!r}", carry)
+            fix = "schema_evolution is strict (add_columns adds new columns)"
+            df, schema = reconcile(df, dt, evolve, f"sink {self.ctx.sink!r}", carry, fix)
         if c.mode in ("merge", "scd2"):
             return self._claimed(
                 merge(

@@ -53,6 +53,7 @@ def merge(
     deletes (DELETE_COLUMN) take their key's row out of the table and add none. With `history`
     (mode scd2) the batch's changes become versions of their keys instead (plane/history.py)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
 
     deletes = DELETE_COLUMN in df.columns
     upserts = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN) if deletes else df
@@ -92,6 +93,10 @@ def merge(
     parts = tuple(dt.metadata().partition_columns)
     candidates = _candidates(df, dt, files, keys, parts)
     target = read_files(df.sparkSession, candidates, stored, store) if candidates else None
+    if target is not None:  # the columns the batch adds: NULL in the rows already there
+        for f in schema:
+            if f.name not in stored.names:
+                target = target.withColumn(f.name, F.lit(None).cast(from_arrow_type(f.type)))
     if history is not None:
         out = versions(target, df, keys, history, where)
     elif target is None:

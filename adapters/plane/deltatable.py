@@ -231,7 +231,12 @@ def read(spark: SparkSession, uri: str, store: Store | None = None) -> DataFrame
 
 
 def reconcile(
-    df: DataFrame, dt: DeltaTable, on_change: str, what: str, carry: tuple[str, ...] = ()
+    df: DataFrame,
+    dt: DeltaTable,
+    on_change: str,
+    what: str,
+    carry: tuple[str, ...] = (),
+    fix: str = "on_schema_change is fail; run with --full-refresh to rebuild it",
 ) -> tuple[DataFrame, Any]:
     """A batch made to fit an incremental table, as dbt's `on_schema_change` says: `ignore`
     keeps the table's columns (new ones dropped, missing ones null), `fail` refuses any
@@ -256,8 +261,7 @@ def reconcile(
     if on_change == "fail" and (added or removed or changed):
         diff = [f"+{n}" for n in added] + [f"-{n}" for n in removed] + [f"~{n}" for n in changed]
         raise ConnectorError(
-            f"{what}: the model's columns differ from its table ({', '.join(diff)}) and "
-            "on_schema_change is fail; run with --full-refresh to rebuild it"
+            f"{what}: its columns differ from its table's ({', '.join(diff)}) and {fix}"
         )
     if changed and on_change != "ignore":
         shown = ", ".join(f"{n} {table.field(n).type} -> {batch.field(n).type}" for n in changed)
@@ -398,7 +402,7 @@ def commit(
     from time import time
 
     import pyarrow as pa
-    from deltalake import Schema
+    from deltalake import Schema, write_deltalake
     from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
     from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -430,9 +434,21 @@ def commit(
                     commit_properties=props,
                 )
                 return
-            new = [f for f in schema if f.name not in table_schema(dt).names]
+            have = table_schema(dt)
+            new = [f for f in schema if f.name not in have.names]
             if new:  # nullable columns first (older files read them as null), then the data
                 dt.alter.add_columns(list(Schema.from_arrow(pa.schema(new)).fields))
+                dt = open_table(uri, store.delta)
+                assert dt is not None
+            wider = widened(have, schema)
+            if any(wider.field(f.name).type != f.type for f in have):  # a struct's new fields
+                write_deltalake(  # the same, by a schema merge of no rows
+                    uri,
+                    wider.empty_table(),
+                    mode="append",
+                    schema_mode="merge",
+                    storage_options=store.delta,
+                )
                 dt = open_table(uri, store.delta)
                 assert dt is not None
             now = int(time() * 1000)
@@ -451,6 +467,21 @@ def commit(
 
     _, retries, took = commit_with_retries(attempt, CommitFailedError, uri)
     return retries, took
+
+
+def widened(have: Any, schema: Any) -> Any:
+    """The table's columns (`have`), with `schema`'s new columns after them and the new fields
+    of its struct columns (a CDC image whose table gained a column) in them."""
+    import pyarrow as pa
+
+    kept = []
+    for f in have:
+        now = schema.field(f.name).type if f.name in schema.names else None
+        if now is not None and pa.types.is_struct(f.type) and pa.types.is_struct(now):
+            held = {c.name for c in f.type}
+            f = f.with_type(pa.struct([*f.type, *(c for c in now if c.name not in held)]))
+        kept.append(f)
+    return pa.schema([*kept, *(f for f in schema if f.name not in have.names)])
 
 
 def write_batch(

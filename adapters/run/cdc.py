@@ -28,12 +28,29 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
 
 from ..connectors.pgcopy import CopyPlan, arrow_type, convert
-from ..connectors.pgoutput import UNCHANGED, Change, Transaction, Truncate, Value, lsn_text
+from ..connectors.pgoutput import (
+    UNCHANGED,
+    Change,
+    Relation,
+    Transaction,
+    Truncate,
+    Value,
+    lsn_text,
+)
 from ..connectors.pgslot import LogicalSlot, Visibility
 from ..connectors.relational import Conn, connection, deliveries, probe
 from ..state import NodeResult
 from ..util.faults import fault
-from .changes import ROWS_PER_FILE, BatchParts, deletes, history, newest, next_seq
+from .changes import (
+    ROWS_PER_FILE,
+    BatchParts,
+    check_shape,
+    dataset,
+    deletes,
+    history,
+    newest,
+    next_seq,
+)
 from .extract import Extraction
 from .landing import Landing, Position, new_batch_id
 
@@ -115,13 +132,16 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                 "dropped and made again, or moved by another reader); take a new snapshot with "
                 f"`rivc run --full-refresh --select source:{ctx.name}`"
             )
+        upto = slot.current()  # first: the table now has every column the log up to it has
         plan = deliveries(
             "postgres",
             probe(db, "postgres", f"SELECT * FROM {table}"),
             dict(ctx.table.columns),
             label,
         )
-        upto = slot.current()
+        if held is not None:
+            added = check_shape(at.columns, _spark_columns(plan), label, ctx.name)
+            _check_defaults(db, ctx, added)
         batch = new_batch_id(at.batch)
         schema = _envelopes(ctx, plan, _Rows(), label).schema
         parts = BatchParts(ctx.landing, batch, schema, ROWS_PER_FILE)
@@ -140,6 +160,7 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                 parts.write(deletes(gone, base, parts.schema))
         visibility = Visibility.parse(held["visibility"])
         after, reached = int(held["lsn"]), int(held["lsn"])
+        layouts: dict[Relation, tuple[int | None, ...] | None] = {}
         for txn in slot.changes(after, upto):
             reached = max(reached, txn.end_lsn)
             if visibility.holds(txn.xid):
@@ -157,9 +178,12 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                     continue
                 if change.relation.qualified != _qualified(table):
                     continue
-                _check_shape(label, change, plan)
+                if change.relation not in layouts:
+                    layouts[change.relation] = _layout(ctx, change.relation, plan)
+                layout = layouts[change.relation]
+                before, image = _reshape(change.before, layout), _reshape(change.after, layout)
                 op = {"insert": "c", "update": "u", "delete": "d"}[change.op]
-                rows.add(op, _image(change.before, change, plan), change.after, txn, i)
+                rows.add(op, _image(before, change, plan), image, txn, i)
         reached = max(reached, upto)
     if len(rows):
         parts.write(_envelopes(ctx, plan, rows, label))
@@ -216,14 +240,51 @@ def _qualified(table: str) -> str:
     return table if "." in table else f"public.{table}"
 
 
-def _check_shape(label: str, change: Change, plan: list[Delivery]) -> None:
-    names = [c.name for c in change.relation.columns]
-    if names != [d.name for d in plan]:
+def _check_defaults(db: Any, ctx: CdcContext, new: list[str]) -> None:
+    """A column added with a default gave the rows it found that value with no change in the
+    log, so merged tables would hold NULL there: refused by name."""
+    if not new:
+        return
+    filled = db.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attname = ANY(%s) "
+        "AND atthasmissing",
+        (ctx.table.table, new),
+    ).fetchall()
+    if filled:
         raise ConnectorError(
-            f"{label}: the table's columns changed in the log ({', '.join(names)}); "
-            "schema changes in the log are not applied yet: take a new snapshot with "
-            "`rivc run --full-refresh`"
+            f"source {ctx.name}: column {filled[0][0]} was added with a default, which the "
+            "rows already there took without a change in the log: take a new snapshot with "
+            f"`rivc run --full-refresh --select source:{ctx.name}`"
         )
+
+
+def _layout(
+    ctx: CdcContext, relation: Relation, plan: list[Delivery]
+) -> tuple[int | None, ...] | None:
+    """Where each of the plan's columns is in a change of `relation`, or None when they are
+    the same. A column the change lacks was added to the table after it: NULL. A column the
+    table no longer has is refused by name."""
+    names = [c.name for c in relation.columns]
+    wanted = [d.name for d in plan]
+    if names == wanted:
+        return None
+    gone = [n for n in names if n not in wanted]
+    if gone:
+        raise ConnectorError(
+            f"source {ctx.name}: column {gone[0]} is in the log but no longer in the table "
+            "(dropped or renamed); a table's changes can only add columns: take a new snapshot "
+            f"with `rivc run --full-refresh --select source:{ctx.name}`"
+        )
+    at = {n: i for i, n in enumerate(names)}
+    return tuple(at.get(n) for n in wanted)
+
+
+def _reshape(
+    image: tuple[Value, ...] | None, layout: tuple[int | None, ...] | None
+) -> tuple[Value, ...] | None:
+    if image is None or layout is None:
+        return image
+    return tuple(None if i is None else image[i] for i in layout)
 
 
 def _image(before: tuple[Value, ...] | None, change: Change, plan: list[Delivery]) -> Any:
@@ -417,7 +478,6 @@ def _from_history(
     row's newest landed version; refused by name when the history does not have it."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     names = [plan[j].name for j in key_cols]
     images = after.to_pylist()
@@ -425,9 +485,7 @@ def _from_history(
     files = [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
     newest: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
     if files:
-        fs, _ = ctx.landing.store.filesystem(files[0])
-        data = ds.dataset([ctx.landing.store.filesystem(f)[1] for f in files], filesystem=fs)
-        table = data.to_table(columns=["op", "after", "seq"])
+        table = dataset(ctx.landing, files).to_table(columns=["op", "after", "seq"])
         table = table.filter(pc.field("op") != "d")
         for row in table.to_pylist():
             image = row["after"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rivc.compiler.errors import ConnectorError
+
 from .extract import parquet_files
 from .landing import Landing
 
@@ -45,16 +47,65 @@ class BatchParts:
         self.store.remove_tree(self.out)
 
 
+def check_shape(
+    held: dict[str, str] | None, now: dict[str, str], label: str, name: str
+) -> list[str]:
+    """The table's columns now (`now`, the envelope's Spark types) against what the landed
+    changes hold (`held`): a column dropped or renamed, or delivered as another type, is
+    refused by name. Returns the columns added (their older versions hold NULL)."""
+    if not held or "after" not in held:
+        return []
+    was, types = _fields(held["after"]), _fields(now["after"])
+    for column, kind in was.items():
+        if column not in types:
+            change = "was dropped or renamed"
+        elif types[column] != kind:
+            change = f"changed type ({kind} -> {types[column]})"
+        else:
+            continue
+        raise ConnectorError(
+            f"{label}: column {column} {change} in the source table; a table's changes can "
+            "only add columns: take a new snapshot with "
+            f"`rivc run --full-refresh --select source:{name}`"
+        )
+    return [column for column in types if column not in was]
+
+
+def _fields(struct: str) -> dict[str, str]:
+    """A Spark `struct<a:int,b:decimal(10,2)>` type's fields and their types."""
+    body, out, depth, start = struct[len("struct<") : -1], {}, 0, 0
+    for i, ch in enumerate(body + ","):
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            field, _, kind = body[start:i].partition(":")
+            out[field.strip()] = kind.strip()
+            start = i + 1
+    return out
+
+
 def history(landing: Landing) -> list[str]:
     """The landed changes' files."""
     return [f.uri for f in landing.files(None, landing.position().batch)]
 
 
-def _dataset(landing: Landing, files: list[str]) -> Any:
+def dataset(landing: Landing, files: list[str]) -> Any:
+    """The changes of `files` as one dataset; files written before the table gained a column
+    read it as NULL."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
     fs, _ = landing.store.filesystem(files[0])
-    return ds.dataset([landing.store.filesystem(f)[1] for f in files], filesystem=fs)
+    paths = [landing.store.filesystem(f)[1] for f in files]
+    schemas = set()
+    for path in paths:
+        with fs.open_input_file(path) as handle:
+            schemas.add(pq.read_schema(handle))
+    schema = pa.unify_schemas(list(schemas)) if len(schemas) > 1 else None
+    return ds.dataset(paths, filesystem=fs, schema=schema)
 
 
 def next_seq(landing: Landing, files: list[str]) -> int:
@@ -64,7 +115,7 @@ def next_seq(landing: Landing, files: list[str]) -> int:
 
     if not files:
         return 0
-    landed = pc.max(_dataset(landing, files).to_table(columns=["seq"]).column("seq")).as_py()
+    landed = pc.max(dataset(landing, files).to_table(columns=["seq"]).column("seq")).as_py()
     return 0 if landed is None else int(landed) + 1
 
 
@@ -75,7 +126,7 @@ def newest(landing: Landing, files: list[str], names: list[str]) -> dict[tuple[A
         return {}
     found: dict[tuple[Any, ...], tuple[Any, str, Any]] = {}
     columns = ["op", "before", "after", "seq"]
-    for row in _dataset(landing, files).to_table(columns=columns).to_pylist():
+    for row in dataset(landing, files).to_table(columns=columns).to_pylist():
         image = row["after"] if row["op"] != "d" else row["before"]
         key = tuple(image[k] for k in names)
         if key not in found or row["seq"] >= found[key][0]:

@@ -140,8 +140,7 @@ class Landing:
         dt = self.table()
         columns = pa.schema([*(f for f in schema if f.name != BATCH), pa.field(BATCH, pa.int64())])
         if dt is not None and not replace:  # keep the table's columns: older batches have them
-            have = deltatable.table_schema(dt)
-            columns = pa.schema([*have, *(f for f in columns if f.name not in have.names)])
+            columns = deltatable.widened(deltatable.table_schema(dt), columns)
         written = self._describe(batch, files)
         base = self.position(dt).base if dt is not None else None
         position = replace_(position, base=batch if base is None else base)

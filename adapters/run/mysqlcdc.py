@@ -32,7 +32,15 @@ from ..connectors.pgcopy import arrow_type
 from ..connectors.relational import Conn, connection, deliveries, probe
 from ..state import NodeResult
 from ..util.faults import fault
-from .changes import ROWS_PER_FILE, BatchParts, deletes, history, newest, next_seq
+from .changes import (
+    ROWS_PER_FILE,
+    BatchParts,
+    check_shape,
+    deletes,
+    history,
+    newest,
+    next_seq,
+)
 from .extract import Extraction
 from .landing import Landing, Position, new_batch_id
 
@@ -117,8 +125,13 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
     qualified = f"`{schema_name}`.`{table_name}`"
     with connection(ctx.conn) as db:
         mariadb = _check_server(db, label)
+        # a batch after a snapshot reads up to the log's end as it is now; the table then has
+        # every column the log up to there has
+        upto = None if held is None else _log_end(db)
         columns = probe(db, "mysql", f"SELECT * FROM {qualified}")
         plan = _plan(columns, dict(ctx.table.columns), label)
+        if held is not None:
+            check_shape(at.columns, _envelope(plan), label, ctx.name)
         keys = _key_names(db, schema_name, table_name)
         if held is not None and held["file"] not in _binary_logs(db):
             raise ConnectorError(
@@ -140,7 +153,9 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
             if resnapshot:
                 gone = [image for key, image in landed.items() if key not in taken]
                 parts.write(deletes(gone, base, parts.schema))
-        upto = _log_end(db)  # after the snapshot: the batch reads on from its coordinates
+        if upto is None:  # after the snapshot: the batch reads on from its coordinates
+            upto = _log_end(db)
+    names = [d.name for d in plan]
     for commit, changes in _transactions(ctx, held, upto, schema_name, table_name):
         for i, (op, before, after) in enumerate(changes):
             if op == "truncate":
@@ -156,7 +171,7 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
                 found = newest(landing, history(landing) + parts.files(), keys)
                 parts.write(deletes(list(found.values()), commit.seq(i), parts.schema))
                 continue
-            rows.add(op, before, after, commit, i)
+            rows.add(op, _ordered(before, names, ctx), _ordered(after, names, ctx), commit, i)
             if len(rows) >= ROWS_PER_FILE:
                 parts.write(convert.table(rows))
                 rows.clear()
@@ -179,7 +194,7 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
         )
     position = Position(
         batch=batch,
-        columns=mysql_cdc_columns(None, {d.name: d.spark for d in plan}) or {},
+        columns=_envelope(plan),
         floor=None if ctx.full_refresh else at.floor,
         run=ctx.run_id,
         cdc=reached,
@@ -312,6 +327,10 @@ def _snapshot(
 
 
 _DDL = re.compile(r"^\s*(alter|truncate|drop|rename|create\s+or\s+replace)\b", re.IGNORECASE)
+# an ALTER that keeps the table: its rows show what it did to the columns (mapped by name),
+# unless it gave the rows there a value (a default, or NOT NULL's implicit one)
+_FILLS = re.compile(r"\badd\b.*\b(default|not\s+null)\b", re.I | re.S)
+_RESHAPE = re.compile(r"^\s*alter\b(?!.*\brename\s+(?!column\b|index\b|key\b))", re.I | re.S)
 
 
 def _transactions(
@@ -373,12 +392,12 @@ def _transactions(
                     continue
                 for row in event.rows:
                     if isinstance(event, WriteRowsEvent):
-                        changes.append(("c", None, list(row["values"].values())))
+                        changes.append(("c", None, row["values"]))
                     elif isinstance(event, UpdateRowsEvent):
                         before, after = row["before_values"], row["after_values"]
-                        changes.append(("u", list(before.values()), list(after.values())))
+                        changes.append(("u", before, after))
                     else:
-                        changes.append(("d", list(row["values"].values()), None))
+                        changes.append(("d", row["values"], None))
             else:
                 query = str(getattr(event, "query", "")).strip()
                 commit = isinstance(event, XidEvent) or query.upper() == "COMMIT"
@@ -387,11 +406,17 @@ def _transactions(
                     ddl = None  # a table of the same name in another database
                 if ddl and query.lower().startswith("truncate"):
                     changes.append(("truncate", None, None))
-                elif ddl:
+                elif ddl and (not _RESHAPE.match(query) or _FILLS.search(query)):
+                    what = (
+                        "added a column with a value for the rows already there, which they "
+                        "took without a change in the log"
+                        if _RESHAPE.match(query)
+                        else "dropped, renamed or replaced the table"
+                    )
                     raise ConnectorError(
-                        f"source {ctx.name}: the table changed shape in the log ({query[:80]}); "
-                        "schema changes are not applied yet: take a new snapshot with "
-                        f"`rivc run --full-refresh --select source:{ctx.name}`"
+                        f"source {ctx.name}: a statement in the log {what} ({query[:80]}): "
+                        f"take a new snapshot with `rivc run --full-refresh --select "
+                        f"source:{ctx.name}`"
                     )
                 if (commit or ddl) and changes:
                     when = datetime.fromtimestamp(event.timestamp, UTC)
@@ -399,6 +424,25 @@ def _transactions(
                     changes = []
     finally:
         reader.close()
+
+
+def _ordered(values: dict[str, Any] | None, names: list[str], ctx: BinlogContext) -> Any:
+    """A row event's values in the plan's order. A column the event lacks was added to the
+    table after it: NULL. A column the table no longer has is refused by name."""
+    if values is None:
+        return None
+    if not values.keys() <= set(names):
+        gone = next(n for n in values if n not in names)
+        raise ConnectorError(
+            f"source {ctx.name}: column {gone} is in the log but no longer in the table "
+            "(dropped or renamed); a table's changes can only add columns: take a new snapshot "
+            f"with `rivc run --full-refresh --select source:{ctx.name}`"
+        )
+    return [values.get(n) for n in names]
+
+
+def _envelope(plan: list[Delivery]) -> dict[str, str]:
+    return mysql_cdc_columns(None, {d.name: d.spark for d in plan}) or {}
 
 
 def _connect(**settings: Any) -> Any:

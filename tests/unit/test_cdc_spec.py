@@ -240,3 +240,28 @@ def test_a_mysql_cdc_source_lands_binlog_envelopes_and_checks_its_server_id(make
     root = make_project({"profiles.yml": profile, "sources/my.yml": bad})
     with pytest.raises((ProjectError, CompileFailed), match="server_id"):
         analyze_dir(root)
+
+
+def test_a_table_s_changes_may_add_columns_but_not_drop_or_retype_them():
+    from rivc.adapters.run.changes import check_shape
+    from rivc.compiler.connector_specs import cdc_columns
+    from rivc.compiler.errors import ConnectorError
+
+    held = cdc_columns(None, {"id": "int", "amount": "decimal(10,2)", "tags": "map<string,int>"})
+    assert check_shape(held, dict(held or {}), "source s", "s.t") == []
+    wider = cdc_columns(
+        None,
+        {**{"id": "int", "amount": "decimal(10,2)"}, "tags": "map<string,int>", "note": "string"},
+    )
+    assert check_shape(held, wider or {}, "source s", "s.t") == ["note"]
+    assert check_shape(None, wider or {}, "source s", "s.t") == []  # nothing landed yet
+    retyped = cdc_columns(None, {"id": "int", "amount": "decimal(12,2)", "tags": "map<string,int>"})
+    with pytest.raises(
+        ConnectorError, match=r"column amount changed type \(decimal\(10,2\) -> decimal\(12,2\)\)"
+    ):
+        check_shape(held, retyped or {}, "source s", "s.t")
+    dropped = cdc_columns(None, {"id": "int", "tags": "map<string,int>"})
+    with pytest.raises(
+        ConnectorError, match="column amount was dropped or renamed.*--select source:s.t"
+    ):
+        check_shape(held, dropped or {}, "source s", "s.t")
