@@ -161,7 +161,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
         "START TRANSACTION",  # one large transaction: never split across batches
         "UPDATE rivc_cdc.orders SET amount = amount + 1 WHERE id > 1000",
         "INSERT INTO rivc_cdc.orders SELECT seq, 'bulk', 1, NOW(6), NOW(6), 1, 'x', NULL "
-        "FROM seq_6000_to_7999",
+        "FROM seq_6000_to_55999",
         "COMMIT",
     )
     killed = run_rivc(root, "after-landing")  # landed, no consumer ran
@@ -183,6 +183,13 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     history = landed_history(root)
     assert history_rows(root) == history  # every version once, across both kills
     assert {k: v for k, v, _, _, live in history if live} == source_rows(con)
+
+    run(con, "UPDATE rivc_cdc.orders SET amount = 0 WHERE id BETWEEN 6000 AND 6100")
+    killed = run_rivc(root, "between-sinks")  # one consumer committed, the others not yet
+    assert killed.returncode == -9
+    assert rivc(root, "run").exit_code == 0
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert history_rows(root) == landed_history(root)
 
     run(
         con,
@@ -276,4 +283,99 @@ def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(tmp_path,
             assert_merged_once(root, "out/t", "my.t", dict(cur.fetchall()))
     finally:
         run(con, "DROP DATABASE IF EXISTS rivc_busy")
+        con.close()
+
+
+def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_are_refused(
+    tmp_path, binlog_mariadb
+):
+    """As for postgres-cdc: rows are mapped to the table's columns by name, so a column added
+    lands from the first row that has it and reaches sinks with `schema_evolution:
+    add_columns`; a column added with a value for the rows already there (a default), a dropped
+    column and a renamed table are refused by name."""
+    con = connect(binlog_mariadb)
+    run(
+        con,
+        "DROP DATABASE IF EXISTS rivc_shape",
+        "CREATE DATABASE rivc_shape",
+        "CREATE TABLE rivc_shape.t (id int PRIMARY KEY, v varchar(20))",
+        "INSERT INTO rivc_shape.t VALUES (1, 'v1'), (2, 'v2'), (3, 'v3')",
+    )
+    sources = (
+        "sources:\n  - name: s\n    connector: mysql-cdc\n    connection: db\n"
+        "    tables:\n      - {name: t, table: rivc_shape.t}\n"
+    )
+    sinks = (
+        f"sinks:\n  - name: lake\n    from: source:s.t\n{UNWRAP}    connector: delta\n"
+        "    config: {table_uri: out/t, mode: merge, merge_keys: [id], "
+        "schema_evolution: add_columns}\n"
+        f"  - name: history\n    from: source:s.t\n{UNWRAP}    connector: delta\n"
+        "    config: {table_uri: out/h, mode: scd2, merge_keys: [id], "
+        "schema_evolution: add_columns}\n"
+    )
+    root = write_files(
+        tmp_path / "shape",
+        {
+            "rivc_project.yml": "name: myshape\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {binlog_mariadb}, user: root, database: rivc_shape}}\n",
+            "sources/s.yml": sources,
+            "sinks/out.yml": sinks,
+        },
+    )
+
+    def table() -> dict[int, tuple]:
+        with con.cursor() as cur:
+            cur.execute("SELECT * FROM rivc_shape.t")
+            return {r[0]: tuple(r[1:]) for r in cur.fetchall()}
+
+    def delta(path: str) -> list[dict]:
+        return DeltaTable(str(root / path)).to_pyarrow_table().to_pylist()
+
+    try:
+        assert rivc(root, "run").exit_code == 0
+        run(
+            con,
+            "INSERT INTO rivc_shape.t VALUES (4, 'before the column')",
+            "ALTER TABLE rivc_shape.t ADD COLUMN note varchar(20)",
+            "INSERT INTO rivc_shape.t VALUES (5, 'v5', 'n5')",
+            "UPDATE rivc_shape.t SET note = 'n1' WHERE id = 1",
+            "DELETE FROM rivc_shape.t WHERE id = 3",
+        )
+        done = rivc(root, "run")
+        assert done.exit_code == 0, done.output
+        want = table()
+        assert want[1] == ("v1", "n1") and want[4] == ("before the column", None)
+        assert {r["id"]: (r["v"], r["note"]) for r in delta("out/t")} == want
+        history = delta("out/h")
+        assert {r["id"]: (r["v"], r["note"]) for r in history if r["is_current"]} == want
+        assert len(history) == 3 + 1 + 1 + 1  # the snapshot, 4, 5, the update
+
+        run(con, "ALTER TABLE rivc_shape.t ADD COLUMN qty int NOT NULL DEFAULT 7")
+        defaulted = rivc(root, "run")
+        assert defaulted.exit_code == 1
+        assert "added a column with a value for the rows already there" in defaulted.output
+
+        run(con, "ALTER TABLE rivc_shape.t DROP COLUMN qty, DROP COLUMN note")
+        refreshed = rivc(root, "run", "--full-refresh")  # past both
+        assert refreshed.exit_code == 0, refreshed.output
+        run(con, "INSERT INTO rivc_shape.t VALUES (6, 'v6')")
+        assert rivc(root, "run").exit_code == 0
+        assert {r["id"]: r["v"] for r in delta("out/t")} == {k: v[0] for k, v in table().items()}
+
+        run(con, "ALTER TABLE rivc_shape.t ADD COLUMN note varchar(20)")
+        run(con, "UPDATE rivc_shape.t SET note = 'x' WHERE id = 6")
+        run(con, "ALTER TABLE rivc_shape.t DROP COLUMN note")
+        dropped = rivc(root, "run")  # the update's row has a column the table no longer has
+        assert dropped.exit_code == 1
+        assert "column note is in the log but no longer in the table" in dropped.output
+
+        assert rivc(root, "run", "--full-refresh").exit_code == 0
+        run(con, "RENAME TABLE rivc_shape.t TO rivc_shape.t_old")
+        run(con, "RENAME TABLE rivc_shape.t_old TO rivc_shape.t")
+        renamed = rivc(root, "run")
+        assert renamed.exit_code == 1
+        assert "dropped, renamed or replaced the table" in renamed.output, renamed.output
+    finally:
+        run(con, "DROP DATABASE IF EXISTS rivc_shape")
         con.close()

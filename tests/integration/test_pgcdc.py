@@ -184,7 +184,7 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     with con.transaction():  # one large transaction: never split across batches
         con.execute("UPDATE cdc_orders SET amount = amount + 1 WHERE id > 1000")
         con.execute(
-            "INSERT INTO cdc_orders SELECT g, 'bulk', 1, now(), 'x' FROM generate_series(6000, 7999) g"
+            "INSERT INTO cdc_orders SELECT g, 'bulk', 1, now(), 'x' FROM generate_series(6000, 55999) g"
         )
     con.execute("UPDATE cdc_orders SET status = 'again' WHERE id = 5001")
 
@@ -204,11 +204,18 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     assert killed.returncode == -9
     assert rivc(root, "run").exit_code == 0
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    con.execute("UPDATE cdc_orders SET amount = 0 WHERE id BETWEEN 6000 AND 6100")
+    con.execute("DELETE FROM cdc_orders WHERE id BETWEEN 6101 AND 6200")
+    killed = run_rivc(root, "between-sinks")  # one consumer committed, the others not yet
+    assert killed.returncode == -9
+    assert rivc(root, "run").exit_code == 0
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
     history = landed_history(root)
     assert histories(root) == (history, history)  # every version once, across both kills
     current = {k: v for k, v, _, _, live in history if live}
     assert current == source_rows(con)
     assert sum(1 for k, *_ in history if k == 5) == 4  # the snapshot's, two updates, 'late'
+    assert sum(1 for k, *_ in history if k == 6000) == 2  # the bulk insert, then amount 0
     quiet = rivc(root, "run")  # nothing new: no batch, nothing delivered
     assert quiet.exit_code == 0 and "no new changes" in quiet.output
 
@@ -509,4 +516,110 @@ def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(tmp_path,
         )
         con.execute("DROP PUBLICATION IF EXISTS rivc_test_busy")
         con.execute("DROP TABLE IF EXISTS cdc_busy")
+        con.close()
+
+
+def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_are_refused(
+    tmp_path, logical_pg
+):
+    """A column added to the source table lands from the first change that has it (older
+    versions hold NULL) and reaches the sinks with `schema_evolution: add_columns`; a strict sink
+    refuses it by name. A column added with a default (the rows there take it without a change
+    in the log) and a dropped column are refused by name, and a full refresh takes them."""
+    con = connect(logical_pg)
+    con.execute("DROP TABLE IF EXISTS cdc_shape")
+    con.execute("CREATE TABLE cdc_shape (id int PRIMARY KEY, v text)")
+    con.execute("INSERT INTO cdc_shape VALUES (1, 'v1'), (2, 'v2'), (3, 'v3')")
+    sources = (
+        "sources:\n  - name: s\n    connector: postgres-cdc\n    connection: db\n"
+        "    config: {slot_name: rivc_test_shape, publication_name: rivc_test_shape}\n"
+        "    tables:\n      - {name: t, table: public.cdc_shape}\n"
+    )
+    unwrap = "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+    evolving = (
+        f"sinks:\n  - name: lake\n    from: source:s.t\n{unwrap}    connector: delta\n"
+        "    config: {table_uri: out/t, mode: merge, merge_keys: [id], "
+        "schema_evolution: add_columns}\n"
+        f"  - name: history\n    from: source:s.t\n{unwrap}    connector: delta\n"
+        "    config: {table_uri: out/h, mode: scd2, merge_keys: [id], "
+        "schema_evolution: add_columns}\n"
+        f"  - name: ice\n    from: source:s.t\n{unwrap}    connector: iceberg\n"
+        "    config: {namespace: shape, table: t, mode: upsert, key_fields: [id], "
+        "schema_evolution: add_columns}\n"
+    )
+    strict = (
+        f"  - name: strict\n    from: source:s.t\n{unwrap}    connector: delta\n"
+        "    config: {table_uri: out/strict, mode: merge, merge_keys: [id]}\n"
+    )
+    root = write_files(
+        tmp_path / "shape",
+        {
+            "rivc_project.yml": "name: shape\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
+            "sources/s.yml": sources,
+            "sinks/out.yml": evolving + strict,
+        },
+    )
+
+    def table() -> dict[int, tuple]:
+        rows = con.execute("SELECT * FROM cdc_shape").fetchall()
+        return {r[0]: tuple(r[1:]) for r in rows}
+
+    def merged(rows: list[dict]) -> dict[int, tuple]:
+        names = [c for c in rows[0] if c != "id"]
+        return {r["id"]: tuple(r[c] for c in names) for r in rows}
+
+    def delta(path: str) -> list[dict]:
+        return DeltaTable(str(root / path)).to_pyarrow_table().to_pylist()
+
+    try:
+        assert rivc(root, "run").exit_code == 0
+        con.execute("INSERT INTO cdc_shape VALUES (4, 'before the column')")
+        con.execute("ALTER TABLE cdc_shape ADD COLUMN note text")
+        con.execute("INSERT INTO cdc_shape VALUES (5, 'v5', 'n5')")
+        con.execute("UPDATE cdc_shape SET note = 'n1' WHERE id = 1")
+        con.execute("UPDATE cdc_shape SET v = 'v2 again' WHERE id = 2")
+        con.execute("DELETE FROM cdc_shape WHERE id = 3")
+        mixed = rivc(root, "run")
+        assert mixed.exit_code == 1  # the strict sink only
+        assert "note" in mixed.output and "schema_evolution" in mixed.output, mixed.output
+        want = table()
+        assert want[1] == ("v1", "n1") and want[4] == ("before the column", None)
+        assert merged(delta("out/t")) == want
+        ice = iceberg_catalog(root).load_table("shape.t").scan().to_arrow().to_pylist()
+        assert merged(ice) == want
+        history = delta("out/h")
+        assert {r["id"]: (r["v"], r["note"]) for r in history if r["is_current"]} == want
+        assert ("v1", None) in {(r["v"], r["note"]) for r in history if r["id"] == 1}
+        assert len(history) == 3 + 1 + 1 + 2  # the snapshot, 4, 5, two updates
+
+        evolved = strict.replace("[id]}", "[id], schema_evolution: add_columns}")
+        write_files(root, {"sinks/out.yml": evolving + evolved})
+        caught_up = rivc(root, "run")  # its place did not move: it takes the batch now
+        assert caught_up.exit_code == 0, caught_up.output
+        assert merged(delta("out/strict")) == want
+        con.execute("ALTER TABLE cdc_shape ADD COLUMN qty int DEFAULT 7")
+        con.execute("INSERT INTO cdc_shape VALUES (6, 'v6', NULL, 1)")
+        defaulted = rivc(root, "run")
+        assert defaulted.exit_code == 1
+        assert "column qty was added with a default" in defaulted.output, defaulted.output
+        assert merged(delta("out/t")) == want  # nothing landed
+
+        con.execute("ALTER TABLE cdc_shape DROP COLUMN qty, DROP COLUMN note")
+        dropped = rivc(root, "run")
+        assert dropped.exit_code == 1
+        assert "column note was dropped or renamed" in dropped.output, dropped.output
+
+        refreshed = rivc(root, "run", "--full-refresh")
+        assert refreshed.exit_code == 0, refreshed.output
+        want = table()
+        assert {r["id"]: r["v"] for r in delta("out/t")} == {k: v[0] for k, v in want.items()}
+    finally:
+        con.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = 'rivc_test_shape'"
+        )
+        con.execute("DROP PUBLICATION IF EXISTS rivc_test_shape")
+        con.execute("DROP TABLE IF EXISTS cdc_shape")
         con.close()
