@@ -37,17 +37,22 @@ def positions(runtime: Runtime) -> list[dict[str, Any]]:
                 "source": nid,
                 "batch": at.batch,
                 "landed_at": batch_time(at.batch),
-                # a change-log table's cursor is the log position it holds every change before
-                "cursor": lsn_text(int(at.cdc["lsn"]))
-                if at.cdc
-                else None
-                if at.cursor is None
-                else at.cursor.value,
+                "cursor": _cursor(at),
                 "batches": len(held),
                 "chunks_done": None if at.chunking is None else len(at.chunking["done"]),
             }
         )
     return out
+
+
+def _cursor(at: Any) -> Any:
+    """A landing table's cursor; a change-log table's is the log position it holds every change
+    before: an LSN (postgres-cdc), binlog file and offset (mysql-cdc)."""
+    if at.cdc:
+        return (
+            lsn_text(int(at.cdc["lsn"])) if "lsn" in at.cdc else f"{at.cdc['file']}:{at.cdc['pos']}"
+        )
+    return None if at.cursor is None else at.cursor.value
 
 
 def consumers(runtime: Runtime, source: str | None = None) -> list[dict[str, Any]]:
