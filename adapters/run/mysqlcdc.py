@@ -19,7 +19,7 @@ import logging
 import re
 import zlib
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -47,6 +47,28 @@ from .landing import Landing, Position, new_batch_id
 SEQ = 10**9  # seq = (binlog file number << 32 | commit end position) * SEQ + place in its commit
 IDLE_ADVANCE = 16 << 20  # an idle table records a new position past this much log, or a new file
 _BITS = {"tiny": 8, "short": 16, "int24": 24, "long": 32, "longlong": 64}
+
+
+def _duration(v: Any, _: int) -> str:
+    """A `time` (a timedelta from the query and the log alike) as the mysql source delivers it:
+    ISO 8601, e.g. -PT838H59M59.5S."""
+    micros = abs(v.days * 86_400_000_000 + v.seconds * 1_000_000 + v.microseconds)
+    seconds, fraction = divmod(micros, 1_000_000)
+    hours, rest = divmod(seconds, 3600)
+    tail = f".{fraction:06d}".rstrip("0") if fraction else ""
+    sign = "-" if v < type(v)(0) else ""
+    return f"{sign}PT{hours}H{rest // 60}M{rest % 60}{tail}S"
+
+
+def _bits(v: Any, width: int) -> Any:
+    """A `bit(n)`: the query gives bytes, the log a string of digits; bit(1) is a boolean,
+    wider ones their digits, as the mysql source delivers them."""
+    number = int.from_bytes(v, "big") if isinstance(v, bytes) else int(v, 2)
+    return bool(number) if width == 1 else format(number, f"0{width}b")
+
+
+# types the log and the snapshot give alike once made text: enum (its label), time, bit
+_AS_TEXT: dict[str, Any] = {"enum": lambda v, _: v, "time": _duration, "bit": _bits}
 _READ = ("native", "decimal", "date", "timestamp")  # deliveries the log gives as the snapshot does
 
 
@@ -438,6 +460,14 @@ def _ordered(values: dict[str, Any] | None, names: list[str], ctx: BinlogContext
             "(dropped or renamed); a table's changes can only add columns: take a new snapshot "
             f"with `rivc run --full-refresh --select source:{ctx.name}`"
         )
+    for n, v in values.items():
+        if isinstance(v, timedelta) and v.microseconds and v < timedelta(0):
+            raise ConnectorError(
+                f"source {ctx.name}: column {n} holds a negative time with a fraction of a "
+                "second, which the binlog reader (mysql-replication) decodes wrongly: not "
+                "delivered; make the column time(0), or take a new snapshot with "
+                f"`rivc run --full-refresh --select source:{ctx.name}`"
+            )
     return [values.get(n) for n in names]
 
 
@@ -471,7 +501,7 @@ def _plan(columns: list[DbColumn], declared: dict[str, str], label: str) -> list
     by name."""
     plan = deliveries("mysql", columns, {}, label)
     for d, col in zip(plan, columns, strict=True):
-        if d.kind not in _READ or col.type in ("bit", "set", "enum", "json", "time"):
+        if col.type in ("set", "json") or (d.kind not in _READ and col.type not in _AS_TEXT):
             raise ConnectorError(
                 f"{label}: column {d.name} has type {d.db_type}, which mysql-cdc does not read "
                 "from the binlog yet"
@@ -488,6 +518,8 @@ class _Converter:
     def __init__(self, plan: list[Delivery], columns: list[DbColumn], label: str) -> None:
         self.plan, self.label = plan, label
         self.unsigned = [_BITS[c.type] if c.unsigned and c.type in _BITS else 0 for c in columns]
+        self.text = [_AS_TEXT.get(c.type) for c in columns]
+        self.width = [c.precision or 1 for c in columns]
 
     def table(self, rows: _Rows) -> Any:
         import pyarrow as pa
@@ -522,6 +554,9 @@ class _Converter:
         bits = self.unsigned[j]
         if bits:  # the binlog decodes unsigned integers as signed
             values = [v + (1 << bits) if v is not None and v < 0 else v for v in values]
+        text = self.text[j]
+        if text is not None:  # the snapshot's and the log's values, as the mysql source has them
+            values = [None if v is None else text(v, self.width[j]) for v in values]
         kind = pa.binary() if d.spark == "binary" else arrow_type(d.spark)
         try:
             return pa.array(values, kind)

@@ -546,6 +546,9 @@ def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_
         f"  - name: ice\n    from: source:s.t\n{unwrap}    connector: iceberg\n"
         "    config: {namespace: shape, table: t, mode: upsert, key_fields: [id], "
         "schema_evolution: add_columns}\n"
+        f"  - name: ice_history\n    from: source:s.t\n{unwrap}    connector: iceberg\n"
+        "    config: {namespace: shape, table: h, mode: scd2, key_fields: [id], "
+        "schema_evolution: add_columns}\n"
     )
     strict = (
         f"  - name: strict\n    from: source:s.t\n{unwrap}    connector: delta\n"
@@ -593,6 +596,11 @@ def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_
         assert {r["id"]: (r["v"], r["note"]) for r in history if r["is_current"]} == want
         assert ("v1", None) in {(r["v"], r["note"]) for r in history if r["id"] == 1}
         assert len(history) == 3 + 1 + 1 + 2  # the snapshot, 4, 5, two updates
+        ice_history = iceberg_catalog(root).load_table("shape.h").scan().to_arrow().to_pylist()
+        spans = ("id", "v", "note", "valid_from", "valid_to", "is_current")
+        assert sorted(tuple(r[c] for c in spans) for r in ice_history) == sorted(
+            tuple(r[c] for c in spans) for r in history
+        )
 
         evolved = strict.replace("[id]}", "[id], schema_evolution: add_columns}")
         write_files(root, {"sinks/out.yml": evolving + evolved})
