@@ -4,12 +4,18 @@ and a Delta scd2 history (batch mode).
     python bench/cdc_bench.py                   # postgres-cdc, 200,000 changes each way
     python bench/cdc_bench.py --source mysql    # mysql-cdc on a MariaDB of its own
     python bench/cdc_bench.py --changes 50000
+    python bench/cdc_bench.py --follow 60       # lag of a followed log at 2,000 changes/s
 
 Starts a PostgreSQL cluster of its own with wal_level = logical (initdb as postgres, a free port,
 a temporary folder; root needed), or a MariaDB with the row-based binlog, loads a table, and times `rivc run` in a new process for:
 the snapshot of the table; a burst of single-row updates, each its own transaction; and one
 transaction updating as many rows. Reported: wall time and changes/s of each run (both sinks),
 each node's time, and the log the server keeps for the slot once caught up.
+
+--follow SECONDS (postgres): `rivc run` follows the log (the merge sink's trigger 1 second)
+while a writer inserts --rate rows a second (200 per transaction) for that long; the bench
+reads the Delta table as it changes and reports the lag from each row's commit to the table
+(p50, p95, max) and the log kept for the slot afterwards.
 """
 
 from __future__ import annotations
@@ -127,7 +133,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--changes", type=int, default=200_000)
     ap.add_argument("--source", choices=["postgres", "mysql"], default="postgres")
+    ap.add_argument("--follow", type=float, default=0, help="seconds of a followed log")
+    ap.add_argument("--rate", type=int, default=2_000, help="changes a second, with --follow")
     args = ap.parse_args()
+    if args.follow:
+        follow(args.follow, args.rate)
+        return
     n = args.changes
     if args.source == "postgres":
         base, port, pg_ctl, _ = cluster()
@@ -195,6 +206,112 @@ def main() -> None:
             print(f"log kept for the slot once caught up: {int(kept):,} bytes")
     finally:
         stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def follow(seconds: float, rate: int) -> None:
+    """The lag from a row's commit to the merge sink's table while rivc follows the log."""
+    import signal
+    import threading
+
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    base, port, pg_ctl, _ = cluster()
+    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+    con = psycopg.connect(dsn, autocommit=True)
+    con.execute("CREATE TABLE orders (id int PRIMARY KEY, v text, at timestamptz)")
+    con.execute(
+        "INSERT INTO orders SELECT g, 'v', clock_timestamp() FROM generate_series(1, 1000) g"
+    )
+    root = base / "proj"
+    for path, text in {
+        "rivc_project.yml": "name: follow\n",
+        "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+        f"port: {port}, user: postgres, database: postgres}}\n",
+        "sources/db.yml": "sources:\n  - name: db\n    connector: postgres-cdc\n"
+        "    connection: db\n    tables: [{name: orders, table: public.orders}]\n",
+        "sinks/lake.yml": "sinks:\n  - name: lake\n    from: source:db.orders\n"
+        "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+        "    connector: delta\n    config: {table_uri: out/lake, mode: merge, merge_keys: [id]}\n"
+        '    trigger: {processing_time: "1 second"}\n',
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    proc = subprocess.Popen([RIVC, "run"], cwd=root, stdout=subprocess.PIPE, text=True)
+    seen: dict[int, float] = {}
+    read: set[str] = set()
+
+    def poll() -> None:
+        uri = str(root / "out/lake")
+        try:
+            files = DeltaTable(uri).file_uris()
+        except Exception:  # not made yet
+            return
+        now = time.time()
+        for f in files:
+            if f not in read:
+                read.add(f)
+                for i in (
+                    pq.read_table(f.removeprefix("file://"), columns=["id"])
+                    .column("id")
+                    .to_pylist()
+                ):
+                    seen.setdefault(i, now)
+
+    try:
+        while len(seen) < 1000:  # the snapshot: the first pass
+            poll()
+            time.sleep(0.2)
+        stop = time.monotonic() + seconds
+        per = max(1, rate // 5)  # five transactions a second
+
+        def write() -> None:
+            w = psycopg.connect(dsn, autocommit=True)
+            n, tick = 1000, time.monotonic()
+            while time.monotonic() < stop:
+                w.execute(
+                    "INSERT INTO orders SELECT g, 'new', clock_timestamp() "
+                    f"FROM generate_series({n + 1}, {n + per}) g"
+                )
+                n += per
+                tick += 0.2
+                time.sleep(max(0.0, tick - time.monotonic()))
+            w.close()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        while writer.is_alive():
+            poll()
+            time.sleep(0.1)
+        writer.join()
+        rows = dict(
+            con.execute("SELECT id, extract(epoch from at) FROM orders WHERE id > 1000").fetchall()
+        )
+        deadline = time.monotonic() + 120
+        while any(i not in seen for i in rows) and time.monotonic() < deadline:
+            poll()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=120)[0]
+        lags = sorted(seen[i] - float(at) for i, at in rows.items() if i in seen)
+        missing = sum(1 for i in rows if i not in seen)
+        kept = con.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) FROM pg_replication_slots"
+        ).fetchone()[0]
+        passes = sum(1 for line in out.splitlines() if "pass " in line and "source:" in line)
+        print(
+            f"{len(rows):,} rows in {seconds:.0f} s ({len(rows) / seconds:,.0f} changes/s), {passes} passes"
+        )
+        print(
+            f"lag commit -> table: p50 {lags[len(lags) // 2]:.1f} s, p95 "
+            f"{lags[int(len(lags) * 0.95)]:.1f} s, max {lags[-1]:.1f} s; {missing} never arrived"
+        )
+        print(f"log kept for the slot after Ctrl-C: {int(kept):,} bytes")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

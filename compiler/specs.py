@@ -343,8 +343,39 @@ class SourcesFile(Spec):
 # --------------------------------------------------------------------------- sinks
 
 
+_INTERVAL = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$",
+    re.IGNORECASE,
+)
+
+
+def interval_seconds(value: str) -> float:
+    """A trigger interval as Spark writes it ('5 seconds', '500 milliseconds', '1 minute')."""
+    m = _INTERVAL.match(value)
+    if not m:
+        raise ValueError(f"{value!r} is not an interval such as '5 seconds' or '1 minute'")
+    unit = m.group(2).lower()
+    if unit == "ms" or unit.startswith("milli"):
+        scale = 0.001
+    elif unit.startswith("h"):
+        scale = 3600.0
+    elif unit.startswith("m"):
+        scale = 60.0
+    else:
+        scale = 1.0
+    return float(m.group(1)) * scale
+
+
 class ProcessingTime(Spec):
     processing_time: str
+
+
+def _trigger(value: Any) -> Any:
+    """A processing_time that Spark would not read is refused here, by its own message (the
+    union would say only which words it takes)."""
+    if isinstance(value, dict) and isinstance(value.get("processing_time"), str):
+        interval_seconds(value["processing_time"])
+    return value
 
 
 class SinkRetry(Spec):
@@ -385,6 +416,7 @@ class SinkSpec(Spec):
     _tuple = field_validator("tags", mode="before")(_as_tuple)
     _name = field_validator("name")(_identifier)
     _connector = field_validator("connector")(connector_name)
+    _trigger = field_validator("trigger", mode="before")(_trigger)
 
     @property
     def targets(self) -> dict[str, str]:

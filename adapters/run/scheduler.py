@@ -25,7 +25,7 @@ from .hooks import operations
 from .plan import Plan
 from .runtime import Runtime
 from .sparkprogress import SparkProgress
-from .streaming import graceful_interrupt
+from .streaming import FAILED, follow, graceful_interrupt, log_stream
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,9 +46,6 @@ def runs(command: str, kind: str, config: dict[str, object]) -> bool:
     if command == "snapshot":
         return kind == "model" and snapshot
     return kind in KINDS[command] and not (command == "run" and snapshot)
-
-
-FAILED = {"error", "fail"}
 
 
 @dataclass(frozen=True)
@@ -170,6 +167,14 @@ def execute(
                         results = _schedule(
                             runtime, compiled.graph, todo, options, on_result, on_start
                         )
+                        stream = log_stream(plan, graph, todo)
+                        if stream is not None:  # change logs followed until Ctrl-C
+
+                            def run_pass(nodes: list[str]) -> list[NodeResult]:
+                                quiet = lambda *_: None  # noqa: E731
+                                return _schedule(runtime, graph, nodes, options, quiet, quiet)
+
+                            results = follow(runtime, results, *stream, run_pass)
                     after = operations(runtime, "on_run_end", hooks.get("on_run_end", ()))
             finally:
                 ended = before + results + after

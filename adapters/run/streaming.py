@@ -7,10 +7,17 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..state import NodeResult
 from ..util.storage import Store
 from .sinkwriter import SinkWriter
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .runtime import Runtime
+
+FAILED = {"error", "fail"}
 
 
 @contextmanager
@@ -79,3 +86,73 @@ class Batches:
                 f"batch {batch + self.base}: {rows:,} rows in {seconds:.1f}s "
                 f"({self.total:,} in all)",
             )
+
+
+def log_stream(plan: Plan, graph: Any, todo: list[str]) -> tuple[float, list[str]] | None:
+    """A run that follows change logs (docs/cdc.md, "Streaming"): the selected change-log
+    tables that feed a selected sink with a `processing_time` trigger, with every selected node
+    below them, and the shortest of those triggers; None when there are none."""
+    from rivc.compiler.specs import interval_seconds
+
+    chosen, waits, followed = set(todo), [], set()
+    for nid in todo:
+        node = plan.nodes[nid]
+        if node.kind != "source" or not plan.project.sources[node.name].connector.log:
+            continue
+        below = graph.downstream(nid) & chosen
+        timed = [
+            interval_seconds(t["processing_time"])
+            for t in (plan.nodes[n].sink.trigger for n in below if plan.nodes[n].kind == "sink")
+            if isinstance(t, dict)
+        ]
+        if timed:
+            waits.append(min(timed))
+            followed |= {nid, *below}
+    if not waits:
+        return None
+    return min(waits), [n for n in todo if n in followed]
+
+
+def follow(
+    runtime: Runtime,
+    results: list[NodeResult],
+    wait_s: float,
+    nodes: list[str],
+    run_pass: Callable[[list[str]], list[NodeResult]],
+) -> list[NodeResult]:
+    """After the run's first pass, `nodes` (change-log tables and what reads them) run again
+    every `wait_s` seconds until Ctrl-C or a failure. Each pass is what a batch run does: the
+    tables land what the log holds now, and every consumer takes what it has not taken, so a
+    kill anywhere leaves what a batch run's kill leaves. A pass that moved rows says so in a
+    line per node; each node's result adds up its passes."""
+    from dataclasses import replace
+
+    total = {r.node: r for r in results}
+    runtime.resume_from = None  # only the first pass resumes a killed run
+    done = 1
+    while not any(total[n].status in FAILED for n in nodes) and not runtime.interrupt.wait(wait_s):
+        done += 1
+        for r in run_pass(nodes):
+            was = total[r.node]
+            if r.status == "skipped" and runtime.interrupt.is_set():
+                continue  # Ctrl-C during the pass: not run, nothing lost
+            total[r.node] = replace(
+                r,
+                status=r.status if r.status in FAILED else was.status,
+                rows=_sum(was.rows, r.rows),
+                bytes=_sum(was.bytes, r.bytes),
+                files=_sum(was.files, r.files),
+                commits=_sum(was.commits, r.commits),
+                duration_s=was.duration_s + r.duration_s,
+                retries=was.retries + r.retries,
+                message=r.message if r.rows or r.status in FAILED else was.message,
+            )
+            if r.rows or r.status in FAILED:
+                runtime.on_progress(r.node, f"pass {done}: {r.error or r.message}")
+    for n in nodes:  # the state store holds the sum, as the console's summary does
+        runtime.state.record(runtime.run_id, total[n])
+    return [total[r.node] for r in results]
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    return None if a is None and b is None else (a or 0) + (b or 0)

@@ -7,6 +7,7 @@ and the slot never confirms past what the landing table holds."""
 from __future__ import annotations
 
 import json
+import os
 from decimal import Decimal
 
 import psycopg
@@ -15,6 +16,7 @@ from deltalake import DeltaTable
 
 from rivc.adapters.connectors.pgoutput import lsn_int
 from rivc_testing import (
+    RIVC,
     assert_merged_once,
     busy_writer,
     iceberg_catalog,
@@ -107,19 +109,27 @@ def histories(root) -> tuple[set[tuple], set[tuple]]:
     return history_rows(delta), history_rows(ice)
 
 
-def confirmed(con: psycopg.Connection) -> int:
+def confirmed_of(con: psycopg.Connection, slot: str) -> int:
     row = con.execute(
-        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'rivc_test_cdc'"
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
     ).fetchone()
     return lsn_int(row[0])
 
 
-def landed_lsn(root) -> int:
-    dt = DeltaTable(str(root / "warehouse/_rivc/landing/pg.orders"))
+def confirmed(con: psycopg.Connection) -> int:
+    return confirmed_of(con, "rivc_test_cdc")
+
+
+def landed_lsn_of(root, table: str) -> int:
+    dt = DeltaTable(str(root / "warehouse/_rivc/landing" / table))
     for entry in dt.history():
         if entry.get("rivc"):
             return int(json.loads(entry["rivc"])["position"]["cdc"]["lsn"])
     raise AssertionError("no landed position")
+
+
+def landed_lsn(root) -> int:
+    return landed_lsn_of(root, "pg.orders")
 
 
 @pytest.fixture
@@ -632,4 +642,112 @@ def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_
         )
         con.execute("DROP PUBLICATION IF EXISTS rivc_test_shape")
         con.execute("DROP TABLE IF EXISTS cdc_shape")
+        con.close()
+
+
+def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_a_kill(
+    tmp_path, logical_pg
+):
+    """A sink with a `processing_time` trigger makes `rivc run` follow the log: every pass
+    lands what the log holds and every consumer below the table takes it, until Ctrl-C (exit
+    130, after the pass). A kill during a followed run leaves what a batch run's kill leaves:
+    the next run takes every change once."""
+    import signal
+    import subprocess
+    import time
+
+    con = connect(logical_pg)
+    con.execute("DROP TABLE IF EXISTS cdc_follow")
+    con.execute("CREATE TABLE cdc_follow (id int PRIMARY KEY, v text)")
+    con.execute("INSERT INTO cdc_follow SELECT g, 'v' || g FROM generate_series(1, 100) g")
+    unwrap = "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+    root = write_files(
+        tmp_path / "follow",
+        {
+            "rivc_project.yml": "name: follow\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
+            "sources/s.yml": "sources:\n  - name: s\n    connector: postgres-cdc\n"
+            "    connection: db\n    config: {slot_name: rivc_test_follow, "
+            "publication_name: rivc_test_follow}\n    tables: [{name: t, table: public.cdc_follow}]\n",
+            "sinks/out.yml": f"sinks:\n  - name: lake\n    from: source:s.t\n{unwrap}"
+            "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n"
+            '    trigger: {processing_time: "1 second"}\n'
+            f"  - name: history\n    from: source:s.t\n{unwrap}"
+            "    connector: delta\n    config: {table_uri: out/h, mode: scd2, merge_keys: [id]}\n",
+        },
+    )
+
+    def table() -> dict[int, str]:
+        return dict(con.execute("SELECT id, v FROM cdc_follow").fetchall())
+
+    def merged() -> dict[int, str] | None:
+        if not (root / "out/t/_delta_log").exists():
+            return None
+        return {
+            r["id"]: r["v"] for r in DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
+        }
+
+    def follow(fault: str | None = None) -> subprocess.Popen[str]:
+        env = {k: v for k, v in os.environ.items() if k != "RIVC_FAULT"}
+        if fault:
+            env["RIVC_FAULT"] = fault
+        return subprocess.Popen(
+            [RIVC, "run"],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def until_equal(proc: subprocess.Popen[str]) -> None:
+        deadline = time.monotonic() + 180
+        while merged() != table():
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the followed run never caught up"
+            time.sleep(0.3)
+
+    proc = follow()
+    try:
+        until_equal(proc)  # the snapshot, in the first pass
+        for n in range(3):  # changes while it follows: each reaches the table in a later pass
+            con.execute(f"INSERT INTO cdc_follow VALUES ({200 + n}, 'new')")
+            con.execute(f"UPDATE cdc_follow SET v = 'pass {n}' WHERE id = {n + 1}")
+            con.execute(f"DELETE FROM cdc_follow WHERE id = {50 + n}")
+            until_equal(proc)
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 130, out[-3000:]
+        assert "pass " in out and "changes up to" in out
+        history = DeltaTable(str(root / "out/h")).to_pyarrow_table().to_pylist()
+        assert {r["id"]: r["v"] for r in history if r["is_current"]} == table()
+
+        con.execute("UPDATE cdc_follow SET v = 'before the kill' WHERE id = 10")
+        killed = follow("between-sinks")  # one consumer committed, the other not
+        killed.communicate(timeout=180)
+        assert killed.returncode == -9
+        con.execute("UPDATE cdc_follow SET v = 'after the kill' WHERE id = 11")
+        proc = follow()
+        until_equal(proc)
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 130, out[-3000:]
+        history = DeltaTable(str(root / "out/h")).to_pyarrow_table().to_pylist()
+        assert {r["id"]: r["v"] for r in history if r["is_current"]} == table()
+        versions = landed_versions(root, "s.t", lambda i: i["v"])
+        assert {(r["id"], r["v"], r["valid_from"], r["valid_to"]) for r in history} == {
+            (k, v, since, until) for k, v, since, until, _ in versions
+        }
+        assert confirmed_of(con, "rivc_test_follow") == landed_lsn_of(root, "s.t")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        con.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = 'rivc_test_follow'"
+        )
+        con.execute("DROP PUBLICATION IF EXISTS rivc_test_follow")
+        con.execute("DROP TABLE IF EXISTS cdc_follow")
         con.close()

@@ -265,3 +265,29 @@ def test_a_table_s_changes_may_add_columns_but_not_drop_or_retype_them():
         ConnectorError, match="column amount was dropped or renamed.*--select source:s.t"
     ):
         check_shape(held, dropped or {}, "source s", "s.t")
+
+
+@pytest.mark.parametrize(
+    ("trigger", "seconds"),
+    [
+        ("1 second", 1.0),
+        ("500 milliseconds", 0.5),
+        ("2s", 2.0),
+        ("1 minute", 60.0),
+        ("1 hour", 3600.0),
+    ],
+)
+def test_a_followed_log_waits_the_trigger_spark_would(trigger, seconds):
+    from rivc.compiler.specs import interval_seconds
+
+    assert interval_seconds(trigger) == seconds
+
+
+def test_a_trigger_interval_spark_would_not_read_is_refused_at_its_line(make_project):
+    sink = SINK.replace("SEQ", "seq") + '    trigger: {processing_time: "soon"}\n'
+    root = make_project({"profiles.yml": PROFILE, "sources/pg.yml": SOURCE, "sinks/lake.yml": sink})
+    with pytest.raises((ProjectError, CompileFailed)) as caught:
+        analyze_dir(root)
+    error = caught.value.errors[0] if isinstance(caught.value, CompileFailed) else caught.value
+    assert "'soon' is not an interval" in error.message
+    assert error.location is not None and error.location.line == 7  # the trigger line
