@@ -69,6 +69,31 @@ def run_rivc(root: Path, fault: str | None = None, *args: str) -> subprocess.Com
     )
 
 
+def start_rivc(root: Path, fault: str | None = None) -> subprocess.Popen[str]:
+    """`rivc run` left running (a followed log, a stream), killed at `fault` if given; its
+    output is read by `communicate`."""
+    env = {k: v for k, v in os.environ.items() if k != "RIVC_FAULT"}
+    if fault:
+        env["RIVC_FAULT"] = fault
+    return subprocess.Popen(
+        [RIVC, "run"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for(proc: subprocess.Popen[str], done: Any, seconds: float = 180) -> None:
+    """Until `done()` holds, while `proc` keeps running."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.3)
+
+
 def iceberg_catalog(root: Path) -> Any:
     """The project's default Iceberg catalog (SQLite under .rivc/iceberg), read by pyiceberg."""
     from pyiceberg.catalog.sql import SqlCatalog

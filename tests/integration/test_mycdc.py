@@ -21,6 +21,8 @@ from rivc_testing import (
     landed_versions,
     rivc,
     run_rivc,
+    start_rivc,
+    wait_for,
     write_files,
 )
 
@@ -460,4 +462,66 @@ def test_enum_time_and_bit_columns_arrive_as_the_mysql_source_delivers_them(
         assert "column s has type set" in refused.output, refused.output
     finally:
         run(con, "DROP DATABASE IF EXISTS rivc_kinds")
+        con.close()
+
+
+def test_a_followed_binlog_reaches_the_table_pass_by_pass_until_ctrl_c(tmp_path, binlog_mariadb):
+    """As for postgres-cdc: a `processing_time` trigger below a mysql-cdc table makes the run
+    follow the binlog; changes made while it runs reach the merged table, and Ctrl-C stops it
+    after the pass with exit 130."""
+    import signal
+
+    con = connect(binlog_mariadb)
+    run(
+        con,
+        "DROP DATABASE IF EXISTS rivc_follow",
+        "CREATE DATABASE rivc_follow",
+        "CREATE TABLE rivc_follow.t (id int PRIMARY KEY, v varchar(20))",
+        "INSERT INTO rivc_follow.t VALUES (1, 'v1'), (2, 'v2'), (3, 'v3')",
+    )
+    root = write_files(
+        tmp_path / "follow",
+        {
+            "rivc_project.yml": "name: myfollow\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {binlog_mariadb}, user: root, database: rivc_follow}}\n",
+            "sources/s.yml": "sources:\n  - name: s\n    connector: mysql-cdc\n    connection: db\n"
+            "    tables: [{name: t, table: rivc_follow.t}]\n",
+            "sinks/out.yml": f"sinks:\n  - name: lake\n    from: source:s.t\n{UNWRAP}"
+            "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n"
+            '    trigger: {processing_time: "500 milliseconds"}\n',
+        },
+    )
+
+    def table() -> dict[int, str]:
+        with con.cursor() as cur:
+            cur.execute("SELECT id, v FROM rivc_follow.t")
+            return dict(cur.fetchall())
+
+    def merged() -> dict[int, str] | None:
+        if not (root / "out/t/_delta_log").exists():
+            return None
+        rows = DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
+        return {r["id"]: r["v"] for r in rows}
+
+    proc = start_rivc(root)
+    try:
+        wait_for(proc, lambda: merged() == table())
+        for n in range(3):
+            run(
+                con,
+                f"INSERT INTO rivc_follow.t VALUES ({10 + n}, 'new')",
+                f"UPDATE rivc_follow.t SET v = 'pass {n}' WHERE id = 1",
+                f"DELETE FROM rivc_follow.t WHERE id = {10 + n - 1}",
+            )
+            wait_for(proc, lambda: merged() == table())
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 130, out[-3000:]
+        assert "pass " in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        run(con, "DROP DATABASE IF EXISTS rivc_follow")
         con.close()

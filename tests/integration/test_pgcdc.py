@@ -7,7 +7,6 @@ and the slot never confirms past what the landing table holds."""
 from __future__ import annotations
 
 import json
-import os
 from decimal import Decimal
 
 import psycopg
@@ -16,13 +15,14 @@ from deltalake import DeltaTable
 
 from rivc.adapters.connectors.pgoutput import lsn_int
 from rivc_testing import (
-    RIVC,
     assert_merged_once,
     busy_writer,
     iceberg_catalog,
     landed_versions,
     rivc,
     run_rivc,
+    start_rivc,
+    wait_for,
     write_files,
 )
 
@@ -653,8 +653,6 @@ def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_
     130, after the pass). A kill during a followed run leaves what a batch run's kill leaves:
     the next run takes every change once."""
     import signal
-    import subprocess
-    import time
 
     con = connect(logical_pg)
     con.execute("DROP TABLE IF EXISTS cdc_follow")
@@ -688,34 +686,14 @@ def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_
             r["id"]: r["v"] for r in DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
         }
 
-    def follow(fault: str | None = None) -> subprocess.Popen[str]:
-        env = {k: v for k, v in os.environ.items() if k != "RIVC_FAULT"}
-        if fault:
-            env["RIVC_FAULT"] = fault
-        return subprocess.Popen(
-            [RIVC, "run"],
-            cwd=root,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-    def until_equal(proc: subprocess.Popen[str]) -> None:
-        deadline = time.monotonic() + 180
-        while merged() != table():
-            assert proc.poll() is None, proc.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "the followed run never caught up"
-            time.sleep(0.3)
-
-    proc = follow()
+    proc = start_rivc(root)
     try:
-        until_equal(proc)  # the snapshot, in the first pass
+        wait_for(proc, lambda: merged() == table())  # the snapshot, in the first pass
         for n in range(3):  # changes while it follows: each reaches the table in a later pass
             con.execute(f"INSERT INTO cdc_follow VALUES ({200 + n}, 'new')")
             con.execute(f"UPDATE cdc_follow SET v = 'pass {n}' WHERE id = {n + 1}")
             con.execute(f"DELETE FROM cdc_follow WHERE id = {50 + n}")
-            until_equal(proc)
+            wait_for(proc, lambda: merged() == table())
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=120)[0]
         assert proc.returncode == 130, out[-3000:]
@@ -724,12 +702,12 @@ def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_
         assert {r["id"]: r["v"] for r in history if r["is_current"]} == table()
 
         con.execute("UPDATE cdc_follow SET v = 'before the kill' WHERE id = 10")
-        killed = follow("between-sinks")  # one consumer committed, the other not
+        killed = start_rivc(root, "between-sinks")  # one consumer committed, the other not
         killed.communicate(timeout=180)
         assert killed.returncode == -9
         con.execute("UPDATE cdc_follow SET v = 'after the kill' WHERE id = 11")
-        proc = follow()
-        until_equal(proc)
+        proc = start_rivc(root)
+        wait_for(proc, lambda: merged() == table())
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=120)[0]
         assert proc.returncode == 130, out[-3000:]
