@@ -124,7 +124,8 @@ def follow(
     every `wait_s` seconds until Ctrl-C or a failure. Each pass is what a batch run does: the
     tables land what the log holds now, and every consumer takes what it has not taken, so a
     kill anywhere leaves what a batch run's kill leaves. A pass that moved rows says so in a
-    line per node; each node's result adds up its passes."""
+    line per node; each node's result adds up its passes (a sink's already does: it reports
+    what it committed in the whole run)."""
     from dataclasses import replace
 
     total = {r.node: r for r in results}
@@ -136,19 +137,27 @@ def follow(
             was = total[r.node]
             if r.status == "skipped" and runtime.interrupt.is_set():
                 continue  # Ctrl-C during the pass: not run, nothing lost
+            if r.status in FAILED:
+                runtime.on_progress(r.node, f"pass {done}: {r.error or r.message}")
+            if r.kind == "sink":
+                if r.rows or r.status in FAILED:  # else nothing new: the run's totals stand
+                    moved = (r.rows or 0) - (was.rows or 0)
+                    if moved:
+                        runtime.on_progress(r.node, f"pass {done}: {moved:,} rows")
+                    total[r.node] = replace(r, duration_s=was.duration_s + r.duration_s)
+                continue
+            if r.rows and r.status not in FAILED:
+                runtime.on_progress(r.node, f"pass {done}: {r.message}")
             total[r.node] = replace(
                 r,
                 status=r.status if r.status in FAILED else was.status,
                 rows=_sum(was.rows, r.rows),
                 bytes=_sum(was.bytes, r.bytes),
                 files=_sum(was.files, r.files),
-                commits=_sum(was.commits, r.commits),
                 duration_s=was.duration_s + r.duration_s,
                 retries=was.retries + r.retries,
                 message=r.message if r.rows or r.status in FAILED else was.message,
             )
-            if r.rows or r.status in FAILED:
-                runtime.on_progress(r.node, f"pass {done}: {r.error or r.message}")
     for n in nodes:  # the state store holds the sum, as the console's summary does
         runtime.state.record(runtime.run_id, total[n])
     return [total[r.node] for r in results]
