@@ -5,8 +5,10 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..state import NodeResult
@@ -120,18 +122,21 @@ def follow(
     nodes: list[str],
     run_pass: Callable[[list[str]], list[NodeResult]],
 ) -> list[NodeResult]:
-    """After the run's first pass, `nodes` (change-log tables and what reads them) run again
-    every `wait_s` seconds until Ctrl-C or a failure. Each pass is what a batch run does: the
+    """After the run's first pass, `nodes` (change-log tables and what reads them) run again,
+    a pass starting every `wait_s` seconds (at once after a longer pass), until Ctrl-C or a
+    failure. Each pass is what a batch run does: the
     tables land what the log holds now, and every consumer takes what it has not taken, so a
     kill anywhere leaves what a batch run's kill leaves. A pass that moved rows says so in a
     line per node; each node's result adds up its passes (a sink's already does: it reports
     what it committed in the whole run)."""
-    from dataclasses import replace
-
     total = {r.node: r for r in results}
     runtime.resume_from = None  # only the first pass resumes a killed run
     done = 1
-    while not any(total[n].status in FAILED for n in nodes) and not runtime.interrupt.wait(wait_s):
+    began = time.monotonic()  # passes start every wait_s, as Spark's trigger; at once when late
+    while not any(total[n].status in FAILED for n in nodes):
+        if runtime.interrupt.wait(max(0.0, began + wait_s - time.monotonic())):
+            break
+        began = time.monotonic()
         done += 1
         for r in run_pass(nodes):
             was = total[r.node]
