@@ -13,7 +13,7 @@ transaction updating as many rows. Reported: wall time and changes/s of each run
 each node's time, and the log the server keeps for the slot once caught up.
 
 --follow SECONDS (postgres): `rivc run` follows the log (the merge sink's trigger 1 second)
-while a writer inserts --rate rows a second (200 per transaction) for that long; the bench
+while a writer inserts --rate rows a second (five transactions a second) for that long; the bench
 reads the Delta table as it changes and reports the lag from each row's commit to the table
 (p50, p95, max) and the log kept for the slot afterwards.
 """
