@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -60,6 +61,20 @@ sinks:
     connector: iceberg
     config: {namespace: cdc, table: history, mode: scd2, key_fields: [id]}
 """
+
+
+def project(root: Path, port: int, sources: str, sinks: str) -> Path:
+    """A project at `root`, named after it, on the logical cluster: its sources and sinks."""
+    return write_files(
+        root,
+        {
+            "rivc_project.yml": f"name: {root.name}\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {port}, user: postgres, database: postgres}}\n",
+            "sources/s.yml": sources,
+            "sinks/out.yml": sinks,
+        },
+    )
 
 
 def connect(port: int) -> psycopg.Connection:
@@ -133,9 +148,32 @@ def landed_lsn(root) -> int:
 
 
 @pytest.fixture
-def orders(logical_pg):
-    con = connect(logical_pg)
-    con.execute("DROP TABLE IF EXISTS cdc_orders")
+def capture(logical_pg):
+    """capture(slot, *tables): a connection to the logical cluster with `tables` dropped first;
+    after the test, slot and publication (named `slot` unless given) and `tables` are dropped."""
+    made: list[tuple[psycopg.Connection, str, str, tuple[str, ...]]] = []
+
+    def open_(slot: str, *tables: str, publication: str | None = None) -> psycopg.Connection:
+        con = connect(logical_pg)
+        con.execute(f"DROP TABLE IF EXISTS {', '.join(tables)}")
+        made.append((con, slot, publication or slot, tables))
+        return con
+
+    yield open_
+    for con, slot, publication, tables in made:
+        con.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (slot,),
+        )
+        con.execute(f"DROP PUBLICATION IF EXISTS {publication}")
+        con.execute(f"DROP TABLE IF EXISTS {', '.join(tables)}")
+        con.close()
+
+
+@pytest.fixture
+def orders(capture):
+    con = capture("rivc_test_cdc", "cdc_orders", publication="rivc_test_pub")
     con.execute(
         "CREATE TABLE cdc_orders (id int PRIMARY KEY, status text, amount numeric(10, 2), "
         "updated timestamptz, body text)"
@@ -145,16 +183,7 @@ def orders(logical_pg):
         "timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute', 'b' || g "
         "FROM generate_series(1, 2000) g"
     )
-    try:
-        yield con
-    finally:
-        con.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = 'rivc_test_cdc'"
-        )
-        con.execute("DROP PUBLICATION IF EXISTS rivc_test_pub")
-        con.execute("DROP TABLE IF EXISTS cdc_orders")
-        con.close()
+    yield con
 
 
 def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
@@ -164,16 +193,7 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
 
     monkeypatch.setattr(cdc, "ROWS_PER_FILE", 700)  # the snapshot's 2000 rows: three files
     con = orders
-    root = write_files(
-        tmp_path / "proj",
-        {
-            "rivc_project.yml": "name: cdc\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
-            "sources/pg.yml": SOURCES,
-            "sinks/out.yml": SINKS,
-        },
-    )
+    root = project(tmp_path / "cdc", logical_pg, SOURCES, SINKS)
     first = rivc(root, "run")
     assert first.exit_code == 0, first.output
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
@@ -254,12 +274,11 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     assert not any(k == 20 and live for k, _, _, _, live in delta_history)  # deleted unseen
 
 
-def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, logical_pg):
+def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, logical_pg, capture):
     """Two tables, one slot: a run of one table's sink moves the slot only as far as the other
     table holds, so the other's changes wait in the log and land once when it runs."""
-    con = connect(logical_pg)
+    con = capture("rivc_test_two", "cdc_a", "cdc_b")
     for t in ("cdc_a", "cdc_b"):
-        con.execute(f"DROP TABLE IF EXISTS {t}")
         con.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
         con.execute(f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 100) g")
     sources = (
@@ -273,16 +292,7 @@ def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, l
         f"    connector: delta\n    config: {{table_uri: out/{t}, mode: merge, merge_keys: [id]}}\n"
         for t in ("a", "b")
     )
-    root = write_files(
-        tmp_path / "two",
-        {
-            "rivc_project.yml": "name: two\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
-            "sources/two.yml": sources,
-            "sinks/out.yml": sinks,
-        },
-    )
+    root = project(tmp_path / "two", logical_pg, sources, sinks)
 
     def rows(t: str) -> dict[int, str]:
         return {
@@ -293,38 +303,29 @@ def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, l
     def table(t: str) -> dict[int, str]:
         return dict(con.execute(f"SELECT id, v FROM cdc_{t}").fetchall())
 
-    try:
-        assert rivc(root, "run").exit_code == 0
-        con.execute("UPDATE cdc_a SET v = 'a2' WHERE id <= 10")
-        con.execute("UPDATE cdc_b SET v = 'b2' WHERE id <= 10")
-        con.execute("DELETE FROM cdc_b WHERE id > 90")
-        only_a = rivc(root, "run", "--select", "lake_a")
-        assert only_a.exit_code == 0, only_a.output
-        assert rows("a") == table("a") and rows("b") != table("b")
-        con.execute("UPDATE cdc_b SET v = 'b3' WHERE id = 1")
-        assert rivc(root, "run").exit_code == 0
-        assert rows("a") == table("a") and rows("b") == table("b")
-        held = []
-        for t in ("a", "b"):
-            dt = DeltaTable(str(root / f"warehouse/_rivc/landing/two.{t}"))
-            entry = next(e for e in dt.history() if e.get("rivc"))
-            held.append(int(json.loads(entry["rivc"])["position"]["cdc"]["lsn"]))
-        slot = con.execute(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'rivc_test_two'"
-        ).fetchone()[0]
-        assert lsn_int(slot) == min(held)
-    finally:
-        con.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = 'rivc_test_two'"
-        )
-        con.execute("DROP PUBLICATION IF EXISTS rivc_test_two")
-        con.execute("DROP TABLE IF EXISTS cdc_a, cdc_b")
-        con.close()
+    assert rivc(root, "run").exit_code == 0
+    con.execute("UPDATE cdc_a SET v = 'a2' WHERE id <= 10")
+    con.execute("UPDATE cdc_b SET v = 'b2' WHERE id <= 10")
+    con.execute("DELETE FROM cdc_b WHERE id > 90")
+    only_a = rivc(root, "run", "--select", "lake_a")
+    assert only_a.exit_code == 0, only_a.output
+    assert rows("a") == table("a") and rows("b") != table("b")
+    con.execute("UPDATE cdc_b SET v = 'b3' WHERE id = 1")
+    assert rivc(root, "run").exit_code == 0
+    assert rows("a") == table("a") and rows("b") == table("b")
+    held = []
+    for t in ("a", "b"):
+        dt = DeltaTable(str(root / f"warehouse/_rivc/landing/two.{t}"))
+        entry = next(e for e in dt.history() if e.get("rivc"))
+        held.append(int(json.loads(entry["rivc"])["position"]["cdc"]["lsn"]))
+    slot = con.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'rivc_test_two'"
+    ).fetchone()[0]
+    assert lsn_int(slot) == min(held)
 
 
 def test_edge_values_from_the_log_are_exact_or_refused_and_a_lost_rivc_lands_nothing_twice(
-    tmp_path, logical_pg
+    tmp_path, logical_pg, capture
 ):
     """NULL-looking text, empty text, NaN and ±Infinity, a time zone other than UTC, through
     the snapshot and the log, read back with deltalake; a lost .rivc/ resumes from the landing
@@ -333,8 +334,7 @@ def test_edge_values_from_the_log_are_exact_or_refused_and_a_lost_rivc_lands_not
     import shutil
     from datetime import UTC, datetime
 
-    con = connect(logical_pg)
-    con.execute("DROP TABLE IF EXISTS cdc_edge")
+    con = capture("rivc_test_edge", "cdc_edge")
     con.execute(
         "CREATE TABLE cdc_edge (id int PRIMARY KEY, t text, f float8, n numeric(38, 10), "
         "ts timestamptz, d date, big numeric)"
@@ -356,65 +356,46 @@ def test_edge_values_from_the_log_are_exact_or_refused_and_a_lost_rivc_lands_not
         "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
         "    connector: delta\n    config: {table_uri: out/e, mode: merge, merge_keys: [id]}\n"
     )
-    root = write_files(
-        tmp_path / "edge",
-        {
-            "rivc_project.yml": "name: edge\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
-            "sources/e.yml": sources,
-            "sinks/out.yml": sinks,
-        },
-    )
+    root = project(tmp_path / "edge", logical_pg, sources, sinks)
 
     def rows() -> dict[int, dict]:
         table = DeltaTable(str(root / "out/e")).to_pyarrow_table().to_pylist()
         return {r["id"]: r for r in table}
 
-    try:
-        assert rivc(root, "run").exit_code == 0
-        con.execute(
-            "INSERT INTO cdc_edge VALUES (3, 'None', '-Infinity', 0, "
-            "'1999-12-31 23:59:59.999999-08', '2000-02-29', 99999999999999999999999999999999999999)"
-        )
-        con.execute("UPDATE cdc_edge SET t = NULL WHERE id = 2")
-        shutil.rmtree(root / ".rivc")  # the landing tables hold the positions
-        assert rivc(root, "run").exit_code == 0
-        got = rows()
-        assert got[1]["t"] == "NULL" and math.isnan(got[1]["f"])
-        assert got[1]["n"] == Decimal("12345678901234567890.0123456789")
-        assert got[1]["ts"] == datetime(2024, 3, 1, 6, 30, tzinfo=UTC)
-        assert str(got[1]["d"]) == "0001-01-01" and str(got[2]["d"]) == "9999-12-31"
-        assert got[2]["t"] is None and got[2]["f"] == math.inf
-        assert got[2]["n"] == Decimal("-0.0000000001") and got[2]["ts"] is None
-        assert got[3]["t"] == "None" and got[3]["f"] == -math.inf
-        assert got[3]["ts"] == datetime(2000, 1, 1, 7, 59, 59, 999999, tzinfo=UTC)
-        assert got[3]["big"] == Decimal("9" * 38)
-        shutil.rmtree(root / ".rivc")
-        quiet = rivc(root, "run")
-        assert quiet.exit_code == 0 and "no new changes" in quiet.output
-        assert len(rows()) == 3
+    assert rivc(root, "run").exit_code == 0
+    con.execute(
+        "INSERT INTO cdc_edge VALUES (3, 'None', '-Infinity', 0, "
+        "'1999-12-31 23:59:59.999999-08', '2000-02-29', 99999999999999999999999999999999999999)"
+    )
+    con.execute("UPDATE cdc_edge SET t = NULL WHERE id = 2")
+    shutil.rmtree(root / ".rivc")  # the landing tables hold the positions
+    assert rivc(root, "run").exit_code == 0
+    got = rows()
+    assert got[1]["t"] == "NULL" and math.isnan(got[1]["f"])
+    assert got[1]["n"] == Decimal("12345678901234567890.0123456789")
+    assert got[1]["ts"] == datetime(2024, 3, 1, 6, 30, tzinfo=UTC)
+    assert str(got[1]["d"]) == "0001-01-01" and str(got[2]["d"]) == "9999-12-31"
+    assert got[2]["t"] is None and got[2]["f"] == math.inf
+    assert got[2]["n"] == Decimal("-0.0000000001") and got[2]["ts"] is None
+    assert got[3]["t"] == "None" and got[3]["f"] == -math.inf
+    assert got[3]["ts"] == datetime(2000, 1, 1, 7, 59, 59, 999999, tzinfo=UTC)
+    assert got[3]["big"] == Decimal("9" * 38)
+    shutil.rmtree(root / ".rivc")
+    quiet = rivc(root, "run")
+    assert quiet.exit_code == 0 and "no new changes" in quiet.output
+    assert len(rows()) == 3
 
-        con.execute("INSERT INTO cdc_edge (id, big) VALUES (4, 1e40)")
-        refused = rivc(root, "run")
-        assert refused.exit_code == 1 and "big" in refused.output
-        assert len(rows()) == 3  # nothing of the refused batch reached the sink
-    finally:
-        con.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = 'rivc_test_edge'"
-        )
-        con.execute("DROP PUBLICATION IF EXISTS rivc_test_edge")
-        con.execute("DROP TABLE IF EXISTS cdc_edge")
-        con.close()
+    con.execute("INSERT INTO cdc_edge (id, big) VALUES (4, 1e40)")
+    refused = rivc(root, "run")
+    assert refused.exit_code == 1 and "big" in refused.output
+    assert len(rows()) == 3  # nothing of the refused batch reached the sink
 
 
-def test_a_truncate_deletes_every_row_it_took_in_its_place(tmp_path, logical_pg):
+def test_a_truncate_deletes_every_row_it_took_in_its_place(tmp_path, logical_pg, capture):
     """A truncate lands as a delete of every row the table held, between the changes before
     and after it; the merge equals the table and the history ends every earlier version there.
     A table without a primary key cannot be emptied key by key: refused by name."""
-    con = connect(logical_pg)
-    con.execute("DROP TABLE IF EXISTS cdc_t, cdc_nokey")
+    con = capture("rivc_test_trunc", "cdc_t", "cdc_nokey")
     con.execute("CREATE TABLE cdc_t (id int PRIMARY KEY, v text)")
     con.execute("CREATE TABLE cdc_nokey (v text)")
     con.execute("INSERT INTO cdc_t SELECT g, 'v' || g FROM generate_series(1, 50) g")
@@ -431,60 +412,43 @@ def test_a_truncate_deletes_every_row_it_took_in_its_place(tmp_path, logical_pg)
         f"  - name: history\n    from: source:t.t\n{unwrap}"
         "    connector: delta\n    config: {table_uri: out/h, mode: scd2, merge_keys: [id]}\n"
     )
-    root = write_files(
-        tmp_path / "trunc",
-        {
-            "rivc_project.yml": "name: trunc\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
-            "sources/t.yml": sources,
-            "sinks/out.yml": sinks,
-        },
-    )
+    root = project(tmp_path / "trunc", logical_pg, sources, sinks)
 
     def table() -> dict[int, str]:
         return dict(con.execute("SELECT id, v FROM cdc_t").fetchall())
 
-    try:
-        assert rivc(root, "run").exit_code == 0
-        con.execute("INSERT INTO cdc_t VALUES (51, 'before')")
-        con.execute("UPDATE cdc_t SET v = 'changed' WHERE id = 1")
-        con.execute("TRUNCATE cdc_t")
-        con.execute("INSERT INTO cdc_t VALUES (1, 'again'), (2, 'new')")
-        con.execute("UPDATE cdc_t SET v = 'newer' WHERE id = 2")
-        done = rivc(root, "run")
-        assert done.exit_code == 0, done.output
-        merged = DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
-        assert {r["id"]: r["v"] for r in merged} == table() == {1: "again", 2: "newer"}
-        history = DeltaTable(str(root / "out/h")).to_pyarrow_table().to_pylist()
-        live = {r["id"]: r["v"] for r in history if r["is_current"]}
-        assert live == table()
-        ended = {r["valid_to"] for r in history if r["v"] in ("changed", "before", "v3")}
-        assert len(ended) == 1  # the truncate's place in the log
-        (cut,) = ended
-        assert all(r["valid_from"] > cut for r in history if r["v"] in ("again", "new", "newer"))
-        assert len(history) == 50 + 1 + 1 + 3  # the snapshot, 51, 'changed', then after
+    assert rivc(root, "run").exit_code == 0
+    con.execute("INSERT INTO cdc_t VALUES (51, 'before')")
+    con.execute("UPDATE cdc_t SET v = 'changed' WHERE id = 1")
+    con.execute("TRUNCATE cdc_t")
+    con.execute("INSERT INTO cdc_t VALUES (1, 'again'), (2, 'new')")
+    con.execute("UPDATE cdc_t SET v = 'newer' WHERE id = 2")
+    done = rivc(root, "run")
+    assert done.exit_code == 0, done.output
+    merged = DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
+    assert {r["id"]: r["v"] for r in merged} == table() == {1: "again", 2: "newer"}
+    history = DeltaTable(str(root / "out/h")).to_pyarrow_table().to_pylist()
+    live = {r["id"]: r["v"] for r in history if r["is_current"]}
+    assert live == table()
+    ended = {r["valid_to"] for r in history if r["v"] in ("changed", "before", "v3")}
+    assert len(ended) == 1  # the truncate's place in the log
+    (cut,) = ended
+    assert all(r["valid_from"] > cut for r in history if r["v"] in ("again", "new", "newer"))
+    assert len(history) == 50 + 1 + 1 + 3  # the snapshot, 51, 'changed', then after
 
-        con.execute("TRUNCATE cdc_nokey")
-        refused = rivc(root, "run")
-        assert refused.exit_code == 1
-        assert "cdc_nokey was truncated and has no primary key" in refused.output
-    finally:
-        con.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = 'rivc_test_trunc'"
-        )
-        con.execute("DROP PUBLICATION IF EXISTS rivc_test_trunc")
-        con.execute("DROP TABLE IF EXISTS cdc_t, cdc_nokey")
-        con.close()
+    con.execute("TRUNCATE cdc_nokey")
+    refused = rivc(root, "run")
+    assert refused.exit_code == 1
+    assert "cdc_nokey was truncated and has no primary key" in refused.output
 
 
-def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(tmp_path, logical_pg):
+def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(
+    tmp_path, logical_pg, capture
+):
     """A writer commits updates, inserts and deletes all through the first run (its snapshot
     of 50,000 rows) and the second: the merged table ends equal to the source, and the landed
     changes hold each committed insert once."""
-    con = connect(logical_pg)
-    con.execute("DROP TABLE IF EXISTS cdc_busy")
+    con = capture("rivc_test_busy", "cdc_busy")
     con.execute("CREATE TABLE cdc_busy (id int PRIMARY KEY, v int)")
     con.execute("INSERT INTO cdc_busy SELECT g, 0 FROM generate_series(1, 50000) g")
     sources = (
@@ -492,17 +456,13 @@ def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(tmp_path,
         "    config: {slot_name: rivc_test_busy, publication_name: rivc_test_busy}\n"
         "    tables: [{name: t, table: public.cdc_busy}]\n"
     )
-    root = write_files(
+    root = project(
         tmp_path / "busy",
-        {
-            "rivc_project.yml": "name: busy\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
-            "sources/pg.yml": sources,
-            "sinks/out.yml": "sinks:\n  - name: lake\n    from: source:pg.t\n"
-            "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
-            "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n",
-        },
+        logical_pg,
+        sources,
+        "sinks:\n  - name: lake\n    from: source:pg.t\n"
+        "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+        "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n",
     )
 
     def step(mine, key: int, new: int, gone: int) -> None:
@@ -510,36 +470,26 @@ def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(tmp_path,
         mine.execute("INSERT INTO cdc_busy VALUES (%s, 1)", (new,))
         mine.execute("DELETE FROM cdc_busy WHERE id = %s", (gone,))
 
-    try:
-        with busy_writer(lambda: connect(logical_pg), step) as written:
-            first = rivc(root, "run")
-            during = len(written)
-            second = rivc(root, "run")
-        assert first.exit_code == 0, first.output
-        assert second.exit_code == 0, second.output
-        assert during > 20  # the writer was busy while the snapshot read
-        assert rivc(root, "run").exit_code == 0  # what it wrote after the second run began
-        want = dict(con.execute("SELECT id, v FROM cdc_busy").fetchall())
-        assert_merged_once(root, "out/t", "pg.t", want)
-    finally:
-        con.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = 'rivc_test_busy'"
-        )
-        con.execute("DROP PUBLICATION IF EXISTS rivc_test_busy")
-        con.execute("DROP TABLE IF EXISTS cdc_busy")
-        con.close()
+    with busy_writer(lambda: connect(logical_pg), step) as written:
+        first = rivc(root, "run")
+        during = len(written)
+        second = rivc(root, "run")
+    assert first.exit_code == 0, first.output
+    assert second.exit_code == 0, second.output
+    assert during > 20  # the writer was busy while the snapshot read
+    assert rivc(root, "run").exit_code == 0  # what it wrote after the second run began
+    want = dict(con.execute("SELECT id, v FROM cdc_busy").fetchall())
+    assert_merged_once(root, "out/t", "pg.t", want)
 
 
 def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_are_refused(
-    tmp_path, logical_pg
+    tmp_path, logical_pg, capture
 ):
     """A column added to the source table lands from the first change that has it (older
     versions hold NULL) and reaches the sinks with `schema_evolution: add_columns`; a strict sink
     refuses it by name. A column added with a default (the rows there take it without a change
     in the log) and a dropped column are refused by name, and a full refresh takes them."""
-    con = connect(logical_pg)
-    con.execute("DROP TABLE IF EXISTS cdc_shape")
+    con = capture("rivc_test_shape", "cdc_shape")
     con.execute("CREATE TABLE cdc_shape (id int PRIMARY KEY, v text)")
     con.execute("INSERT INTO cdc_shape VALUES (1, 'v1'), (2, 'v2'), (3, 'v3')")
     sources = (
@@ -566,16 +516,7 @@ def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_
         f"  - name: strict\n    from: source:s.t\n{unwrap}    connector: delta\n"
         "    config: {table_uri: out/strict, mode: merge, merge_keys: [id]}\n"
     )
-    root = write_files(
-        tmp_path / "shape",
-        {
-            "rivc_project.yml": "name: shape\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
-            "sources/s.yml": sources,
-            "sinks/out.yml": evolving + strict,
-        },
-    )
+    root = project(tmp_path / "shape", logical_pg, sources, evolving + strict)
 
     def table() -> dict[int, tuple]:
         rows = con.execute("SELECT * FROM cdc_shape").fetchall()
@@ -588,65 +529,56 @@ def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_
     def delta(path: str) -> list[dict]:
         return DeltaTable(str(root / path)).to_pyarrow_table().to_pylist()
 
-    try:
-        assert rivc(root, "run").exit_code == 0
-        con.execute("INSERT INTO cdc_shape VALUES (4, 'before the column')")
-        con.execute("ALTER TABLE cdc_shape ADD COLUMN note text")
-        con.execute("INSERT INTO cdc_shape VALUES (5, 'v5', 'n5')")
-        con.execute("UPDATE cdc_shape SET note = 'n1' WHERE id = 1")
-        con.execute("UPDATE cdc_shape SET v = 'v2 again' WHERE id = 2")
-        con.execute("DELETE FROM cdc_shape WHERE id = 3")
-        mixed = rivc(root, "run")
-        assert mixed.exit_code == 1  # the strict sink only
-        assert "note" in mixed.output and "schema_evolution" in mixed.output, mixed.output
-        want = table()
-        assert want[1] == ("v1", "n1") and want[4] == ("before the column", None)
-        assert merged(delta("out/t")) == want
-        ice = iceberg_catalog(root).load_table("shape.t").scan().to_arrow().to_pylist()
-        assert merged(ice) == want
-        history = delta("out/h")
-        assert {r["id"]: (r["v"], r["note"]) for r in history if r["is_current"]} == want
-        assert ("v1", None) in {(r["v"], r["note"]) for r in history if r["id"] == 1}
-        assert len(history) == 3 + 1 + 1 + 2  # the snapshot, 4, 5, two updates
-        ice_history = iceberg_catalog(root).load_table("shape.h").scan().to_arrow().to_pylist()
-        spans = ("id", "v", "note", "valid_from", "valid_to", "is_current")
-        ice_versions = {tuple(r[c] for c in spans) for r in ice_history}
-        assert len(ice_history) == len(history)
-        assert ice_versions == {tuple(r[c] for c in spans) for r in history}
+    assert rivc(root, "run").exit_code == 0
+    con.execute("INSERT INTO cdc_shape VALUES (4, 'before the column')")
+    con.execute("ALTER TABLE cdc_shape ADD COLUMN note text")
+    con.execute("INSERT INTO cdc_shape VALUES (5, 'v5', 'n5')")
+    con.execute("UPDATE cdc_shape SET note = 'n1' WHERE id = 1")
+    con.execute("UPDATE cdc_shape SET v = 'v2 again' WHERE id = 2")
+    con.execute("DELETE FROM cdc_shape WHERE id = 3")
+    mixed = rivc(root, "run")
+    assert mixed.exit_code == 1  # the strict sink only
+    assert "note" in mixed.output and "schema_evolution" in mixed.output, mixed.output
+    want = table()
+    assert want[1] == ("v1", "n1") and want[4] == ("before the column", None)
+    assert merged(delta("out/t")) == want
+    ice = iceberg_catalog(root).load_table("shape.t").scan().to_arrow().to_pylist()
+    assert merged(ice) == want
+    history = delta("out/h")
+    assert {r["id"]: (r["v"], r["note"]) for r in history if r["is_current"]} == want
+    assert ("v1", None) in {(r["v"], r["note"]) for r in history if r["id"] == 1}
+    assert len(history) == 3 + 1 + 1 + 2  # the snapshot, 4, 5, two updates
+    ice_history = iceberg_catalog(root).load_table("shape.h").scan().to_arrow().to_pylist()
+    spans = ("id", "v", "note", "valid_from", "valid_to", "is_current")
+    ice_versions = {tuple(r[c] for c in spans) for r in ice_history}
+    assert len(ice_history) == len(history)
+    assert ice_versions == {tuple(r[c] for c in spans) for r in history}
 
-        evolved = strict.replace("[id]}", "[id], schema_evolution: add_columns}")
-        write_files(root, {"sinks/out.yml": evolving + evolved})
-        caught_up = rivc(root, "run")  # its place did not move: it takes the batch now
-        assert caught_up.exit_code == 0, caught_up.output
-        assert merged(delta("out/strict")) == want
-        con.execute("ALTER TABLE cdc_shape ADD COLUMN qty int DEFAULT 7")
-        con.execute("INSERT INTO cdc_shape VALUES (6, 'v6', NULL, 1)")
-        defaulted = rivc(root, "run")
-        assert defaulted.exit_code == 1
-        assert "column qty was added with a default" in defaulted.output, defaulted.output
-        assert merged(delta("out/t")) == want  # nothing landed
+    evolved = strict.replace("[id]}", "[id], schema_evolution: add_columns}")
+    write_files(root, {"sinks/out.yml": evolving + evolved})
+    caught_up = rivc(root, "run")  # its place did not move: it takes the batch now
+    assert caught_up.exit_code == 0, caught_up.output
+    assert merged(delta("out/strict")) == want
+    con.execute("ALTER TABLE cdc_shape ADD COLUMN qty int DEFAULT 7")
+    con.execute("INSERT INTO cdc_shape VALUES (6, 'v6', NULL, 1)")
+    defaulted = rivc(root, "run")
+    assert defaulted.exit_code == 1
+    assert "column qty was added with a default" in defaulted.output, defaulted.output
+    assert merged(delta("out/t")) == want  # nothing landed
 
-        con.execute("ALTER TABLE cdc_shape DROP COLUMN qty, DROP COLUMN note")
-        dropped = rivc(root, "run")
-        assert dropped.exit_code == 1
-        assert "column note was dropped or renamed" in dropped.output, dropped.output
+    con.execute("ALTER TABLE cdc_shape DROP COLUMN qty, DROP COLUMN note")
+    dropped = rivc(root, "run")
+    assert dropped.exit_code == 1
+    assert "column note was dropped or renamed" in dropped.output, dropped.output
 
-        refreshed = rivc(root, "run", "--full-refresh")
-        assert refreshed.exit_code == 0, refreshed.output
-        want = table()
-        assert {r["id"]: r["v"] for r in delta("out/t")} == {k: v[0] for k, v in want.items()}
-    finally:
-        con.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = 'rivc_test_shape'"
-        )
-        con.execute("DROP PUBLICATION IF EXISTS rivc_test_shape")
-        con.execute("DROP TABLE IF EXISTS cdc_shape")
-        con.close()
+    refreshed = rivc(root, "run", "--full-refresh")
+    assert refreshed.exit_code == 0, refreshed.output
+    want = table()
+    assert {r["id"]: r["v"] for r in delta("out/t")} == {k: v[0] for k, v in want.items()}
 
 
 def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_a_kill(
-    tmp_path, logical_pg
+    tmp_path, logical_pg, capture
 ):
     """A sink with a `processing_time` trigger makes `rivc run` follow the log: every pass
     lands what the log holds and every consumer below the table takes it, until Ctrl-C (exit
@@ -654,26 +586,21 @@ def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_
     the next run takes every change once."""
     import signal
 
-    con = connect(logical_pg)
-    con.execute("DROP TABLE IF EXISTS cdc_follow")
+    con = capture("rivc_test_follow", "cdc_follow")
     con.execute("CREATE TABLE cdc_follow (id int PRIMARY KEY, v text)")
     con.execute("INSERT INTO cdc_follow SELECT g, 'v' || g FROM generate_series(1, 100) g")
     unwrap = "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
-    root = write_files(
+    root = project(
         tmp_path / "follow",
-        {
-            "rivc_project.yml": "name: follow\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {logical_pg}, user: postgres, database: postgres}}\n",
-            "sources/s.yml": "sources:\n  - name: s\n    connector: postgres-cdc\n"
-            "    connection: db\n    config: {slot_name: rivc_test_follow, "
-            "publication_name: rivc_test_follow}\n    tables: [{name: t, table: public.cdc_follow}]\n",
-            "sinks/out.yml": f"sinks:\n  - name: lake\n    from: source:s.t\n{unwrap}"
-            "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n"
-            '    trigger: {processing_time: "1 second"}\n'
-            f"  - name: history\n    from: source:s.t\n{unwrap}"
-            "    connector: delta\n    config: {table_uri: out/h, mode: scd2, merge_keys: [id]}\n",
-        },
+        logical_pg,
+        "sources:\n  - name: s\n    connector: postgres-cdc\n"
+        "    connection: db\n    config: {slot_name: rivc_test_follow, "
+        "publication_name: rivc_test_follow}\n    tables: [{name: t, table: public.cdc_follow}]\n",
+        f"sinks:\n  - name: lake\n    from: source:s.t\n{unwrap}"
+        "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n"
+        '    trigger: {processing_time: "1 second"}\n'
+        f"  - name: history\n    from: source:s.t\n{unwrap}"
+        "    connector: delta\n    config: {table_uri: out/h, mode: scd2, merge_keys: [id]}\n",
     )
 
     def table() -> dict[int, str]:
@@ -722,10 +649,3 @@ def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-        con.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = 'rivc_test_follow'"
-        )
-        con.execute("DROP PUBLICATION IF EXISTS rivc_test_follow")
-        con.execute("DROP TABLE IF EXISTS cdc_follow")
-        con.close()
