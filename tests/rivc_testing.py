@@ -213,6 +213,20 @@ def azurite(container: str = "lake") -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def runs_while_busy(root: Path, connect: Any, step: Any) -> None:
+    """`rivc run` twice while a writer commits changes (busy_writer), then once after it
+    stopped: each run succeeds, and the writer was busy while the first one (the snapshot)
+    read."""
+    with busy_writer(connect, step) as written:
+        first = rivc(root, "run")
+        during = len(written)
+        second = rivc(root, "run")
+    assert first.exit_code == 0, first.output
+    assert second.exit_code == 0, second.output
+    assert during > 20  # the writer was busy while the snapshot read
+    assert rivc(root, "run").exit_code == 0  # what it wrote after the second run began
+
+
 @contextmanager
 def busy_writer(connect: Any, step: Any) -> Iterator[list[int]]:
     """A thread that, until the block ends, calls `step(con, key, new, gone)` every 5 ms on a

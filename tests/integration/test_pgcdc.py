@@ -17,11 +17,11 @@ from deltalake import DeltaTable
 from rivc.adapters.connectors.pgoutput import lsn_int
 from rivc_testing import (
     assert_merged_once,
-    busy_writer,
     iceberg_catalog,
     landed_versions,
     rivc,
     run_rivc,
+    runs_while_busy,
     start_rivc,
     wait_for,
     write_files,
@@ -74,6 +74,16 @@ def project(root: Path, port: int, sources: str, sinks: str) -> Path:
             "sources/s.yml": sources,
             "sinks/out.yml": sinks,
         },
+    )
+
+
+def captured_source(name: str, slot: str, tables: dict[str, str]) -> str:
+    """A postgres-cdc source `name` of `tables` (name -> database table) through slot and
+    publication `slot`."""
+    listed = "".join(f"      - {{name: {n}, table: {t}}}\n" for n, t in tables.items())
+    return (
+        f"sources:\n  - name: {name}\n    connector: postgres-cdc\n    connection: db\n"
+        f"    config: {{slot_name: {slot}, publication_name: {slot}}}\n    tables:\n{listed}"
     )
 
 
@@ -281,11 +291,7 @@ def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, l
     for t in ("cdc_a", "cdc_b"):
         con.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
         con.execute(f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 100) g")
-    sources = (
-        "sources:\n  - name: two\n    connector: postgres-cdc\n    connection: db\n"
-        "    config: {slot_name: rivc_test_two, publication_name: rivc_test_two}\n"
-        "    tables:\n      - {name: a, table: public.cdc_a}\n      - {name: b, table: public.cdc_b}\n"
-    )
+    sources = captured_source("two", "rivc_test_two", {"a": "public.cdc_a", "b": "public.cdc_b"})
     sinks = "sinks:\n" + "".join(
         f"  - name: lake_{t}\n    from: source:two.{t}\n"
         "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
@@ -399,12 +405,8 @@ def test_a_truncate_deletes_every_row_it_took_in_its_place(tmp_path, logical_pg,
     con.execute("CREATE TABLE cdc_t (id int PRIMARY KEY, v text)")
     con.execute("CREATE TABLE cdc_nokey (v text)")
     con.execute("INSERT INTO cdc_t SELECT g, 'v' || g FROM generate_series(1, 50) g")
-    sources = (
-        "sources:\n  - name: t\n    connector: postgres-cdc\n    connection: db\n"
-        "    config: {slot_name: rivc_test_trunc, publication_name: rivc_test_trunc}\n"
-        "    tables:\n      - {name: t, table: public.cdc_t}\n"
-        "      - {name: nokey, table: public.cdc_nokey}\n"
-    )
+    tables = {"t": "public.cdc_t", "nokey": "public.cdc_nokey"}
+    sources = captured_source("t", "rivc_test_trunc", tables)
     unwrap = "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
     sinks = (
         f"sinks:\n  - name: lake\n    from: source:t.t\n{unwrap}"
@@ -451,11 +453,7 @@ def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(
     con = capture("rivc_test_busy", "cdc_busy")
     con.execute("CREATE TABLE cdc_busy (id int PRIMARY KEY, v int)")
     con.execute("INSERT INTO cdc_busy SELECT g, 0 FROM generate_series(1, 50000) g")
-    sources = (
-        "sources:\n  - name: pg\n    connector: postgres-cdc\n    connection: db\n"
-        "    config: {slot_name: rivc_test_busy, publication_name: rivc_test_busy}\n"
-        "    tables: [{name: t, table: public.cdc_busy}]\n"
-    )
+    sources = captured_source("pg", "rivc_test_busy", {"t": "public.cdc_busy"})
     root = project(
         tmp_path / "busy",
         logical_pg,
@@ -470,14 +468,7 @@ def test_changes_while_the_snapshot_reads_are_neither_lost_nor_doubled(
         mine.execute("INSERT INTO cdc_busy VALUES (%s, 1)", (new,))
         mine.execute("DELETE FROM cdc_busy WHERE id = %s", (gone,))
 
-    with busy_writer(lambda: connect(logical_pg), step) as written:
-        first = rivc(root, "run")
-        during = len(written)
-        second = rivc(root, "run")
-    assert first.exit_code == 0, first.output
-    assert second.exit_code == 0, second.output
-    assert during > 20  # the writer was busy while the snapshot read
-    assert rivc(root, "run").exit_code == 0  # what it wrote after the second run began
+    runs_while_busy(root, lambda: connect(logical_pg), step)
     want = dict(con.execute("SELECT id, v FROM cdc_busy").fetchall())
     assert_merged_once(root, "out/t", "pg.t", want)
 
@@ -492,11 +483,7 @@ def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_
     con = capture("rivc_test_shape", "cdc_shape")
     con.execute("CREATE TABLE cdc_shape (id int PRIMARY KEY, v text)")
     con.execute("INSERT INTO cdc_shape VALUES (1, 'v1'), (2, 'v2'), (3, 'v3')")
-    sources = (
-        "sources:\n  - name: s\n    connector: postgres-cdc\n    connection: db\n"
-        "    config: {slot_name: rivc_test_shape, publication_name: rivc_test_shape}\n"
-        "    tables:\n      - {name: t, table: public.cdc_shape}\n"
-    )
+    sources = captured_source("s", "rivc_test_shape", {"t": "public.cdc_shape"})
     unwrap = "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
     evolving = (
         f"sinks:\n  - name: lake\n    from: source:s.t\n{unwrap}    connector: delta\n"
@@ -593,9 +580,7 @@ def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_
     root = project(
         tmp_path / "follow",
         logical_pg,
-        "sources:\n  - name: s\n    connector: postgres-cdc\n"
-        "    connection: db\n    config: {slot_name: rivc_test_follow, "
-        "publication_name: rivc_test_follow}\n    tables: [{name: t, table: public.cdc_follow}]\n",
+        captured_source("s", "rivc_test_follow", {"t": "public.cdc_follow"}),
         f"sinks:\n  - name: lake\n    from: source:s.t\n{unwrap}"
         "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n"
         '    trigger: {processing_time: "1 second"}\n'
