@@ -5,12 +5,13 @@ snapshot no longer finds)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rivc.compiler.errors import ConnectorError
 
 from .extract import parquet_files
-from .landing import Landing
+from .landing import BATCH, Landing
 
 ROWS_PER_FILE = 100_000
 
@@ -92,20 +93,23 @@ def history(landing: Landing) -> list[str]:
 
 
 def dataset(landing: Landing, files: list[str]) -> Any:
-    """The changes of `files` as one dataset; files written before the table gained a column
-    read it as NULL."""
-    import pyarrow as pa
+    """The changes of `files` as one dataset, in the columns of the newest batch's file: a
+    table's shape only gains columns (check_shape), and older files read them as NULL."""
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
     fs, _ = landing.store.filesystem(files[0])
     paths = [landing.store.filesystem(f)[1] for f in files]
-    schemas = set()
-    for path in paths:
-        with fs.open_input_file(path) as handle:
-            schemas.add(pq.read_schema(handle))
-    schema = pa.unify_schemas(list(schemas)) if len(schemas) > 1 else None
+    newest = max(paths, key=_batch_of)
+    with fs.open_input_file(newest) as handle:
+        schema = pq.read_schema(handle)
     return ds.dataset(paths, filesystem=fs, schema=schema)
+
+
+def _batch_of(path: str) -> int:
+    found = re.search(rf"{BATCH}=(\d+)/", path)
+    assert found is not None, path  # every landed file is under its batch's folder
+    return int(found.group(1))
 
 
 def next_seq(landing: Landing, files: list[str]) -> int:

@@ -124,9 +124,9 @@ def follow(
 ) -> list[NodeResult]:
     """After the run's first pass, `nodes` (change-log tables and what reads them) run again,
     a pass starting every `wait_s` seconds (at once after a longer pass), until Ctrl-C or a
-    failure. Each pass is what a batch run does: the
-    tables land what the log holds now, and every consumer takes what it has not taken, so a
-    kill anywhere leaves what a batch run's kill leaves. A pass that moved rows says so in a
+    failure. Each pass is what a batch run does: the tables land what the log holds now, and
+    every consumer takes what it has not taken, so a kill anywhere leaves what a batch run's
+    kill leaves. A pass that moved rows says so in a
     line per node; each node's result adds up its passes (a sink's already does: it reports
     what it committed in the whole run)."""
     total = {r.node: r for r in results}
