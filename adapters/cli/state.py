@@ -203,10 +203,10 @@ def metrics(
     from ..ops.report import STYLE, human_bytes
 
     table = Table(title="node runs", title_justify="left", show_edge=False)
-    for col in ("finished", "node", "status", "rows", "bytes", "time", "memory"):
-        table.add_column(
-            col, justify="right" if col in ("rows", "bytes", "time", "memory") else "left"
-        )
+    logs = any(r.get("log_behind") is not None for r in rows)  # change-log sources ran
+    numbers = ("rows", "bytes", "time", "memory", "log behind")
+    for col in ("finished", "node", "status", *numbers[: 5 if logs else 4]):
+        table.add_column(col, justify="right" if col in numbers else "left")
     for r in rows:
         status = r["status"] + (f", {r['retries']} retries" if r.get("retries") else "")
         table.add_row(
@@ -217,6 +217,7 @@ def metrics(
             human_bytes(r.get("bytes")),
             "-" if r.get("duration_s") is None else f"{r['duration_s']:.1f}s",
             "-" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f} MB",
+            *([human_bytes(r.get("log_behind"))] if logs else []),
         )
     _console().print(table)
 

@@ -115,9 +115,10 @@ def extract_changes(ctx: CdcContext) -> Extraction:
     landing, label = ctx.landing, f"source {ctx.name}"
     at = landing.position()
     if ctx.resume_from is not None and at.run == ctx.resume_from:
-        kept = _advance(ctx)  # the killed run may have died before it moved the slot
+        kept, lag = _advance(ctx)  # the killed run may have died before it moved the slot
         message = f"batch {at.batch}, landed by the run this one resumes{kept}"
-        return Extraction(NodeResult(ctx.nid, "source", "success", message=message), at.batch)
+        result = NodeResult(ctx.nid, "source", "success", message=message, log_behind=lag)
+        return Extraction(result, at.batch)
     held = None if ctx.full_refresh else at.cdc
     table = ctx.table.table or ""
     with connection(ctx.conn) as db:
@@ -197,11 +198,10 @@ def extract_changes(ctx: CdcContext) -> Extraction:
             dt = landing.table()
             assert dt is not None  # it holds a position
             landing.commit(at.batch or 0, [], moved, landing.schema(dt))
-        kept = _advance(ctx)
+        kept, lag = _advance(ctx)
         message = f"no new changes (at {lsn_text(reached)}){kept}"
-        return Extraction(
-            NodeResult(ctx.nid, "source", "success", rows=0, message=message), at.batch
-        )
+        result = NodeResult(ctx.nid, "source", "success", rows=0, message=message, log_behind=lag)
+        return Extraction(result, at.batch)
     position = Position(
         batch=batch,
         columns=_spark_columns(plan),
@@ -211,17 +211,18 @@ def extract_changes(ctx: CdcContext) -> Extraction:
     )
     landing.commit(batch, parts.files(), position, parts.schema, replace=ctx.full_refresh)
     fault("after-landing", ctx.name)
-    kept = _advance(ctx)
+    kept, lag = _advance(ctx)
     message = f"batch {batch}: {parts.rows} changes up to {lsn_text(reached)}{kept}"
-    return Extraction(
-        NodeResult(ctx.nid, "source", "success", rows=parts.rows, message=message), batch
+    result = NodeResult(
+        ctx.nid, "source", "success", rows=parts.rows, message=message, log_behind=lag
     )
+    return Extraction(result, batch)
 
 
-def _advance(ctx: CdcContext) -> str:
+def _advance(ctx: CdcContext) -> tuple[str, int | None]:
     """Move the slot to the lowest log position the source's tables hold (a table that never
     ran takes a snapshot of its own, and needs none of the log before it). Returns how much
-    log the server keeps for the slot then, for the node's message."""
+    log the server keeps for the slot then: for the node's message, and in bytes."""
     from ..ops.report import human_bytes
 
     held = [p.cdc["lsn"] for p in (s.position() for s in ctx.siblings) if p.cdc]
@@ -233,7 +234,8 @@ def _advance(ctx: CdcContext) -> str:
         if held:
             slot.advance(min(int(x) for x in held))
         lag = slot.lag_bytes()
-    return "" if lag is None else f"; the server keeps {human_bytes(lag)} of log for the slot"
+    kept = "" if lag is None else f"; the server keeps {human_bytes(lag)} of log for the slot"
+    return kept, lag
 
 
 def _qualified(table: str) -> str:

@@ -139,7 +139,10 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
     at = landing.position()
     if ctx.resume_from is not None and at.run == ctx.resume_from:
         message = f"batch {at.batch}, landed by the run this one resumes"
-        return Extraction(NodeResult(ctx.nid, "source", "success", message=message), at.batch)
+        result = NodeResult(
+            ctx.nid, "source", "success", message=message, log_behind=_behind(ctx, at.cdc)
+        )
+        return Extraction(result, at.batch)
     if ctx.conn.kind != "mysql":
         raise ConnectorError(f"{label}: mysql-cdc needs a mysql connection, not {ctx.conn.kind}")
     held = None if ctx.full_refresh else at.cdc
@@ -211,9 +214,11 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
                 at.batch or 0, [], replace(at, run=ctx.run_id, cdc=reached), landing.schema(dt)
             )
         message = f"no new changes (at {reached['file']}:{reached['pos']})"
-        return Extraction(
-            NodeResult(ctx.nid, "source", "success", rows=0, message=message), at.batch
+        behind = _behind(ctx, reached)
+        result = NodeResult(
+            ctx.nid, "source", "success", rows=0, message=message, log_behind=behind
         )
+        return Extraction(result, at.batch)
     position = Position(
         batch=batch,
         columns=_envelope(plan),
@@ -224,9 +229,15 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
     landing.commit(batch, parts.files(), position, parts.schema, replace=ctx.full_refresh)
     fault("after-landing", ctx.name)
     message = f"batch {batch}: {parts.rows} changes up to {reached['file']}:{reached['pos']}"
-    return Extraction(
-        NodeResult(ctx.nid, "source", "success", rows=parts.rows, message=message), batch
+    result = NodeResult(
+        ctx.nid,
+        "source",
+        "success",
+        rows=parts.rows,
+        message=message,
+        log_behind=_behind(ctx, reached),
     )
+    return Extraction(result, batch)
 
 
 # ----------------------------------------------------------------------------- the server
@@ -270,6 +281,18 @@ def _binary_logs(db: Any) -> set[str]:
     with db.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         return {row[0] for row in cur.fetchall()}
+
+
+def _behind(ctx: BinlogContext, held: dict[str, Any] | None) -> int | None:
+    """Bytes of binlog the server wrote past the position `held` (how far the table is behind
+    the log's end)."""
+    if not held:
+        return None
+    with connection(ctx.conn) as db, db.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        logs = [(str(row[0]), int(row[1])) for row in cur.fetchall()]
+    first = _file_number(held["file"])
+    return sum(size for name, size in logs if _file_number(name) >= first) - int(held["pos"])
 
 
 def _log_end(db: Any) -> tuple[str, int]:

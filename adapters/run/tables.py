@@ -20,7 +20,8 @@ def batch_time(batch: int | None) -> str | None:
 
 def positions(runtime: Runtime) -> list[dict[str, Any]]:
     """Every extracted source table: its landing table's newest complete batch, cursor and
-    batches held."""
+    batches held; a change-log table's distance behind the log after its last run (from the
+    record: `rivc cdc status` asks the server)."""
     plan = runtime.plan
     out = []
     for nid in plan.nodes:
@@ -40,6 +41,7 @@ def positions(runtime: Runtime) -> list[dict[str, Any]]:
                 "cursor": _cursor(at),
                 "batches": len(held),
                 "chunks_done": None if at.chunking is None else len(at.chunking["done"]),
+                **({"log_behind": runtime.state.log_behind(nid)} if at.cdc else {}),
             }
         )
     return out

@@ -35,6 +35,7 @@ class NodeResult:
     message: str = ""
     commits: int | None = None  # sinks: table commits
     commit_ms: float | None = None  # sinks: time spent committing
+    log_behind: int | None = None  # change-log sources: bytes of log past the held position
 
 
 class Records:

@@ -84,8 +84,8 @@ class RunRecords(Records):
     def record(self, run_id: str, r: NodeResult) -> None:
         self._write(
             "INSERT OR REPLACE INTO node_runs (run_id, node, kind, status, rows, bytes, files, "
-            "duration_s, peak_rss_mb, retries, schema, error, finished_at, commits, commit_ms) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "duration_s, peak_rss_mb, retries, schema, error, finished_at, commits, commit_ms, "
+            "log_behind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run_id,
                 r.node,
@@ -102,8 +102,18 @@ class RunRecords(Records):
                 now(),
                 r.commits,
                 None if r.commit_ms is None else round(r.commit_ms, 1),
+                r.log_behind,
             ),
         )
+
+    def log_behind(self, node: str) -> int | None:
+        """How far a change-log source was behind the log's end after its last run (bytes)."""
+        rows = self._rows(
+            "SELECT log_behind FROM node_runs WHERE node = ? AND log_behind IS NOT NULL "
+            "ORDER BY finished_at DESC LIMIT 1",
+            (node,),
+        )
+        return None if not rows else int(rows[0]["log_behind"])
 
     def history(self, nodes: list[str] | None = None, last: int = 5) -> list[dict[str, Any]]:
         """Node runs of the last `last` runs, newest first."""

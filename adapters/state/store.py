@@ -98,6 +98,9 @@ MIGRATIONS: list[str] = [
     DROP TABLE chunks;
     DROP TABLE extracts;
     """,
+    """
+    ALTER TABLE node_runs ADD COLUMN log_behind INTEGER;
+    """,
 ]
 
 

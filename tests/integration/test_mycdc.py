@@ -213,6 +213,9 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     assert shown.exit_code == 0, shown.output
     (source,) = json.loads(shown.output)["sources"]
     assert source["cursor"] == row["held"]
+    assert source["log_behind"] == 0  # the quiet run read to the log's end; nothing since
+    ran = json.loads(rivc(root, "metrics", "--json").output)["node runs"]
+    assert [r["log_behind"] for r in ran if r["node"] == "source:my.orders"][0] == 0
     kept = rivc(root, "cdc", "drop", "my")
     assert kept.exit_code == 2 and "keeps nothing on the server" in kept.output
 

@@ -265,6 +265,12 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     assert status.exit_code == 0, status.output
     (row,) = json.loads(status.output)["cdc"]
     assert row["confirmed"] == row["held"] and row["slot"] == "rivc_test_cdc"
+    # the log kept after the last run, in the record: at most what the server keeps now (the
+    # slot has not moved since; the server's log only grows)
+    (source,) = json.loads(rivc(root, "state", "show", "--json").output)["sources"]
+    ran = json.loads(rivc(root, "metrics", "--json").output)["node runs"]
+    recorded = [r["log_behind"] for r in ran if r["node"] == source["source"]][0]
+    assert source["log_behind"] == recorded and 0 <= recorded <= row["lag_bytes"]
 
     dropped = rivc(root, "cdc", "drop", "pg")
     assert dropped.exit_code == 0 and "dropped slot rivc_test_cdc" in dropped.output
