@@ -5,6 +5,9 @@ and, with --dbt, dbt-core's `parse` and `compile` of the same project in the sam
     python bench/compile_bench.py 1000 --runs 5
     python bench/compile_bench.py 1000 --dbt /tmp/dbt/bin/dbt   # dbt-core + dbt-duckdb, own venv
 
+`ls` and `ls state:modified+` list the project, then what one changed model (the middle
+one) touches against the first compile's target/ (`--state`): their difference is the selection.
+
 Shape: layered refs, ~10% staging models on sources with declared columns, ~20% incremental,
 CTEs, CASE, window functions, ${params}, not_null/unique tests on ~30% of models. Every
 column is known through the DAG, so every model is fully qualified (the worst case).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -177,6 +181,16 @@ def main() -> None:
             phases.setdefault("compile cold", []).append(measure([*rivc, "compile"], root))
             phases.setdefault("compile warm", []).append(measure([*rivc, "compile"], root))
             phases.setdefault("lint (after compile)", []).append(measure([*rivc, "lint"], root))
+            if not (root / "prod-target").exists():  # the state a pull request compares with
+                shutil.copytree(root / "target", root / "prod-target")
+                changed = root / "models" / f"m_{n // 2}.sql"
+                changed.write_text(changed.read_text().replace("select", "select 1 as changed,", 1))
+            phases.setdefault("ls", []).append(measure([*rivc, "ls"], root))
+            phases.setdefault("ls state:modified+", []).append(
+                measure(
+                    [*rivc, "ls", "--select", "state:modified+", "--state", "prod-target"], root
+                )
+            )
             clear(root, trash)
             phases.setdefault("lint cold", []).append(measure([*rivc, "lint"], root))
             if opts.dbt:

@@ -9,7 +9,7 @@ from typing import Any
 
 from .driver import CompiledProject
 from .graph import Node
-from .inline import final_sql
+from .inline import compiled_sql
 from .manifest import Manifest, ManifestNode, SinkFacts
 from .redact import redact
 from .version import VERSION
@@ -32,15 +32,15 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
     for nid in graph.order():
         node = graph.nodes[nid]
         paths: dict[str, str | None] = {"compiled_path": None, "compiled_incremental_path": None}
-        ephemeral = node.kind == "model" and node.config.get("materialized") == "ephemeral"
-        if node.sql is not None:  # target/ describes the whole project, whatever the selection
+        sql = compiled_sql(graph, node)
+        if sql is not None:  # target/ describes the whole project, whatever the selection
             path = compiled_path(node)
-            as_is = ephemeral or node.config.get("language") == "python"  # Python: the code
-            files[path] = node.sql if as_is else final_sql(graph, node, node.sql)
+            files[path] = sql
             paths["compiled_path"] = path
-            if node.sql_incremental is not None:
+            incremental = compiled_sql(graph, node, incremental=True)
+            if incremental is not None:
                 inc = compiled_path(node, incremental=True)
-                files[inc] = final_sql(graph, node, node.sql_incremental)
+                files[inc] = incremental
                 paths["compiled_incremental_path"] = inc
         facts = node.facts
         if isinstance(facts, SinkFacts) and node.sql_batches is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -12,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from . import rules
-from .errors import CompileFailed, GraphError, RivcError, SourceLocation
+from .errors import CompileFailed, GraphError, RivcError, SelectionError, SourceLocation
 from .graph import Node, ProjectGraph, node_id
-from .locate import project_file
+from .locate import TARGET_DIR, project_file
 from .nodes.consumers import sink_inputs
 from .nodes.data_tests import test_nodes
 from .nodes.models import CompileCache, analyze_models, check_model_keys, model_node
@@ -49,6 +50,7 @@ class CompileOptions:
     params: Mapping[str, str] = field(default_factory=dict)
     vars: Mapping[str, Any] = field(default_factory=dict)
     workers: int | None = None
+    state: str | None = None  # --state: an earlier target/, for `state:` and `result:`
 
 
 @dataclass
@@ -182,7 +184,13 @@ def _analyze(
     hooks = _run_hooks(project, renderer, findings)
     graph = ProjectGraph(nodes)
     sink_inputs(project, graph, findings)
-    chosen = select(graph, options.select, options.exclude)
+    chosen = select(
+        graph,
+        options.select,
+        options.exclude,
+        _last_results(project.root, options),
+        _changed(project.root, graph, options),
+    )
     needed = graph.with_upstream(chosen)
     scope = {nodes[n].path.as_posix() for n in needed} | {project_file(project.root).as_posix()}
     scope |= {  # unit tests of the needed models, which make no node when they fail
@@ -247,3 +255,36 @@ def _refs_to_disabled(nodes: dict[NodeId, Node], findings: list[Finding]) -> Non
                 )
             )
             node.depends_on.remove(dep)
+
+
+def _asks(options: CompileOptions, method: str) -> bool:
+    return any(f"{method}:" in s for s in (*options.select, *options.exclude))
+
+
+def _last_results(root: Path, options: CompileOptions) -> dict[NodeId, str] | None:
+    """Each node's status in the project's last run (target/run_results.json), when a selector
+    asks for it with `result:`; None when there was no run."""
+    if not _asks(options, "result"):
+        return {}
+    path = root / TARGET_DIR / "run_results.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SelectionError(f"{path} cannot be read: {exc}") from None
+    return {NodeId(r["node"]): str(r["status"]) for r in data.get("results", [])}
+
+
+def _changed(
+    root: Path, graph: ProjectGraph, options: CompileOptions
+) -> dict[NodeId, set[str]] | None:
+    """What changed in each node since the --state compile, when a selector asks with
+    `state:`; None without --state."""
+    if not _asks(options, "state"):
+        return {}
+    if options.state is None:
+        return None
+    from . import statediff
+
+    return statediff.changes(graph, statediff.load(root / options.state))

@@ -25,6 +25,18 @@ def ephemeral_parents(graph: ProjectGraph, nid: NodeId) -> list[Node]:
     return [graph.nodes[n] for n in graph.order(found)]
 
 
+def compiled_sql(graph: ProjectGraph, node: Node, incremental: bool = False) -> str | None:
+    """What target/compiled/ holds for a node: its SQL with ephemerals inlined; an ephemeral
+    model's and a Python model's as they are. None when it has none."""
+    sql = node.sql_incremental if incremental else node.sql
+    if sql is None:
+        return None
+    as_is = (
+        node.config.get("materialized") == "ephemeral" or node.config.get("language") == "python"
+    )
+    return sql if as_is and node.kind == "model" else final_sql(graph, node, sql)
+
+
 def final_sql(graph: ProjectGraph, node: Node, sql: str) -> str:
     """The node's SQL with ephemeral models inlined as leading CTEs."""
     ephemerals = ephemeral_parents(graph, node.id)

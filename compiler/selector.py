@@ -1,22 +1,27 @@
-"""dbt's selection grammar: `orders+`, `+orders`, `2+orders`, `@orders`, `tag:x`, unions, intersections."""
+"""dbt's selection grammar: `orders+`, `+orders`, `2+orders`, `@orders`, `tag:x`, unions,
+intersections, and `result:error` over the last run's results."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from .errors import SelectionError, did_you_mean
 from .graph import Node, ProjectGraph
 from .specs import NodeId
+from .statediff import CHANGES
 
 _ATOM = re.compile(
     r"^(?P<at>@)?(?:(?P<up_depth>\d*)(?P<up>\+))?(?:(?P<method>[a-z_]+(?:\.[a-z_]+)?):)?"
     r"(?P<value>[^+@]+?)(?:(?P<down>\+)(?P<down_depth>\d*))?$"
 )
-METHODS = ("tag", "path", "source", "sink", "config", "resource_type")
+METHODS = ("tag", "path", "source", "sink", "config", "resource_type", "result", "state")
+_EMPTY_OK = ("result", "state")  # may match nothing: nothing failed, nothing changed
+STATES = ("new", "modified", *(f"modified.{c}" for c in CHANGES))
+RESULTS = "target/run_results.json"  # where `result:` reads the last run's statuses
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,17 +50,25 @@ def parse_atom(text: str) -> Atom:
 
 
 def select(
-    graph: ProjectGraph, include: Iterable[str] = (), exclude: Iterable[str] = ()
+    graph: ProjectGraph,
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    results: Mapping[NodeId, str] | None = None,
+    changed: Mapping[NodeId, set[str]] | None = None,
 ) -> set[NodeId]:
     """Node ids matching the selection (everything when `include` is empty), minus `exclude`.
+    `results` is each node's status in the last run, for `result:<status>` (None: there was
+    no run); `changed` what changed in each node since the `--state` compile, for
+    `state:new|modified[.change]` (None: no --state).
 
     Tests whose every parent is selected come along, as dbt's indirect selection does.
     """
+    pick = _Picker(graph, results, changed)
     inc = [t for s in include for t in s.split()]
-    chosen = set(graph.nodes) if not inc else set().union(*(_intersect(graph, t) for t in inc))
+    chosen = set(graph.nodes) if not inc else set().union(*(pick.intersect(t) for t in inc))
     exc = [t for s in exclude for t in s.split()]
     if exc:
-        chosen -= set().union(*(_intersect(graph, t) for t in exc))
+        chosen -= set().union(*(pick.intersect(t) for t in exc))
     for node in graph.nodes.values():
         tested = (  # a unit test reads no node: it goes with the model it tests
             [f"model:{node.config['model']}"]
@@ -67,24 +80,31 @@ def select(
             and node.id not in chosen
             and tested
             and all(d in chosen for d in tested)
-            and not any(node.id in _intersect(graph, t) for t in exc)
+            and not any(node.id in pick.intersect(t) for t in exc)
         ):
             chosen.add(node.id)
     return chosen
 
 
-def _intersect(graph: ProjectGraph, token: str) -> set[NodeId]:
-    parts = [p for p in token.split(",") if p]
-    if not parts:
-        raise SelectionError(f"invalid selector {token!r}")
-    result = _atom_nodes(graph, parse_atom(parts[0]))
-    for p in parts[1:]:
-        result &= _atom_nodes(graph, parse_atom(p))
-    return result
+@dataclass(frozen=True)
+class _Picker:
+    graph: ProjectGraph
+    results: Mapping[NodeId, str] | None
+    changed: Mapping[NodeId, set[str]] | None
+
+    def intersect(self, token: str) -> set[NodeId]:
+        parts = [p for p in token.split(",") if p]
+        if not parts:
+            raise SelectionError(f"invalid selector {token!r}")
+        result = _atom_nodes(self, parse_atom(parts[0]))
+        for p in parts[1:]:
+            result &= _atom_nodes(self, parse_atom(p))
+        return result
 
 
-def _atom_nodes(graph: ProjectGraph, atom: Atom) -> set[NodeId]:
-    base = _match(graph, atom)
+def _atom_nodes(pick: _Picker, atom: Atom) -> set[NodeId]:
+    graph = pick.graph
+    base = _match(pick, atom)
     out = set(base)
     for nid in base:
         if atom.at:
@@ -100,7 +120,8 @@ def _atom_nodes(graph: ProjectGraph, atom: Atom) -> set[NodeId]:
     return out
 
 
-def _match(graph: ProjectGraph, atom: Atom) -> set[NodeId]:
+def _match(pick: _Picker, atom: Atom) -> set[NodeId]:
+    graph, results = pick.graph, pick.results
     nodes = graph.nodes.values()
     value = atom.value
     method, _, key = atom.method.partition(".")
@@ -144,13 +165,37 @@ def _match(graph: ProjectGraph, atom: Atom) -> set[NodeId]:
     elif method == "resource_type":  # dbt's: model, seed, source, sink, test
         found = {n.id for n in nodes if glob(n.kind)}
         candidates = sorted({n.kind for n in nodes})
+    elif method == "result":  # dbt's: the status each node had in the last run
+        if results is None:
+            raise SelectionError(
+                f"selector 'result:{value}' needs the last run's results: {RESULTS} is "
+                "missing: run first"
+            )
+        found = {n for n, status in results.items() if n in graph.nodes and glob(status)}
+        candidates = sorted(set(results.values()))
+    elif method == "state":  # dbt's: changed since the --state compile
+        if pick.changed is None:
+            raise SelectionError(
+                f"selector 'state:{value}' needs --state DIR (the target/ of an earlier compile)"
+            )
+        if value not in STATES:
+            raise SelectionError(
+                f"unknown state selector 'state:{value}'{did_you_mean(value, STATES)}"
+            )
+        kind = value.partition(".")[2]
+        found = {
+            n
+            for n, why in pick.changed.items()
+            if value == "modified" or (kind in why if kind else "new" in why)
+        }
+        candidates = list(STATES)
     elif method == "sink":
         found = {n.id for n in nodes if n.kind == "sink" and glob(n.name)}
         candidates = [n.name for n in nodes if n.kind == "sink"]
     else:  # config.<key>
         found = {n.id for n in nodes if _config_matches(n, key, value)}
         candidates = sorted({str(n.config.get(key)) for n in nodes if key in n.config})
-    if not found:
+    if not found and method not in _EMPTY_OK:
         shown = f"{atom.method}:{value}" if atom.method else value
         raise SelectionError(f"selector {shown!r} matches nothing{did_you_mean(value, candidates)}")
     return found

@@ -54,6 +54,7 @@ for command in (
     execute.run,
     execute.test,
     execute.build,
+    execute.retry,
     execute.seed,
     execute.snapshot,
     execute.show,

@@ -97,6 +97,13 @@ select_options = [
     click.option("--select", "-s", "select", multiple=True, help="Nodes to include (dbt syntax)."),
     click.option("--exclude", multiple=True, help="Nodes to leave out."),
 ]
+state_option = click.option(
+    "--state",
+    "state",
+    type=click.Path(file_okay=False),
+    help="An earlier target/ folder, for the state:new, state:modified and result: selectors.",
+    callback=lambda ctx, param, value: None if value is None else str(Path(value).resolve()),
+)
 compile_options = [
     click.option(
         "--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind a ${name} parameter."
@@ -129,13 +136,15 @@ def _compile(
     params: dict[str, str],
     variables: dict[str, Any],
     workers: int | None,
+    state: str | None = None,
 ) -> Any:
     """Analyze without writing target/ (lint, ls, state selections)."""
     from rivc.compiler import CompileOptions
 
     from ..ops.target import analyze_project
 
-    return analyze_project(root, CompileOptions(select, exclude, params, variables, workers))
+    options = CompileOptions(select, exclude, params, variables, workers, state)
+    return analyze_project(root, options)
 
 
 def _console() -> Any:

@@ -29,6 +29,7 @@ from .common import (
     handle_errors,
     project_dir_option,
     select_options,
+    state_option,
 )
 
 
@@ -72,10 +73,7 @@ EXIT_INTERRUPTED = 130  # stopped by Ctrl-C, as shells report SIGINT
 
 
 def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
-
-    from ..ops.report import Progress, summary
-    from ..run.scheduler import RunOptions, execute
-    from ..run.sparkprogress import SparkProgress
+    from ..run.scheduler import RunOptions
 
     root = _root(kw.pop("project_dir"))
     options = RunOptions(
@@ -87,7 +85,17 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
         kw.get("full_refresh", False),
         kw["threads"],
         kw["fail_fast"],
+        kw["state"],
+        kw["defer"],
     )
+    _run(root, options)
+
+
+def _run(root: Path, options: Any) -> None:
+    from ..ops.report import Progress, summary
+    from ..run.scheduler import execute
+    from ..run.sparkprogress import SparkProgress
+
     console = _console()
     tracker = SparkProgress()
     progress = Progress(console, tracker.describe)
@@ -124,11 +132,17 @@ def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], click.Co
             click.command(),
             click.argument("selection", nargs=-1),
             *select_options,
+            state_option,
             *compile_options,
             click.option(
                 "--threads", type=int, default=1, show_default=True, help="Nodes run at once."
             ),
             click.option("--fail-fast", is_flag=True, help="Stop at the first failure."),
+            click.option(
+                "--defer",
+                is_flag=True,
+                help="Read unselected tables this warehouse lacks from the --state run's.",
+            ),
             *extra,
             project_dir_option,
             handle_errors,
@@ -164,6 +178,55 @@ def snapshot(selection: tuple[str, ...], **kw: Any) -> None:
 def build(selection: tuple[str, ...], **kw: Any) -> None:
     """Run and test in DAG order: a failing test skips what depends on its model."""
     _execute("build", selection, **kw)
+
+
+RETRIED = ("error", "fail", "skipped")  # what `rivc retry` runs again
+
+
+@click.command()
+@project_dir_option
+@handle_errors
+def retry(project_dir: str | None) -> None:
+    """Run the nodes that failed or were skipped in the last run again, with its command and
+    options (target/run_results.json), as `dbt retry` does."""
+    import json
+
+    from rivc.compiler.errors import ProjectError
+    from rivc.compiler.selector import RESULTS
+
+    from ..run.scheduler import RunOptions
+
+    root = _root(project_dir)
+    try:
+        last = json.loads((root / RESULTS).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProjectError(f"nothing to retry: there was no run ({RESULTS} is missing)") from None
+    except ValueError as exc:
+        raise ProjectError(f"{RESULTS} cannot be read: {exc}") from None
+    if "args" not in last:
+        raise ProjectError(
+            f"{RESULTS} was written by an older rivc, without the run's options: run the "
+            "command again"
+        )
+    found = {r["status"] for r in last["results"] if r["kind"] != "operation"}
+    chosen = tuple(f"result:{status}" for status in RETRIED if status in found)
+    if not chosen:
+        click.echo(f"nothing to retry: every node of the last `rivc {last['command']}` succeeded")
+        return
+    args = last["args"]
+    options = RunOptions(
+        args["command"],
+        chosen,
+        (),
+        dict(args["params"]),
+        dict(args["vars"]),
+        bool(args["full_refresh"]),
+        int(args["threads"]),
+        bool(args["fail_fast"]),
+        args.get("state"),
+        bool(args.get("defer")),
+    )
+    _run(root, options)
 
 
 @click.command()

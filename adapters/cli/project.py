@@ -25,6 +25,7 @@ from .common import (
     handle_errors,
     project_dir_option,
     select_options,
+    state_option,
 )
 
 
@@ -92,7 +93,7 @@ def init(directory: str | None, template: str) -> None:
 
 @click.command("compile")
 @click.argument("selection", nargs=-1)
-@apply(select_options + compile_options)
+@apply([*select_options, state_option, *compile_options])
 @click.option("--workers", type=int, help="Processes for rendering and parsing (default: cores).")
 @project_dir_option
 @handle_errors
@@ -100,6 +101,7 @@ def compile_cmd(
     selection: tuple[str, ...],
     select: tuple[str, ...],
     exclude: tuple[str, ...],
+    state: str | None,
     params: tuple[str, ...],
     vars_: str | None,
     workers: int | None,
@@ -116,10 +118,14 @@ def compile_cmd(
         "exclude": sorted(exclude),
         "params": _params(params),
         "vars": vars_ or "",
+        "state": state,
     }
     from ..ops.target import up_to_date
 
-    summary = up_to_date(target, root, command, os.environ)
+    # a selection by the last run's results or by an earlier compile reads files beside the
+    # project's: compiled again each time
+    asks = any(m in s for s in select + selection + exclude for m in ("result:", "state:"))
+    summary = None if asks else up_to_date(target, root, command, os.environ)
     if summary is not None:
         click.echo(f"{summary['text']} (up to date, {time.perf_counter() - started:.2f}s)")
         return
@@ -127,7 +133,9 @@ def compile_cmd(
 
     from ..ops.target import compile_to_target, save_fingerprint
 
-    options = CompileOptions(select + selection, exclude, _params(params), _vars(vars_), workers)
+    options = CompileOptions(
+        select + selection, exclude, _params(params), _vars(vars_), workers, state
+    )
     compiled, files = compile_to_target(
         root, options, lambda text: click.echo(redact_text(text), err=True)
     )
@@ -199,7 +207,7 @@ NOTE_RULE = "RV012"
 
 @click.command("ls")
 @click.argument("selection", nargs=-1)
-@apply(select_options + compile_options)
+@apply([*select_options, state_option, *compile_options])
 @click.option(
     "--output", type=click.Choice(["name", "path", "json"]), default="name", show_default=True
 )
@@ -209,19 +217,20 @@ def ls_cmd(
     selection: tuple[str, ...],
     select: tuple[str, ...],
     exclude: tuple[str, ...],
+    state: str | None,
     params: tuple[str, ...],
     vars_: str | None,
     output: str,
     project_dir: str | None,
 ) -> None:
     """List the selected nodes in DAG order."""
-    from rivc.compiler.selector import select as select_nodes
-
     ends_with_compile()
     root = _root(project_dir)
-    compiled = _compile(root, (), (), _params(params), _vars(vars_), None)
+    compiled = _compile(
+        root, select + selection, exclude, _params(params), _vars(vars_), None, state
+    )
     graph = compiled.graph
-    chosen = select_nodes(graph, select + selection, exclude)
+    chosen = compiled.chosen
     for nid in graph.order(chosen):
         node = graph.nodes[nid]
         if output == "name":

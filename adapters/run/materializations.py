@@ -17,6 +17,7 @@ from ..plane import deltamerge, deltatable
 from ..plane.base import WriteResult
 from ..state import NodeResult
 from ..util.faults import fault
+from ..util.storage import join
 from .runtime import Runtime
 
 if TYPE_CHECKING:
@@ -124,14 +125,19 @@ class Table:
         raise NotImplementedError  # only incremental models grow
 
     def bind(self, rt: Runtime, node: ManifestNode) -> None:
+        """An unselected table: this warehouse's, else (--defer) the --state run's."""
         uri = rt.table_uri(node)
         store = rt.plan.store(uri)
+        if deltatable.open_table(uri, store.delta) is None and rt.defer_to is not None:
+            uri = join(rt.defer_to, node.name)
+            store = rt.plan.store(uri)
         if deltatable.open_table(uri, store.delta) is None:
             how = {"seed": "rivc seed", "snapshot": "rivc snapshot"}.get(
                 node.materialized, "rivc run"
             )
+            where = "" if rt.defer_to is None else f" (here or in the deferred {rt.defer_to})"
             raise StateError(
-                f"{node.kind} {node.name!r} has not been built yet; "
+                f"{node.kind} {node.name!r} has not been built yet{where}; "
                 f"run `{how} --select +{node.name}` first"
             )
         deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)

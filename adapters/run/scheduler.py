@@ -58,6 +58,8 @@ class RunOptions:
     full_refresh: bool = False
     threads: int = 1
     fail_fast: bool = False
+    state: str | None = None  # --state: an earlier target/
+    defer: bool = False  # --defer: unselected tables this warehouse lacks are read from --state's
 
 
 @dataclass
@@ -68,6 +70,8 @@ class RunReport:
     elapsed_s: float
     started_at: str
     interrupted: bool = False  # stopped by Ctrl-C
+    options: RunOptions = field(default_factory=RunOptions)
+    warehouse: str = ""  # where its tables are: what a later `--defer --state` reads
 
     @property
     def failed(self) -> bool:
@@ -80,6 +84,8 @@ class RunReport:
             "started_at": self.started_at,
             "elapsed_s": round(self.elapsed_s, 3),
             "status": "error" if self.failed else "interrupted" if self.interrupted else "success",
+            "args": asdict(self.options),  # what `rivc retry` runs again with
+            "warehouse": self.warehouse,
             "results": [asdict(r) for r in self.results],
         }
 
@@ -93,7 +99,9 @@ def compile_for_run(
 
     from ..ops.target import compile_to_target
 
-    copts = CompileOptions(options.select, options.exclude, options.params, options.vars)
+    copts = CompileOptions(
+        options.select, options.exclude, options.params, options.vars, state=options.state
+    )
     compiled, files = compile_to_target(root, copts, on_warning)
     return compiled, Plan.from_compiled(root, compiled.project, files)
 
@@ -126,6 +134,7 @@ def execute(
                 if runs(options.command, graph.nodes[n].kind, graph.nodes[n].config)
             ]
             check_sink_locations(plan, todo)
+            defer_to = _deferred_warehouse(options)
             resumed = state.start_run(
                 run_id,
                 options.command,
@@ -134,6 +143,7 @@ def execute(
             )
             if resumed:
                 on_warning(f"resuming run {resumed}, which did not finish")
+            warehouse = plan.warehouse
             runtime = Runtime(
                 lambda: spark_factory(plan),
                 plan,
@@ -144,6 +154,7 @@ def execute(
                 on_progress=on_progress,
                 on_warning=on_warning,
                 tracker=tracker or SparkProgress(),
+                defer_to=defer_to,
             )
             if options.command in ("run", "build"):  # what the selection reads from a database
                 chosen = set(todo)
@@ -190,10 +201,32 @@ def execute(
         time.perf_counter() - started,
         started_at,
         interrupted.is_set(),
+        options,
+        warehouse,
     )
     out = root / TARGET_DIR / "run_results.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
+
+
+def _deferred_warehouse(options: RunOptions) -> str | None:
+    """With --defer: the warehouse of the run whose target/ --state is (its run_results.json
+    names it)."""
+    if not options.defer:
+        return None
+    if options.state is None:
+        raise ProjectError("--defer reads unselected parents from --state's run: give --state DIR")
+    path = Path(options.state) / "run_results.json"
+    try:
+        warehouse = json.loads(path.read_text(encoding="utf-8")).get("warehouse")
+    except (OSError, ValueError):
+        warehouse = None
+    if not warehouse:
+        raise ProjectError(
+            f"--defer: {path} does not name the warehouse of a run: give the target/ of a run "
+            "(`rivc run` or `build`) of this rivc as --state"
+        )
+    return str(warehouse)
 
 
 def check_sink_locations(plan: Plan, todo: list[str]) -> None:

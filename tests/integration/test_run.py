@@ -134,6 +134,80 @@ def test_the_product_cards_orders_plus_builds_the_order_pipeline(spark, sample):
     )
 
 
+def test_retry_runs_what_failed_or_was_skipped_with_the_last_runs_options(spark, sample):
+    boom = sample / "models/marts/boom.sql"
+    boom.write_text(
+        "{{ config(materialized='table') }} select ${region} as region, cast('x' as int) as n\n"
+    )
+    (sample / "models/marts/after_boom.sql").write_text(
+        "{{ config(materialized='table') }} select region, n + 1 as m from {{ ref('boom') }}\n"
+    )
+    failed = rivc(sample, "run", "--select", "boom+ +daily_revenue", "--param", "region=us")
+    assert failed.exit_code == 1, failed.output
+    ran = {n: r["status"] for n, r in results(sample).items()}
+    assert ran["model:boom"] == "error" and ran["model:after_boom"] == "skipped"
+    assert ran["model:daily_revenue"] == "success"
+
+    boom.write_text("{{ config(materialized='table') }} select ${region} as region, 1 as n\n")
+    retried = rivc(sample, "retry")
+    assert retried.exit_code == 0, retried.output
+    assert {n: r["status"] for n, r in results(sample).items()} == {
+        "model:boom": "success",
+        "model:after_boom": "success",
+    }
+    rows = DeltaTable(str(sample / "warehouse/after_boom")).to_pyarrow_table().to_pylist()
+    assert rows == [{"region": "us", "m": 2}]  # the failed run's --param, kept
+
+    again = rivc(sample, "retry")
+    assert again.exit_code == 0 and "nothing to retry" in again.output
+    (sample / "target/run_results.json").unlink()
+    missing = rivc(sample, "retry")
+    assert missing.exit_code == 2 and "there was no run" in missing.output
+
+
+def test_a_pull_request_builds_what_it_changed_and_what_reads_it(spark, sample, tmp_path):
+    """The CI flow: production's target/ is the state; a fresh clone of a branch changes one
+    model's SQL and another's layout only; `build --select state:modified+ --defer` builds the
+    first and what reads it, reading the unchanged parents from production's tables."""
+    import shutil
+
+    assert rivc(sample, "run").exit_code == 0  # production
+    prod = str(sample / "target")
+    clone = tmp_path / "clone"
+    shutil.copytree(
+        sample, clone, ignore=shutil.ignore_patterns("warehouse", "output", ".rivc", "target")
+    )
+    daily = clone / "models/marts/daily_revenue.sql"
+    daily.write_text(daily.read_text().replace("count(*)", "count(distinct customer_id)"))
+    customers = clone / "models/marts/customer_orders.sql"
+    customers.write_text("-- reformatted\n" + customers.read_text().replace("    ", "\t"))
+    listed = rivc(clone, "ls", "--select", "state:modified", "--state", prod)
+    assert listed.output.split() == ["daily_revenue", "revenue_is_not_negative"], listed.output
+
+    built = rivc(clone, "build", "--select", "state:modified+", "--defer", "--state", prod)
+    assert built.exit_code == 0, built.output
+    assert set(results(clone)) == {
+        "model:daily_revenue",
+        "sink:daily_revenue_console",
+        "test:revenue_is_not_negative",
+    }
+    assert not (clone / "warehouse/orders_enriched").exists()  # read from production's
+    orders = DeltaTable(str(sample / "warehouse/orders_enriched")).to_pyarrow_table().to_pylist()
+    customers_by_day: dict = {}
+    for o in orders:
+        customers_by_day.setdefault(o["order_date"], set()).add(o["customer_id"])
+    got = DeltaTable(str(clone / "warehouse/daily_revenue")).to_pyarrow_table().to_pylist()
+    assert {r["order_date"]: r["orders"] for r in got} == {
+        d: len(c) for d, c in customers_by_day.items()
+    }
+    assert (
+        rivc(clone, "ls", "--select", "state:modified", "--state", str(clone / "target")).output
+        == ""
+    )
+    unselected = rivc(clone, "build", "--select", "daily_revenue", "--defer")
+    assert unselected.exit_code == 2 and "give --state DIR" in unselected.output
+
+
 def test_show_previews_rows(spark, sample):
     result = rivc(sample, "show", "stg_users", "--limit", "3")
     assert result.exit_code == 0, result.output

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rivc.compiler.errors import GraphError, SelectionError
@@ -103,3 +105,103 @@ def test_every_sink_is_selected_by_its_mode(make_project):
     graph = analyze_dir(make_project({**FILES, "sinks/s.yml": sinks})).graph
     assert names(graph, "config.mode:overwrite") == ["to_files", "to_iceberg"]
     assert names(graph, "config.mode:append") == ["to_delta"]
+
+
+def test_result_selects_by_the_last_runs_status(make_project):
+    root = make_project(FILES)
+    with pytest.raises(SelectionError, match=r"run_results.json is missing: run first"):
+        analyze_dir(root, select=("result:error",))
+    last = {
+        "results": [
+            {"node": "model:orders", "kind": "model", "status": "error"},
+            {"node": "model:revenue", "kind": "model", "status": "skipped"},
+            {"node": "model:stg", "kind": "model", "status": "success"},
+            {"node": "model:gone", "kind": "model", "status": "error"},  # no longer in the project
+        ]
+    }
+    (root / "target").mkdir()
+    (root / "target/run_results.json").write_text(json.dumps(last))
+    chosen = analyze_dir(root, select=("result:error+",)).chosen
+    assert sorted(chosen) == [
+        "model:orders",
+        "model:revenue",
+        "sink:lake",
+        "test:unique_orders_order_id",
+    ]
+    chosen = analyze_dir(root, select=("result:error", "result:skipped")).chosen
+    assert sorted(chosen) == ["model:orders", "model:revenue", "test:unique_orders_order_id"]
+    assert analyze_dir(root, select=("result:fail",)).chosen == []  # nothing failed a test
+
+
+def write_target(compiled, folder) -> None:
+    from rivc.compiler.codegen import artifacts
+
+    for rel, text in artifacts(compiled).items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+
+
+def test_state_selects_what_changes_what_a_node_does(make_project):
+    root = make_project(FILES)
+    write_target(analyze_dir(root), root / "prod")
+
+    def changed(*selectors):
+        return sorted(analyze_dir(root, select=selectors, state=str(root / "prod")).chosen)
+
+    assert changed("state:modified") == []  # nothing changed: nothing to build
+    users = root / "models/marts/users.sql"
+    users.write_text("-- the users\nSELECT *\n  FROM {{ ref('stg_users') }}\n")  # same SQL
+    (root / "models/marts/revenue.sql").write_text(
+        "{{ config(materialized='table', tags=['fin', 'kpi']) }}"
+        "select sum(total) * 100 as r from {{ ref('orders') }}\n"
+    )
+    (root / "models/marts/orders.sql").write_text(
+        "{{ config(materialized='incremental', tags=['fin', 'new']) }}select * from {{ ref('stg') }}\n"
+    )
+    (root / "models/marts/fresh.sql").write_text("select 1 as one\n")
+    (root / "sinks/s.yml").write_text(
+        "sinks:\n  - {name: lake, from: revenue, connector: stdout, config: {limit: 5}}\n"
+    )
+    assert changed("state:modified") == [
+        "model:fresh",
+        "model:orders",
+        "model:revenue",
+        "sink:lake",
+        "test:unique_orders_order_id",  # its model's: dbt's indirect selection
+    ]
+    assert changed("state:new") == ["model:fresh"]
+    assert changed("state:modified.body") == ["model:revenue"]
+    assert changed("state:modified.configs") == [
+        "model:orders",
+        "sink:lake",
+        "test:unique_orders_order_id",
+    ]
+    assert changed("state:modified.body+") == ["model:revenue", "sink:lake"]
+    with pytest.raises(SelectionError, match="needs --state DIR"):
+        analyze_dir(root, select=("state:modified",))
+    with pytest.raises(SelectionError, match="'modified'"):
+        analyze_dir(root, select=("state:modifed",), state=str(root / "prod"))
+    with pytest.raises(SelectionError, match="no manifest.json there"):
+        analyze_dir(root, select=("state:new",), state=str(root / "nowhere"))
+
+
+def test_a_changed_var_or_upstream_column_selects_the_nodes_it_changes(make_project):
+    root = make_project(
+        {
+            "models/a.sql": "select {{ var('n', 1) }} as n, 2 as m\n",
+            "models/b.sql": "select * from {{ ref('a') }}\n",
+            "models/c.sql": "select m from {{ ref('a') }}\n",
+        }
+    )
+    write_target(analyze_dir(root, vars={"n": 1}), root / "prod")
+
+    def changed(selector, **options):
+        compiled = analyze_dir(root, select=(selector,), state=str(root / "prod"), **options)
+        return sorted(compiled.chosen)
+
+    assert changed("state:modified", vars={"n": 1}) == []
+    assert changed("state:modified", vars={"n": 2}) == ["model:a"]  # its rendered SQL
+    (root / "models/a.sql").write_text("select 1 as n, 2 as m, 3 as k\n")
+    # b's SQL is the same, but it has a new column; c reads what it read
+    assert changed("state:modified.contract") == ["model:a", "model:b"]
+    assert changed("state:modified.body") == ["model:a"]
