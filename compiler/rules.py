@@ -72,6 +72,11 @@ RULES = {
         Rule("RV010", "unsafe-source-query", "a source query that is not one read-only SELECT"),
         Rule("RV011", "render", "Jinja, var(), env_var() or config() failed"),
         Rule("RV012", "not-run", "a dbt resource rivc reads and does not run (docs/dbt.md)"),
+        Rule(
+            "RV013",
+            "breaking-change",
+            "since --state, a column a sink delivers was removed, retyped or redefined",
+        ),
     )
 }
 
@@ -131,6 +136,10 @@ def render(error: RivcError) -> Finding:
 
 def not_run(error: ProjectError) -> Finding:
     return Finding("RV012", "warning", error)
+
+
+def breaking_change(error: RivcError) -> Finding:
+    return Finding("RV013", "error", error)
 
 
 def source_query(error: SqlError) -> Finding:

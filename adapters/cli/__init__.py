@@ -50,6 +50,7 @@ for command in (
     project.compile_cmd,
     project.lint,
     project.ls_cmd,
+    project.diff,
     project.connectors,
     execute.run,
     execute.test,

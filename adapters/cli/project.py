@@ -170,22 +170,29 @@ def compile_cmd(
     default="text",
     show_default=True,
 )
-@apply(compile_options)
+@apply([state_option, *compile_options])
 @project_dir_option
 @handle_errors
 def lint(
     paths: tuple[str, ...],
     fmt: str,
+    state: str | None,
     params: tuple[str, ...],
     vars_: str | None,
     project_dir: str | None,
 ) -> None:
-    """Check SQL models without a JVM: exit 0 clean, 1 findings, 2 invalid project."""
+    """Check SQL models without a JVM: exit 0 clean, 1 findings, 2 invalid project. With
+    --state, also a column a sink delivers that was removed, retyped or redefined since."""
     from rivc.compiler.lint import format_findings, lint_findings
 
     ends_with_compile()
     root = _root(project_dir)
     compiled = _compile(root, (), (), _params(params), _vars(vars_), None)
+    if state is not None:
+        from rivc.compiler import breaking, statediff
+
+        earlier = statediff.load(Path(state))
+        compiled.findings += breaking.findings(compiled.graph, earlier, root)
     findings = lint_findings(compiled, paths)
     text = format_findings(findings, fmt)
     if text:
@@ -203,6 +210,63 @@ def lint(
 
 
 NOTE_RULE = "RV012"
+
+
+@click.command("diff")
+@apply([state_option, *compile_options])
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@project_dir_option
+@handle_errors
+def diff(
+    state: str | None,
+    params: tuple[str, ...],
+    vars_: str | None,
+    fmt: str,
+    project_dir: str | None,
+) -> None:
+    """Column changes since the --state compile, each breaking or not for each node that
+    reads it (no JVM)."""
+    from rivc.compiler import breaking, statediff
+    from rivc.compiler.errors import ProjectError
+
+    if state is None:
+        raise ProjectError("rivc diff compares with an earlier compile: give --state DIR")
+    ends_with_compile()
+    root = _root(project_dir)
+    compiled = _compile(root, (), (), _params(params), _vars(vars_), None)
+    graph = compiled.graph
+    changes = breaking.column_changes(graph, statediff.load(Path(state)))
+    readers: dict[object, list[breaking.Impact]] = {}
+    for impact in breaking.impacts(graph, changes, root):
+        readers.setdefault(impact.change, []).append(impact)
+    if fmt == "json":
+        out = [
+            {
+                "node": c.node,
+                "column": c.column,
+                "change": c.what,
+                "before": c.before,
+                "after": c.after,
+                "readers": [
+                    {"node": i.reader, "breaking": i.breaking, "why": i.why, "at": str(i.where)}
+                    for i in readers.get(c, [])
+                ],
+            }
+            for c in changes
+        ]
+        click.echo(json.dumps({"changes": out}, indent=2))
+        return
+    if not changes:
+        click.echo("No column changed.")
+        return
+    for c in changes:
+        node = graph.nodes[c.node]
+        click.echo(f"{c.node}: column {c.column} {breaking.describe(c)}  ({node.path.as_posix()})")
+        for i in readers.get(c, []):
+            verdict = "breaking    " if i.breaking else "non-breaking"
+            click.echo(f"  {verdict}  {i.reader}  {i.where}  {i.why}")
+    broken = sum(i.breaking for group in readers.values() for i in group)
+    click.echo(f"{len(changes)} column change(s), {broken} breaking for a reader")
 
 
 @click.command("ls")

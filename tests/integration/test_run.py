@@ -184,6 +184,10 @@ def test_a_pull_request_builds_what_it_changed_and_what_reads_it(spark, sample, 
     listed = rivc(clone, "ls", "--select", "state:modified", "--state", prod)
     assert listed.output.split() == ["daily_revenue", "revenue_is_not_negative"], listed.output
 
+    linted = rivc(clone, "lint", "--state", prod)  # the console sink's `orders` changes meaning
+    assert linted.exit_code == 1 and "column orders of model daily_revenue was redefined" in (
+        linted.output
+    )
     built = rivc(clone, "build", "--select", "state:modified+", "--defer", "--state", prod)
     assert built.exit_code == 0, built.output
     assert set(results(clone)) == {

@@ -205,3 +205,61 @@ def test_a_changed_var_or_upstream_column_selects_the_nodes_it_changes(make_proj
     # b's SQL is the same, but it has a new column; c reads what it read
     assert changed("state:modified.contract") == ["model:a", "model:b"]
     assert changed("state:modified.body") == ["model:a"]
+
+
+def test_diff_and_lint_state_name_the_readers_a_column_change_breaks(make_project):
+    from rivc.compiler import breaking, statediff
+    from rivc_testing import rivc
+
+    root = make_project(
+        {
+            "models/a.sql": "select 1 as id, cast(2 as int) as amount, 'x' as note\n",
+            "models/b.sql": "select x.id, x.amount from {{ ref('a') }} x\n",
+            "models/c.sql": "select * from {{ ref('a') }}\n",
+            "models/d.sql": "select id\nfrom {{ ref('a') }}\n",
+            "models/props.yml": "models:\n  - name: a\n    columns:\n      - {name: note, tests: [not_null]}\n",
+            "sinks/s.yml": "sinks:\n  - {name: out, from: a, connector: stdout}\n",
+        }
+    )
+    write_target(analyze_dir(root), root / "prod")
+    assert rivc(root, "lint", "--state", str(root / "prod")).exit_code == 0
+    (root / "models/a.sql").write_text("select 1 + 0 as id, cast(2 as double) as amount\n")
+    compiled = analyze_dir(root)
+    changes = breaking.column_changes(compiled.graph, statediff.load(root / "prod"))
+    assert {(c.node, c.column, c.what) for c in changes} == {
+        ("model:a", "id", "redefined"),
+        ("model:a", "amount", "retyped"),
+        ("model:a", "note", "removed"),
+        ("model:c", "amount", "retyped"),  # it passes a's columns on
+        ("model:c", "note", "removed"),
+        ("model:b", "amount", "retyped"),
+    }
+    broken = {
+        (i.change.node, i.change.column, i.reader)
+        for i in breaking.impacts(compiled.graph, changes, root)
+        if i.breaking
+    }
+    assert broken == {
+        ("model:a", "id", "model:b"),
+        ("model:a", "id", "model:d"),
+        ("model:a", "amount", "model:b"),
+        ("model:a", "id", "sink:out"),
+        ("model:a", "amount", "sink:out"),
+        ("model:a", "note", "sink:out"),
+        ("model:a", "note", "test:not_null_a_note"),
+    }
+    linted = rivc(root, "lint", "--state", str(root / "prod"))
+    assert linted.exit_code == 1
+    errors = [line for line in linted.output.splitlines() if "[RV013]" in line]
+    assert len(errors) == 3 and all(e.startswith("models/a.sql") for e in errors)
+    assert "column note of model a was removed: sink out (sinks/s.yml:2)" in linted.output
+    shown = json.loads(rivc(root, "diff", "--state", str(root / "prod"), "--format", "json").output)
+    d = [
+        r
+        for c in shown["changes"]
+        if c["column"] == "id"
+        for r in c["readers"]
+        if r["node"] == "model:d"
+    ]
+    assert d == [{"node": "model:d", "breaking": True, "why": "reads a.id", "at": "models/d.sql:1"}]
+    assert rivc(root, "diff").exit_code == 2  # no --state
