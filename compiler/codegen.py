@@ -61,6 +61,10 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
             compiled_incremental_path=paths["compiled_incremental_path"],
             facts=facts,
             line=node.line,
+            lineage=None
+            if node.lineage is None
+            else {c: [(str(n), col, how) for n, col, how in o] for c, o in node.lineage.items()},
+            filters=tuple(node.filters),
         )
         if node.kind == "sink":
             files[f"jobs/{node.name}.py"] = sink_job(compiled, node)

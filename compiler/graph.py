@@ -44,6 +44,10 @@ class Node:
     sql_batches: str | None = None  # sinks of new batches: the SQL of one batch
     facts: Facts = None  # sources and sinks: what only their kind has (manifest.py)
     line: int | None = None  # sources, sinks, generic tests: the line of their YAML entry
+    # models: each output column's origins (node id, column, copied|transformed|aggregated),
+    # and the columns that filter, join or group its rows (compiler/lineage.py)
+    lineage: dict[str, list[tuple[NodeId, str, str]]] | None = None
+    filters: list[tuple[NodeId, str]] = field(default_factory=list)
 
     @property
     def relation(self) -> str:

@@ -123,11 +123,12 @@ def output_columns(tree: exp.Query) -> list[str] | None:
 
 def resolve_columns(
     tree: exp.Query, sql: str, path: Path, schema: Mapping[str, Mapping[str, str]]
-) -> dict[str, str]:
+) -> tuple[dict[str, str], Scope]:
     """Qualify every column against `schema` (relation -> columns).
 
     Returns the output columns with their type where a column passes through unchanged from
-    a relation in `schema` (through CTEs and subqueries) or is a CAST, else "UNKNOWN".
+    a relation in `schema` (through CTEs and subqueries) or is a CAST, else "UNKNOWN"; and the
+    qualified query's root scope (for its lineage).
     """
     ms = MappingSchema({k: dict(v) for k, v in schema.items()}, dialect="spark", normalize=False)
     try:
@@ -139,7 +140,8 @@ def resolve_columns(
     except OptimizeError as exc:
         raise _column_error(str(exc), tree, sql, path, schema) from None
     root = build_scope(qualified)
-    return {sel.alias_or_name: _type_of(sel, root, schema, 0) for sel in qualified.selects}
+    assert root is not None  # a query has a scope
+    return {sel.alias_or_name: _type_of(sel, root, schema, 0) for sel in qualified.selects}, root
 
 
 SAME_TYPE = (exp.Max, exp.Min, exp.AnyValue, exp.First, exp.Last)

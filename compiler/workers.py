@@ -20,6 +20,7 @@ from sqlglot import exp
 from . import rules
 from .errors import ProjectError, RivcError, SourceLocation, SqlError
 from .folders import HOOKS, merge
+from .lineage import Origin, column_lineage
 from .params import bind
 from .relations import NeedColumns
 from .render import RenderContext, Renderer, source_relation
@@ -64,6 +65,8 @@ class ModelResult:
     columns: list[str] | None = None  # output names when readable without a schema
     parsed: bool = False
     needs: str | None = None  # a model whose columns it asked for: rendered again after it
+    lineage: dict[str, list[Origin]] | None = None  # column -> (relation, column, how)
+    filters: list[tuple[str, str]] | None = None  # (relation, column) that filter its rows
 
     @property
     def relations(self) -> list[str]:
@@ -85,6 +88,8 @@ class ColumnResult:
     name: str
     columns: dict[str, str] | None  # name -> Spark type or UNKNOWN
     findings: list[Finding] = field(default_factory=list)
+    lineage: dict[str, list[Origin]] | None = None  # column -> (relation, column, how)
+    filters: list[tuple[str, str]] | None = None  # (relation, column) that filter its rows
 
 
 class Worker:
@@ -223,7 +228,8 @@ class Worker:
         out = ColumnResult(task.name, None)
         try:
             tree = self.trees.get((task.name, False)) or parse_query(task.sql, path, "spark", "")
-            out.columns = resolve_columns(tree, task.sql, path, task.schema)
+            out.columns, root = resolve_columns(tree, task.sql, path, task.schema)
+            out.lineage, out.filters = column_lineage(root)
             if task.sql_incremental:
                 own = {**task.schema, task.name: out.columns}
                 inc = self.trees.get((task.name, True)) or parse_query(

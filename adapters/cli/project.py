@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -275,6 +276,11 @@ def diff(
 @click.option(
     "--output", type=click.Choice(["name", "path", "json"]), default="name", show_default=True
 )
+@click.option(
+    "--lineage",
+    metavar="NODE.COLUMN",
+    help="Where a column comes from and what it reaches (model.column, source:s.t.column).",
+)
 @project_dir_option
 @handle_errors
 def ls_cmd(
@@ -285,15 +291,19 @@ def ls_cmd(
     params: tuple[str, ...],
     vars_: str | None,
     output: str,
+    lineage: str | None,
     project_dir: str | None,
 ) -> None:
-    """List the selected nodes in DAG order."""
+    """List the selected nodes in DAG order, or (--lineage) a column's lineage."""
     ends_with_compile()
     root = _root(project_dir)
     compiled = _compile(
         root, select + selection, exclude, _params(params), _vars(vars_), None, state
     )
     graph = compiled.graph
+    if lineage is not None:
+        _print_lineage(graph, lineage, output == "json")
+        return
     chosen = compiled.chosen
     for nid in graph.order(chosen):
         node = graph.nodes[nid]
@@ -317,6 +327,48 @@ def ls_cmd(
                     }
                 )
             )
+
+
+def _print_lineage(graph: Any, wanted: str, as_json: bool) -> None:
+    from rivc.compiler import lineage
+    from rivc.compiler.errors import SelectionError, did_you_mean
+
+    name, _, column = wanted.rpartition(".")
+    nid = (
+        name
+        if ":" in name
+        else next((f"{k}:{name}" for k in ("model", "seed") if f"{k}:{name}" in graph.nodes), name)
+    )
+    if nid not in graph.nodes:
+        known = [n.name for n in graph.nodes.values() if n.kind in ("model", "seed")]
+        raise SelectionError(f"--lineage {wanted}: no node {name!r}{did_you_mean(name, known)}")
+    columns = graph.nodes[nid].columns or {}
+    if column not in columns:
+        raise SelectionError(
+            f"--lineage {wanted}: {name} has no column {column!r}{did_you_mean(column, columns)}"
+        )
+    up, down = lineage.upstream(graph, nid, column), lineage.downstream(graph, nid, column)
+
+    def shown(node: str) -> str:
+        kind, _, rest = node.partition(":")
+        return rest if kind in ("model", "seed") else node
+
+    if as_json:
+
+        def steps(found: list[Any]) -> list[dict[str, Any]]:
+            return [{"depth": d, "node": n, "column": c, "how": h} for d, n, c, h in found]
+
+        data = {"node": nid, "column": column, "upstream": steps(up), "downstream": steps(down)}
+        click.echo(json.dumps(data))
+        return
+    click.echo(f"{shown(nid)}.{column}")
+    for depth, node, col, how in up:
+        click.echo(f"{'  ' * depth}<- {shown(node)}.{col}  {how}")
+    for depth, node, col, how in down:
+        where = (
+            shown(node) if graph.nodes[node].kind in ("sink", "test") else f"{shown(node)}.{col}"
+        )
+        click.echo(f"{'  ' * depth}-> {where}  {how}")
 
 
 @click.command()

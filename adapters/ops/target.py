@@ -26,7 +26,7 @@ CACHE_DIR = (
 )
 FINGERPRINT = "fingerprint.json"
 CACHE = "compile_cache.pickle"
-FORMAT = 2  # 2: the cache keeps seeds' inferred types
+FORMAT = 3  # 2: the cache keeps seeds' inferred types; 3: and each model's column lineage
 
 
 def _env_digest(env: Mapping[str, str], names: list[str]) -> str:

@@ -261,6 +261,7 @@ def resolve_model_columns(
             if col.columns is not None:
                 known[n] = dict(col.columns)
                 results[n].columns = list(col.columns)
+                results[n].lineage, results[n].filters = col.lineage, col.filters
             elif (names := results[n].columns) is not None:  # its own error found: its select
                 known[n] = {c: "UNKNOWN" for c in names}  # list still checks what reads it
             pending.discard(n)
@@ -290,6 +291,14 @@ def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Nod
         node_id("source", s) for s in res.sources
     ]
     config = res.config or {}
+    ids = dict(zip(res.relations, deps, strict=True))  # what its SQL names -> node ids
+    lineage = None
+    if res.lineage is not None:
+        lineage = {
+            c: [(ids[r], col, how) for r, col, how in origins if r in ids]
+            for c, origins in res.lineage.items()
+        }
+    filters = [(ids[r], col) for r, col in res.filters or () if r in ids]
     return Node(
         id=node_id("model", res.name),
         kind="model",
@@ -303,6 +312,8 @@ def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Nod
         sql_incremental=res.sql_incremental,
         columns=columns,
         checksum=hashlib.sha256(model.text.encode()).hexdigest(),
+        lineage=lineage,
+        filters=filters,
     )
 
 

@@ -216,7 +216,7 @@ def test_a_column_s_type_follows_it_through_ctes_and_is_unknown_when_computed():
         "select r.*, p.amount as raw_amount from renamed r join raw p on p.id = r.payment_id"
     )
     schema = {"raw": {"id": "int", "amount": "int", "note": "string"}}
-    got = resolve_columns(sqlglot.parse_one(sql, read="spark"), sql, Path("m.sql"), schema)
+    got, _ = resolve_columns(sqlglot.parse_one(sql, read="spark"), sql, Path("m.sql"), schema)
     assert got == {
         "payment_id": "int",
         "amount": "UNKNOWN",
