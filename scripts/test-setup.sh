@@ -35,6 +35,15 @@ if ! command -v azurite-blob >/dev/null && [ ! -x "$tools/node_modules/.bin/azur
   npm install --silent --no-audit --no-fund --prefix "$tools" azurite@3.37.0 >/dev/null
 fi
 
+# Debian's chromium and npm's playwright-core, for the docs site's browser test
+if [ ! -x /usr/bin/chromium ]; then
+  as_root apt-get install -y -q chromium >/dev/null || {
+    as_root apt-get update -q >/dev/null && as_root apt-get install -y -q chromium >/dev/null; }
+fi
+if [ ! -d "$tools/node_modules/playwright-core" ]; then
+  npm install --silent --no-audit --no-fund --prefix "$tools" playwright-core@1.64.1 >/dev/null
+fi
+
 # dbt-core with dbt-duckdb, the peer the dbt-project tests compare with, in a virtualenv of its
 # own (dbt pins its own versions of Jinja, protobuf and more)
 if [ ! -x "$tools/dbt/bin/dbt" ]; then

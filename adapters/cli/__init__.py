@@ -51,6 +51,7 @@ for command in (
     project.lint,
     project.ls_cmd,
     project.diff,
+    project.docs,
     project.connectors,
     execute.run,
     execute.test,

@@ -371,6 +371,56 @@ def _print_lineage(graph: Any, wanted: str, as_json: bool) -> None:
         click.echo(f"{'  ' * depth}-> {where}  {how}")
 
 
+@click.group()
+def docs() -> None:
+    """The project's documentation site: nodes, columns, SQL, tests, DAG and lineage."""
+
+
+@docs.command("generate")
+@click.option(
+    "--output", type=click.Path(file_okay=False), help="Folder to write (default: target/docs)."
+)
+@apply(compile_options)
+@project_dir_option
+@handle_errors
+def docs_generate(
+    output: str | None, params: tuple[str, ...], vars_: str | None, project_dir: str | None
+) -> None:
+    """Write a static site (one index.html, no server needed) from a compile. No JVM."""
+    from ..ops.docs import generate
+
+    started = time.perf_counter()
+    ends_with_compile()
+    root = _root(project_dir)
+    compiled = _compile(root, (), (), _params(params), _vars(vars_), None)
+    index = generate(compiled, Path(output) if output else root / TARGET_DIR / "docs")
+    took = time.perf_counter() - started
+    click.echo(f"Wrote {index} ({len(compiled.graph.nodes)} nodes) in {took:.2f}s")
+
+
+@docs.command("serve")
+@click.option("--port", type=int, default=8080, show_default=True)
+@project_dir_option
+@handle_errors
+def docs_serve(port: int, project_dir: str | None) -> None:
+    """Serve target/docs on 127.0.0.1 (after `rivc docs generate`) until Ctrl-C."""
+    import functools
+    import http.server
+
+    from rivc.compiler.errors import ProjectError
+
+    folder = _root(project_dir) / TARGET_DIR / "docs"
+    if not (folder / "index.html").exists():
+        raise ProjectError(f"{folder}/index.html is missing: run `rivc docs generate` first")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
+        click.echo(f"Serving the docs on http://127.0.0.1:{port}/ (Ctrl-C stops)")
+        try:
+            httpd.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
 @click.command()
 @click.option("--category", help="Only this category (database, storage, lakehouse, ...).")
 def connectors(category: str | None) -> None:
