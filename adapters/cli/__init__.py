@@ -14,13 +14,11 @@ from rivc.compiler.version import VERSION
 from . import cdc, execute, project, state
 
 # dbt's commands that rivc does not have: named as such, never "did you mean" a neighbour
-# (`seed` is not `server`, `docs` is not `doctor`)
+# (`debug` is not `diff`, `parse` is not `state`)
 DBT_ONLY = {
-    "docs": "not yet in rivc; target/manifest.json describes every node",
     "debug": "rivc doctor reaches every connection and sink location",
     "source": "rivc check explains each extraction before it runs",
     "parse": "rivc compile",
-    "retry": "rivc run --select the nodes that failed (rivc metrics lists them)",
 }
 
 

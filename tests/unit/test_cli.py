@@ -267,7 +267,7 @@ def test_a_detached_job_refuses_an_extraction_before_any_connection(make_project
     assert not (root / "out").exists()
 
 
-@pytest.mark.parametrize("name", ["docs", "parse", "debug"])
+@pytest.mark.parametrize("name", ["parse", "debug"])
 def test_a_dbt_command_rivc_lacks_is_named_not_mistaken_for_a_neighbour(name):
     code, out, err = run(name)
     assert code == 2 and f"rivc has no `{name}` command" in out + err
