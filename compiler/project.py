@@ -425,7 +425,14 @@ def _add_source(
             raise ProjectError(
                 f"source table {fqn!r} is defined twice", doc.location((*tat, "name"))
             )
-        out[fqn] = SourceTableDef(source, table, info, config, Located(doc, tat))
+        given = table.freshness or source.freshness
+        freshness = None
+        if given is not None:
+            freshness = {
+                "loaded_at_field": table.loaded_at_field or source.loaded_at_field,
+                "freshness": given.model_dump(mode="json"),
+            }
+        out[fqn] = SourceTableDef(source, table, info, config, Located(doc, tat), freshness)
 
     _each(source.tables, add_table)
 

@@ -284,6 +284,24 @@ class RateLimit(Spec):
     burst_capacity: int | None = Field(None, ge=0)  # default: a tenth of a second's worth
 
 
+class FreshnessAfter(Spec):
+    count: int = Field(gt=0)
+    period: Literal["minute", "hour", "day"]
+
+    def seconds(self) -> int:
+        return self.count * {"minute": 60, "hour": 3600, "day": 86400}[self.period]
+
+
+class Freshness(Spec):
+    """dbt's source freshness: how old the newest row (`loaded_at_field`) or, for a landed
+    table without one, the newest extraction may be before `rivc source freshness` warns or
+    fails."""
+
+    warn_after: FreshnessAfter | None = None
+    error_after: FreshnessAfter | None = None
+    filter: str | None = None  # a WHERE condition on the table, as dbt's
+
+
 class SourceTable(Spec):
     name: Name
     description: str = ""
@@ -305,6 +323,8 @@ class SourceTable(Spec):
     quality: SourceQuality = SourceQuality()
     transforms: tuple[Transform, ...] = ()
     rate_limit: RateLimit | None = None  # applied by every sink that reads this table
+    loaded_at_field: str | None = None  # for `rivc source freshness`
+    freshness: Freshness | None = None
 
     _tuple = field_validator("unique_key", mode="before")(_as_tuple)
     _name = field_validator("name")(_identifier)
@@ -331,6 +351,8 @@ class SourceSpec(Spec):
     description: str = ""
     tuning: TuningSpec = TuningSpec()
     config: dict[str, Any] = {}  # a change-log source's settings (one slot for its tables)
+    loaded_at_field: str | None = None  # its tables' default, as dbt's
+    freshness: Freshness | None = None
     tables: tuple[SourceTable, ...] = Field(min_length=1)
 
     _name = field_validator("name")(_identifier)

@@ -11,13 +11,12 @@ import click
 
 from rivc.compiler.version import VERSION
 
-from . import cdc, execute, project, state
+from . import cdc, execute, freshness, project, state
 
 # dbt's commands that rivc does not have: named as such, never "did you mean" a neighbour
 # (`debug` is not `diff`, `parse` is not `state`)
 DBT_ONLY = {
     "debug": "rivc doctor reaches every connection and sink location",
-    "source": "rivc check explains each extraction before it runs",
     "parse": "rivc compile",
 }
 
@@ -64,6 +63,7 @@ for command in (
     state.metrics,
     state.maintain,
     cdc.cdc,
+    freshness.source,
     execute.server,
 ):
     main.add_command(command)

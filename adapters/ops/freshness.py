@@ -1,0 +1,148 @@
+"""`rivc source freshness`: how old each source table's newest data is, against its
+`freshness` thresholds, as dbt's command. Measured without Spark:
+
+- a PostgreSQL or MySQL table with `loaded_at_field`: `max(field)` in the database, over the
+  table's extraction query (and `freshness.filter`);
+- a Delta source (a dbt source's `external` Delta table) with `loaded_at_field`: the column's
+  maximum, read with delta-rs;
+- a table rivc extracts, without `loaded_at_field`: when its newest batch landed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from rivc.compiler.errors import RivcError
+from rivc.compiler.specs import Freshness
+
+from ..connectors.relational import Conn, connection, driver_errors
+
+
+@dataclass
+class Measured:
+    node: str
+    status: str  # pass | warn | error | runtime error
+    max_loaded_at: datetime | None
+    snapshotted_at: datetime
+    criteria: dict[str, Any]
+    error: str | None = None
+
+    @property
+    def age_s(self) -> float | None:
+        if self.max_loaded_at is None:
+            return None
+        return (self.snapshotted_at - self.max_loaded_at).total_seconds()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unique_id": self.node,
+            "status": self.status,
+            "max_loaded_at": None if self.max_loaded_at is None else self.max_loaded_at.isoformat(),
+            "snapshotted_at": self.snapshotted_at.isoformat(),
+            "max_loaded_at_time_ago_in_s": self.age_s,
+            "criteria": self.criteria,
+            "error": self.error,
+        }
+
+
+def measure(runtime: Any, nids: list[str]) -> list[Measured]:
+    """Each source table among `nids` that has a `freshness` setting, measured now."""
+    plan = runtime.plan
+    out = []
+    for nid in nids:
+        node = plan.nodes[nid]
+        if node.kind != "source" or not node.source.freshness:
+            continue
+        given = node.source.freshness
+        now = datetime.now(UTC)
+        try:
+            rule = Freshness.model_validate(given.get("freshness") or {})
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            out.append(
+                Measured(
+                    nid, "runtime error", None, now, {}, f"freshness.{where}: {problem['msg']}"
+                )
+            )
+            continue
+        criteria = rule.model_dump(mode="json", exclude_none=True)
+        if rule.warn_after is None and rule.error_after is None:
+            continue  # `freshness: null` turns it off, as in dbt
+        failures: tuple[type[BaseException], ...] = (RuntimeError, RivcError, *driver_errors())
+        try:
+            newest = _newest(runtime, nid, given.get("loaded_at_field"), rule.filter)
+        except failures as exc:
+            out.append(Measured(nid, "runtime error", None, now, criteria, str(exc).strip()))
+            continue
+        status = "pass"
+        if newest is None:
+            status = "error" if rule.error_after else "warn"
+        else:
+            age = (now - newest).total_seconds()
+            if rule.error_after and age > rule.error_after.seconds():
+                status = "error"
+            elif rule.warn_after and age > rule.warn_after.seconds():
+                status = "warn"
+        out.append(Measured(nid, status, newest, now, criteria))
+    return out
+
+
+def _newest(runtime: Any, nid: str, field: str | None, where: str | None) -> datetime | None:
+    plan = runtime.plan
+    node = plan.nodes[nid]
+    facts = node.source
+    if field is None:
+        if not plan.is_extracted(nid):
+            raise RuntimeError(
+                "no loaded_at_field: only a table rivc extracts is measured by when it landed"
+            )
+        batch = plan.landing(nid).position().batch  # landed batch ids are milliseconds
+        return None if batch is None else datetime.fromtimestamp(batch / 1000, UTC)
+    if facts.connector in ("postgres", "mysql"):
+        spec = plan.profile.connections.get(facts.connection or "")
+        if spec is None:
+            raise RuntimeError(f"connection {facts.connection!r} is not in the profile")
+        conn = Conn.resolve(spec, os.environ)
+        query = f"SELECT max({field}) FROM ({plan.sql(nid)}) AS _rivc"
+        if where:
+            query += f" WHERE {where}"
+        with connection(conn) as db, db.cursor() as cur:
+            cur.execute(query)
+            row = cur.fetchone()
+        return _utc(None if row is None else row[0])
+    if facts.connector == "delta":
+        return _delta_newest(runtime, facts.table, field)
+    raise RuntimeError(
+        f"a {facts.connector} source's freshness needs Spark to read it: not measured"
+    )
+
+
+def _delta_newest(runtime: Any, table: dict[str, Any], field: str) -> datetime | None:
+    import pyarrow.compute as pc
+
+    from ..plane import deltatable
+    from ..util.storage import resolve
+
+    uri = resolve(str(table.get("config", {}).get("table_uri", "")), runtime.plan.root)
+    store = runtime.plan.store(uri)
+    dt = deltatable.open_table(uri, store.delta)
+    if dt is None:
+        raise RuntimeError(f"no Delta table at {uri}")
+    column = dt.to_pyarrow_table(columns=[field]).column(field)
+    return _utc(pc.max(column).as_py())
+
+
+def _utc(value: Any) -> datetime | None:
+    """A database's timestamp as UTC: a naive one is taken as UTC, as rivc delivers them."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        value = datetime.fromisoformat(str(value))
+    moment: datetime = value
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

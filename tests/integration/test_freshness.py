@@ -1,0 +1,97 @@
+"""`rivc source freshness` against real databases and a landed table: each table's age against
+its thresholds, exit codes, target/sources.json; no JVM for the database measurements."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from rivc_dbs import database, project
+
+from rivc_testing import rivc
+
+pytestmark = pytest.mark.integration
+
+TABLES = """
+- name: hours_old
+  table: events
+  loaded_at_field: loaded_at
+  freshness: {warn_after: {count: 1, period: hour}, error_after: {count: 3, period: hour}}
+- name: days_old
+  table: events
+  loaded_at_field: loaded_at
+  freshness:
+    error_after: {count: 1, period: day}
+    filter: "kind = 'old'"
+- name: unset
+  table: events
+- name: landed
+  table: events
+  freshness: {warn_after: {count: 1, period: hour}}
+"""
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mysql"])
+def test_each_tables_age_against_its_thresholds(spark, tmp_path, kind):
+    with database(kind) as db:
+        now = "now()" if kind == "postgres" else "utc_timestamp()"
+        interval = (
+            (lambda n, unit: f"{now} - interval '{n} {unit}'")
+            if kind == "postgres"
+            else (lambda n, unit: f"{now} - interval {n} {unit}")
+        )
+        db.execute(
+            "CREATE TABLE events (id int PRIMARY KEY, kind varchar(10), loaded_at timestamp)",
+            f"INSERT INTO events VALUES (1, 'new', {interval(2, 'hour')}), "
+            f"(2, 'old', {interval(3, 'day')})",
+        )
+        root = project(tmp_path, db, TABLES, {})
+        checked = rivc(root, "source", "freshness", "--json")
+        assert checked.exit_code == 1, checked.output  # days_old is past error_after
+        got = {r["unique_id"]: r for r in json.loads(checked.output)["results"]}
+        assert set(got) == {"source:src.hours_old", "source:src.days_old", "source:src.landed"}
+        hours = got["source:src.hours_old"]
+        assert hours["status"] == "warn"  # 2 hours: past warn_after, within error_after
+        assert 7000 < hours["max_loaded_at_time_ago_in_s"] < 7400
+        days = got["source:src.days_old"]  # only the old row passes its filter
+        assert days["status"] == "error" and 3 * 86400 - 200 < days["max_loaded_at_time_ago_in_s"]
+        assert got["source:src.landed"]["status"] == "warn"  # never landed: past any threshold
+        on_disk = json.loads((root / "target/sources.json").read_text())
+        assert on_disk["results"] == json.loads(checked.output)["results"]
+
+        assert rivc(root, "run", "--select", "source:src.landed").exit_code == 0
+        fresh = rivc(root, "source", "freshness", "source:src.landed", "source:src.hours_old")
+        assert fresh.exit_code == 0, fresh.output  # a warning fails nothing
+        assert "landed" in fresh.output and "pass" in fresh.output and "warn" in fresh.output
+
+        (root / "sources/src.yml").write_text(
+            (root / "sources/src.yml")
+            .read_text()
+            .replace("loaded_at_field: loaded_at", "loaded_at_field: nope", 1)
+        )
+        broken = rivc(root, "source", "freshness", "source:src.hours_old")
+        assert broken.exit_code == 1 and "runtime error" in broken.output
+        assert "nope" in broken.output
+
+
+def test_measuring_a_database_starts_no_jvm(tmp_path):
+    """The measurement itself is a query: pyspark is never imported."""
+    import subprocess
+
+    with database("postgres") as db:
+        db.execute(
+            "CREATE TABLE events (id int PRIMARY KEY, kind text, loaded_at timestamp)",
+            "INSERT INTO events VALUES (1, 'new', now())",
+        )
+        root = project(tmp_path, db, TABLES.split("- name: landed")[0], {})
+        code = (
+            "import sys; from rivc.adapters.cli import main\n"
+            "try: main(['source', 'freshness', '--project-dir', sys.argv[1]])\n"
+            "except SystemExit as e: print('exit', e.code)\n"
+            "print('pyspark' in sys.modules)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120
+        )
+        assert done.stdout.splitlines()[-2:] == ["exit 1", "False"], done.stdout + done.stderr
