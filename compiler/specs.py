@@ -155,6 +155,16 @@ class SparkSpec(Spec):
     remote: str | None = None
     conf: dict[str, str | int | float | bool] = {}
     jars: StrList = ()
+    # auto: run, build, test and show start the project's warm server when none runs and reuse
+    # it; it stops after `server_idle` without a run (docs/running.md)
+    server: Literal["auto"] | None = None
+    server_idle: str = "30 minutes"
+
+    @field_validator("server_idle")
+    @classmethod
+    def _idle(cls, value: str) -> str:
+        interval_seconds(value)  # refused at its line when it is not an interval
+        return value
 
     @model_validator(mode="after")
     def _one_target(self) -> SparkSpec:

@@ -11,6 +11,9 @@ instead of starting a JVM. It is a door into the machine, so:
   Python, the profile's `spark:` settings and the stores' credentials in the environment make
   its fingerprint, and a run whose fingerprint differs restarts it;
 - a profile that names a cluster or a remote endpoint never uses it.
+
+With `spark: {server: auto}` in the profile, a run starts the server when none runs, and a
+watchdog process stops it after `server_idle` without a run.
 """
 
 from __future__ import annotations
@@ -30,15 +33,17 @@ from pathlib import Path
 
 from rivc.compiler.errors import RivcError
 from rivc.compiler.locate import STATE_DIR
-from rivc.compiler.specs import SparkSpec
+from rivc.compiler.specs import SparkSpec, interval_seconds
 from rivc.compiler.version import VERSION
 
+from ..state import running
 from ..util.storage import ENV
 from .spark import session_conf
 
 SERVER_DIR = "server"
 INFO = "server.json"
 LOG = "server.log"
+USED = "last_used"  # touched by every run that uses the server: the watchdog's idle clock
 READY_S = 120
 CREDENTIALS = tuple(name for names in ENV.values() for name in names)
 
@@ -173,7 +178,42 @@ def start(root: Path, spec: SparkSpec) -> Server:
                 f"rivc server: Spark Connect did not start; see {(where / LOG).relative_to(root)}"
             )
         time.sleep(0.25)
+    used(root)
+    if spec.server == "auto":  # stopped after server_idle without a run
+        subprocess.Popen(
+            [sys.executable, "-m", __name__, str(root), str(interval_seconds(spec.server_idle))],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=root,
+        )
     return server
+
+
+def used(root: Path) -> None:
+    (home(root) / USED).touch()
+
+
+def watch(root: Path, idle_s: float) -> None:
+    """Stop the server `root` has now once no run has used it for `idle_s` seconds; return
+    when it stopped or was replaced."""
+    first = read(root)
+    while first is not None:
+        time.sleep(max(0.5, min(idle_s / 4, 30.0)))
+        now = read(root)
+        if now is None or now.pid != first.pid or not now.alive():
+            return  # stopped, or another server (with a watchdog of its own) took its place
+        if running(root):
+            used(root)
+            continue
+        try:
+            idle = time.time() - (home(root) / USED).stat().st_mtime
+        except FileNotFoundError:
+            idle = idle_s
+        if idle >= idle_s:
+            stop(root)
+            return
 
 
 def stop(root: Path) -> bool:
@@ -204,13 +244,21 @@ def for_run(root: Path, spec: SparkSpec, say: object = None, shared: bool = Fals
     `shared`: the URL of the session that runs share, one at a time under the run lock. A new
     Connect session starts its own Python workers (1.5 s here); the shared one keeps them."""
     server = read(root)
-    if server is None or not local(spec):
+    if not local(spec) or (server is None and spec.server != "auto"):
         return None
-    if server.fingerprint != fingerprint(spec) or not server.alive():
+    if server is None:
+        if callable(say):
+            say(
+                f"starting the project's warm Spark server (spark: server: auto; it stops "
+                f"after {spec.server_idle} without a run)"
+            )
+        server = start(root, spec)
+    elif server.fingerprint != fingerprint(spec) or not server.alive():
         why = "the configuration changed" if server.alive() else "it had stopped"
         if callable(say):
             say(f"restarting the warm Spark server: {why}")
         server = start(root, spec)
+    used(root)
     return f"{server.url};session_id={server.session}" if shared else server.url
 
 
@@ -218,3 +266,7 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+if __name__ == "__main__":  # the watchdog start() launches: python -m ... ROOT IDLE_S
+    watch(Path(sys.argv[1]), float(sys.argv[2]))

@@ -238,3 +238,47 @@ def test_the_warm_server_sees_every_new_row_and_every_new_or_rewritten_file(tmp_
             assert sorted(ids) == list(range(1, 10011)), name
         files = DeltaTable(str(root / "out/files")).to_pyarrow_table()
         assert files.num_rows == 5100 + 3 + 3
+
+
+def test_server_auto_starts_with_the_first_run_serves_the_next_and_stops_when_idle(
+    tmp_path: Path,
+) -> None:
+    """`spark: {server: auto}`: the first run starts the warm server and uses it, the next run
+    reuses it as it is, and it stops by itself after `server_idle` without a run."""
+    import time
+
+    root = tmp_path / "shop"
+    made = subprocess.run([sys.executable, "-m", "rivc.adapters.cli", "init", str(root)])
+    assert made.returncode == 0
+    profile = root / "profiles.yml"
+    profile.write_text(
+        profile.read_text().replace(
+            'master: "local[*]"', 'master: "local[*]"\n    server: auto\n    server_idle: 8 seconds'
+        )
+    )
+    info_path = root / ".rivc/server/server.json"
+    try:
+        first = rivc(root, "run")
+        assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+        assert "starting the project's warm Spark server" in first.stderr
+        pid = json.loads(info_path.read_text())["pid"]
+        second = rivc(root, "run")
+        assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+        assert "starting" not in second.stderr and "restarting" not in second.stderr
+        assert json.loads(info_path.read_text())["pid"] == pid  # the same server
+        assert not (root / ".rivc/spark.log").exists()  # no run started a JVM of its own
+        deadline = time.monotonic() + 90
+        while info_path.exists() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not info_path.exists(), "the idle server did not stop"
+
+        def group() -> list[str]:
+            ps = ["ps", "-o", "pid=", "-g", str(pid)]
+            return subprocess.run(ps, capture_output=True, text=True).stdout.split()
+
+        deadline = time.monotonic() + 45  # the watchdog's stop() ends the process group
+        while group() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert group() == []  # every process of the server ended
+    finally:
+        rivc(root, "server", "stop")
