@@ -640,3 +640,58 @@ def test_a_followed_log_reaches_the_tables_pass_by_pass_until_ctrl_c_and_across_
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_on_the_warm_server_a_failed_sibling_takes_every_change_once_when_it_recovers(
+    tmp_path, logical_pg, capture
+):
+    """Runs through the warm server (`spark: {server: auto}`), one of two consumers failing
+    run after run (its location is a file): the other keeps up, the slot keeps moving with
+    what the landing table holds, and once the location is fixed the failed consumer takes
+    every change it missed, once."""
+    con = capture("rivc_test_warm", "cdc_warm")
+    con.execute("CREATE TABLE cdc_warm (id int PRIMARY KEY, v text)")
+    con.execute("INSERT INTO cdc_warm SELECT g, 'v' || g FROM generate_series(1, 100) g")
+    unwrap = "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+    sinks = "sinks:\n" + "".join(
+        f"  - name: {name}\n    from: source:w.t\n{unwrap}    connector: delta\n"
+        f"    health_check: false\n"
+        f"    config: {{table_uri: {uri}, mode: merge, merge_keys: [id]}}\n"
+        for name, uri in (("healthy", "out/healthy"), ("blocked", "blocker/t"))
+    )
+    root = project(
+        tmp_path / "warm",
+        logical_pg,
+        captured_source("w", "rivc_test_warm", {"t": "cdc_warm"}),
+        sinks,
+    )
+    profile = root / "profiles.yml"
+    profile.write_text(profile.read_text() + "  spark: {server: auto, server_idle: 10 minutes}\n")
+    (root / "blocker").write_text("a file where the sink's table should be")
+
+    def rows(uri: str) -> list[tuple[int, str]]:
+        table = DeltaTable(str(root / uri)).to_pyarrow_table()
+        return sorted(
+            zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True)
+        )
+
+    def table() -> list[tuple[int, str]]:
+        return sorted(con.execute("SELECT id, v FROM cdc_warm").fetchall())
+
+    try:
+        for round_ in range(3):
+            done = run_rivc(root)  # each run a process of its own, as a user's
+            assert done.returncode == 1, done.stdout[-3000:]  # the blocked sink fails each time
+            assert rows("out/healthy") == table()
+            assert confirmed_of(con, "rivc_test_warm") == landed_lsn_of(root, "w.t")
+            con.execute(f"UPDATE cdc_warm SET v = 'r{round_}' WHERE id % 7 = {round_}")
+            con.execute(f"DELETE FROM cdc_warm WHERE id = {10 + round_}")
+            con.execute(f"INSERT INTO cdc_warm VALUES ({200 + round_}, 'new')")
+        (root / "blocker").unlink()
+        done = run_rivc(root)
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert rows("out/healthy") == table() == rows("blocker/t")
+        assert not (root / ".rivc/spark.log").exists()  # every run went through the server
+        assert json.loads((root / ".rivc/server/server.json").read_text())["pid"]
+    finally:
+        run_rivc(root, None, "server", "stop")
