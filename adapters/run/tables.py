@@ -41,7 +41,7 @@ def positions(runtime: Runtime) -> list[dict[str, Any]]:
                 "cursor": _cursor(at),
                 "batches": len(held),
                 "chunks_done": None if at.chunking is None else len(at.chunking["done"]),
-                **({"log_behind": runtime.state.log_behind(nid)} if at.cdc else {}),
+                "log_behind": runtime.state.log_behind(nid) if at.cdc else None,
             }
         )
     return out
