@@ -190,8 +190,10 @@ def retry(project_dir: str | None) -> None:
     """Run the nodes that failed or were skipped in the last run again, with its command and
     options (target/run_results.json), as `dbt retry` does."""
     import json
+    from dataclasses import replace
 
     from rivc.compiler.errors import ProjectError
+    from rivc.compiler.redact import MASK
     from rivc.compiler.selector import RESULTS
 
     from ..run.scheduler import RunOptions
@@ -214,18 +216,14 @@ def retry(project_dir: str | None) -> None:
         click.echo(f"nothing to retry: every node of the last `rivc {last['command']}` succeeded")
         return
     args = last["args"]
-    options = RunOptions(
-        args["command"],
-        chosen,
-        (),
-        dict(args["params"]),
-        dict(args["vars"]),
-        bool(args["full_refresh"]),
-        int(args["threads"]),
-        bool(args["fail_fast"]),
-        args.get("state"),
-        bool(args.get("defer")),
-    )
+    hidden = [k for k, v in {**args["params"], **args["vars"]}.items() if v == MASK]
+    if hidden:  # a secret's value is never written down
+        raise ProjectError(
+            f"the last run's {', '.join(hidden)} held a secret, which run_results.json does "
+            "not keep: run its command again"
+        )
+    known = {k: v for k, v in args.items() if k in RunOptions.__dataclass_fields__}
+    options = replace(RunOptions(**known), select=chosen, exclude=())
     _run(root, options)
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rivc.compiler.errors import ProjectError
 from rivc.compiler.locate import TARGET_DIR
+from rivc.compiler.redact import redact
 
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
 from .binding import bind
@@ -84,7 +85,8 @@ class RunReport:
             "started_at": self.started_at,
             "elapsed_s": round(self.elapsed_s, 3),
             "status": "error" if self.failed else "interrupted" if self.interrupted else "success",
-            "args": asdict(self.options),  # what `rivc retry` runs again with
+            # what `rivc retry` runs again with; a secret-named param or var is not kept
+            "args": redact(asdict(self.options)),
             "warehouse": self.warehouse,
             "results": [asdict(r) for r in self.results],
         }
