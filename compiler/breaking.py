@@ -8,6 +8,7 @@ reported for its readers in turn. Added columns break nothing.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,7 @@ def _uses(graph: ProjectGraph, reader: Node, node: Node, column: str) -> tuple[b
     if sql is None:
         return False, "reads no SQL"
     try:
-        tree = sqlglot.parse_one(sql, read="spark")
+        tree = _parsed(sql)  # a reader is asked about each change of each node it reads
     except SqlglotError:
         return True, "its SQL could not be read: counted as a use"
     relation = node.relation.lower()
@@ -145,6 +146,11 @@ def _uses(graph: ProjectGraph, reader: Node, node: Node, column: str) -> tuple[b
             return False, f"does not check {node.name}.{column} (its * shows failing rows)"
         return False, f"selects * from {node.name}: passes the change on to its own columns"
     return False, f"does not read {node.name}.{column}"
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(sql: str) -> exp.Expr:  # read only: the cached tree is shared
+    return sqlglot.parse_one(sql, read="spark")
 
 
 def _definitions(sql: str | None) -> dict[str, str]:
