@@ -1,13 +1,12 @@
-"""The project DAG over networkx: nodes are source tables, models, sinks and tests."""
+"""The project DAG: nodes are source tables, models, sinks and tests."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-
-import networkx as nx
 
 from .errors import GraphError, SourceLocation
 from .manifest import Facts
@@ -60,58 +59,101 @@ class ProjectGraph:
 
     def __init__(self, nodes: Mapping[NodeId, Node]) -> None:
         self.nodes = dict(nodes)
-        self._g: nx.DiGraph = nx.DiGraph()
-        self._g.add_nodes_from(sorted(self.nodes))
+        self._parents: dict[NodeId, set[NodeId]] = {n: set() for n in self.nodes}
+        self._children: dict[NodeId, set[NodeId]] = {n: set() for n in self.nodes}
         for node in self.nodes.values():
             for dep in node.depends_on:
-                self._g.add_edge(dep, node.id)
+                self._parents.setdefault(dep, set())
+                self._children.setdefault(dep, set()).add(node.id)
+                self._parents[node.id].add(dep)
         self._check_acyclic()
 
     def _check_acyclic(self) -> None:
-        if nx.is_directed_acyclic_graph(self._g):
+        if len(self.order()) == len(self._parents):
             return
-        try:
-            cycle = nx.find_cycle(self._g)
-        except nx.NetworkXNoCycle:
-            return
-        path = [u for u, _ in cycle] + [cycle[0][0]]
-        first = self.nodes[path[0]]
-        raise GraphError(f"dependency cycle: {' -> '.join(path)}", SourceLocation(first.path))
+        path = self._cycle()
+        first = self.nodes.get(path[0])
+        raise GraphError(
+            f"dependency cycle: {' -> '.join(path)}",
+            SourceLocation(first.path) if first is not None else None,
+        )
+
+    def _cycle(self) -> list[NodeId]:
+        """One cycle, as a path that ends where it starts (the graph has one)."""
+        done: set[NodeId] = set()
+        for start in sorted(self._parents):
+            if start in done:
+                continue
+            path: list[NodeId] = [start]
+            on_path = {start}
+            todo = [iter(sorted(self._children[start]))]
+            while todo:
+                child = next(todo[-1], None)
+                if child is None:
+                    finished = path.pop()
+                    done.add(finished)
+                    on_path.discard(finished)
+                    todo.pop()
+                    continue
+                if child in on_path:
+                    return [*path[path.index(child) :], child]
+                if child not in done:
+                    path.append(child)
+                    on_path.add(child)
+                    todo.append(iter(sorted(self._children[child])))
+        raise AssertionError("no cycle")  # pragma: no cover
 
     def order(self, subset: Iterable[NodeId] | None = None) -> list[NodeId]:
         """Topological order, ties broken by node id, so output never changes between runs."""
-        g = self._g if subset is None else self._g.subgraph(subset)
-        return list(nx.lexicographical_topological_sort(g))
+        chosen = set(self._parents) if subset is None else set(subset)
+        waiting = {n: len(self._parents[n] & chosen) for n in chosen}
+        ready = [n for n, count in waiting.items() if count == 0]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            nid = heapq.heappop(ready)
+            out.append(nid)
+            for child in self._children[nid]:
+                if child in waiting:
+                    waiting[child] -= 1
+                    if waiting[child] == 0:
+                        heapq.heappush(ready, child)
+        return out
 
     def upstream(self, nid: NodeId, depth: int | None = None) -> set[NodeId]:
-        return self._walk(nid, depth, reverse=True)
+        return self._walk(nid, depth, self._parents)
 
     def downstream(self, nid: NodeId, depth: int | None = None) -> set[NodeId]:
-        return self._walk(nid, depth, reverse=False)
+        return self._walk(nid, depth, self._children)
 
-    def _walk(self, nid: NodeId, depth: int | None, reverse: bool) -> set[NodeId]:
-        if depth is None:
-            return set(nx.ancestors(self._g, nid) if reverse else nx.descendants(self._g, nid))
-        g = self._g.reverse(copy=False) if reverse else self._g
-        lengths = nx.single_source_shortest_path_length(g, nid, cutoff=depth)
-        return {n for n in lengths if n != nid}
+    @staticmethod
+    def _walk(nid: NodeId, depth: int | None, edges: Mapping[NodeId, set[NodeId]]) -> set[NodeId]:
+        """What `nid` reaches along `edges`, at most `depth` steps away."""
+        seen: set[NodeId] = set()
+        level = [nid]
+        steps = 0
+        while level and (depth is None or steps < depth):
+            steps += 1
+            level = [n for at in level for n in edges[at] if n not in seen and n != nid]
+            seen.update(level)
+        return seen
 
     def with_upstream(self, nids: Iterable[NodeId]) -> set[NodeId]:
         """`nids` and everything they depend on, in one traversal."""
         seen = set(nids)
         stack = list(seen)
         while stack:
-            for parent in self._g.predecessors(stack.pop()):
+            for parent in self._parents[stack.pop()]:
                 if parent not in seen:
                     seen.add(parent)
                     stack.append(parent)
         return seen
 
     def parents(self, nid: NodeId) -> list[NodeId]:
-        return sorted(self._g.predecessors(nid))
+        return sorted(self._parents[nid])
 
     def children(self, nid: NodeId) -> list[NodeId]:
-        return sorted(self._g.successors(nid))
+        return sorted(self._children[nid])
 
     def edges(self) -> list[tuple[NodeId, NodeId]]:
-        return sorted(self._g.edges())
+        return sorted((p, c) for c, ps in self._parents.items() for p in ps)

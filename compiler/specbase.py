@@ -14,7 +14,7 @@ IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class Spec(BaseModel):
     """Base for everything read from YAML: unknown keys are errors, values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
     @field_validator("*", mode="after")
     @classmethod

@@ -3,6 +3,7 @@ its result recorded, and an error in it one line at its file (never the end of t
 
 from __future__ import annotations
 
+import sys
 import time
 
 from rivc.compiler.errors import EnvironmentFault, RivcError
@@ -24,7 +25,6 @@ def execute(rt: Runtime, nid: str) -> NodeResult:
     """Run one node and record its result; user and connector errors become an error result."""
     node = rt.plan.nodes[nid]
     started = time.perf_counter()
-    caught: tuple[type[BaseException], ...] = (RivcError, *_spark_errors())
     try:
         bind_views(rt, nid)
         fn = {
@@ -37,17 +37,8 @@ def execute(rt: Runtime, nid: str) -> NodeResult:
         result: NodeResult = fn(rt, nid, node)
     except EnvironmentFault:
         raise  # no node can run: the command stops with one line
-    except caught as exc:
-        error = None
-        if node.kind == "test" and node.line:  # a generic test: its SQL is rivc's
-            error = f"{node.path}:{node.line}: error: {spark_message(exc)}"
-        elif node.kind in ("model", "test") and node.compiled_path:
-            error = model_error(exc, rt.plan.sql(nid), node.path)
-        elif node.line:  # a source or a sink: at its YAML entry
-            error = f"{node.path}:{node.line}: error: {_one_line(exc)}"
-        result = NodeResult(nid, node.kind, "error", error=error or _one_line(exc))
-    except Exception as exc:  # noqa: BLE001  (a bug of rivc's: this node fails, not the run)
-        result = NodeResult(nid, node.kind, "error", error=unexpected(rt, nid, exc))
+    except Exception as exc:  # noqa: BLE001  (a bug of rivc's fails this node, not the run)
+        result = NodeResult(nid, node.kind, "error", error=_error(rt, nid, exc))
     result = NodeResult(
         **{
             **result.__dict__,
@@ -59,6 +50,21 @@ def execute(rt: Runtime, nid: str) -> NodeResult:
     if node.kind == "sink":
         fault("between-sinks", node.name)
     return result
+
+
+def _error(rt: Runtime, nid: str, exc: Exception) -> str:
+    """A failed node's one line: a user's or connector's error at its file, else rivc's own."""
+    if not isinstance(exc, (RivcError, *_spark_errors())):
+        return unexpected(rt, nid, exc)
+    node = rt.plan.nodes[nid]
+    error = None
+    if node.kind == "test" and node.line:  # a generic test: its SQL is rivc's
+        error = f"{node.path}:{node.line}: error: {spark_message(exc)}"
+    elif node.kind in ("model", "test") and node.compiled_path:
+        error = model_error(exc, rt.plan.sql(nid), node.path)
+    elif node.line:  # a source or a sink: at its YAML entry
+        error = f"{node.path}:{node.line}: error: {_one_line(exc)}"
+    return error or _one_line(exc)
 
 
 def unexpected(rt: Runtime, nid: str, exc: BaseException) -> str:
@@ -78,9 +84,9 @@ ERRORS_LOG = "errors.log"
 
 
 def _spark_errors() -> tuple[type[BaseException], ...]:
-    from pyspark.errors import PySparkException
-
-    return (PySparkException,)
+    """Spark's errors, once pyspark is loaded (a node that needs no Spark loads none)."""
+    errors = sys.modules.get("pyspark.errors")
+    return () if errors is None else (errors.PySparkException,)
 
 
 def _one_line(exc: BaseException) -> str:

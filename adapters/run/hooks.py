@@ -23,6 +23,8 @@ class HookFailed(RivcError):
 def run_hooks(rt: Runtime, key: str, statements: Sequence[str]) -> None:
     """Run a model's `pre_hook` or `post_hook` statements in order; the first that fails stops
     the model with its error."""
+    if not statements:
+        return
     from pyspark.errors import PySparkException
 
     for i, sql in enumerate(statements):
@@ -35,6 +37,8 @@ def run_hooks(rt: Runtime, key: str, statements: Sequence[str]) -> None:
 def operations(rt: Runtime, key: str, statements: Sequence[str]) -> list[NodeResult]:
     """The run's `on_run_start` or `on_run_end`, one result each (`operation:on-run-start.0`,
     as dbt names them); the first that fails ends the list."""
+    if not statements:
+        return []
     from pyspark.errors import PySparkException
 
     out = []

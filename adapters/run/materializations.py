@@ -23,7 +23,7 @@ from .runtime import Runtime
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class Ephemeral:
@@ -35,8 +35,15 @@ class Ephemeral:
 
 
 class View:
+    """A view: registered now when Spark runs, else when a node first needs Spark (a run whose
+    tables are all reused starts none)."""
+
     def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
-        df = rt.spark.sql(rt.plan.sql(nid))
+        sql = rt.plan.sql(nid)
+        if not rt.started:
+            rt.view(node.name, lambda spark: _view(spark, node, sql))
+            return NodeResult(nid, "model", "success", message="view")
+        df = rt.spark.sql(sql)
         df.createOrReplaceTempView(node.name)
         return NodeResult(nid, "model", "success", schema=rt.schema_of(nid, df), message="view")
 
@@ -44,14 +51,33 @@ class View:
         rt.spark.sql(rt.plan.sql(node.id)).createOrReplaceTempView(node.name)
 
 
+def _view(spark: SparkSession, node: ManifestNode, sql: str) -> DataFrame:
+    """A view registered after its node ran: an error in it names the view."""
+    from pyspark.errors import PySparkException
+
+    from ..util.errortext import spark_message
+
+    try:
+        return spark.sql(sql)
+    except PySparkException as exc:
+        raise ConnectorError(f"view {node.name} ({node.path}): {spark_message(exc)}") from None
+
+
 class Table:
     """A table model: its whole result replaces the table, stamped with the model's batch id (a
-    resumed run skips the batch a killed one committed)."""
+    resumed run skips the batch a killed one committed) and with what it was built from
+    (inputs.py): a table that holds what its SQL gives over its inputs as they are now is
+    reused, not built again (--full-refresh builds it)."""
 
     def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
         uri = rt.table_uri(node)
         store = rt.plan.store(uri)
         table = deltatable.open_table(uri, store.delta)
+        built = self.built_from(rt, node)
+        if table is not None and built is not None and not rt.full_refresh:
+            if _recorded(table) == built:
+                rt.view(node.name, lambda spark: deltatable.read(spark, uri, store))
+                return NodeResult(nid, node.kind, "success", message=self.REUSED)
         grows = self.grows(rt, table)
         if grows:
             deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)  # {{ this }}
@@ -65,7 +91,7 @@ class Table:
         app_id = rt.model_app(node.name)
         last = None if table is None else table.transaction_version(app_id)
         batch_id = rt.hand_out(nid, None if last is None else int(last))
-        stamp = self.stamp(node, app_id, batch_id)
+        stamp = deltatable.Stamp(((app_id, batch_id),), {BUILT_FROM: built} if built else None)
         if last is not None and int(last) >= batch_id:  # a resumed run: this batch is in
             how, result = "already committed by the killed run", WriteResult()
         elif table is not None and grows:
@@ -97,9 +123,13 @@ class Table:
             commit_ms=result.commit_s * 1000,
         )
 
-    def stamp(self, node: ManifestNode, app_id: str, batch_id: int) -> deltatable.Stamp:
-        """What the commit records beside the rows: the model's batch id."""
-        return deltatable.Stamp.batch(app_id, batch_id)
+    REUSED = "reused: its SQL and inputs are unchanged"
+
+    def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
+        """What the table is built from now (inputs.py); None: build it whatever it holds."""
+        from .inputs import built_from
+
+        return built_from(rt, node.id)
 
     def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
         """What this run writes: the model's SQL (its is_incremental() variant when it grows),
@@ -140,7 +170,7 @@ class Table:
                 f"{node.kind} {node.name!r} has not been built yet{where}; "
                 f"run `{how} --select +{node.name}` first"
             )
-        deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
+        rt.view(node.name, lambda spark: deltatable.read(spark, uri, store))
 
 
 class Incremental(Table):
@@ -150,6 +180,9 @@ class Incremental(Table):
 
     def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
         return table is not None and not rt.full_refresh
+
+    def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
+        return None  # each run adds what its SQL selects: always run
 
     def add(
         self,
@@ -223,19 +256,12 @@ class Seed(Table):
     """A seed: its CSV file, read as compile read it (compiler/seeds.py), each column cast to
     its type by Spark's tasks (a value a type cannot hold fails the seed, naming it), replaces
     its table. Each commit records which file and types it holds: a table that already holds
-    them is left as it is (--full-refresh loads it again)."""
+    them is reused (--full-refresh loads it again)."""
 
-    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
-        uri = rt.table_uri(node)
-        store = rt.plan.store(uri)
-        table = deltatable.open_table(uri, store.delta)
-        if table is not None and not rt.full_refresh and _loaded(table) == _content(node):
-            deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
-            return NodeResult(nid, "seed", "success", message="unchanged: its table holds it")
-        return super().build(rt, nid, node)
+    REUSED = "unchanged: its table holds it"
 
-    def stamp(self, node: ManifestNode, app_id: str, batch_id: int) -> deltatable.Stamp:
-        return deltatable.Stamp(((app_id, batch_id),), {"seed": _content(node)})
+    def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
+        return _content(node)
 
     def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
         import pyarrow as pa
@@ -268,12 +294,15 @@ def _content(node: ManifestNode) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _loaded(table: DeltaTable) -> str | None:
-    """Which seed content the table's newest commit holds."""
+BUILT_FROM = "built_from"  # in a table's commit: what it was built from
+
+
+def _recorded(table: DeltaTable) -> str | None:
+    """What the table's newest commit says it was built from."""
     import json
 
     for entry in table.history(limit=1):
         given = entry.get("rivc")
         if given:
-            return str(json.loads(given).get("seed") or "") or None
+            return str(json.loads(given).get(BUILT_FROM) or "") or None
     return None

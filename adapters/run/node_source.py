@@ -14,6 +14,7 @@ from rivc.compiler.manifest import ManifestNode
 from ..plane.base import SourceContext
 from ..plane.registry import read_source
 from ..state import NodeResult
+from .inputs import pure_source
 from .runtime import Runtime
 from .sinkwriter import transform_source
 
@@ -58,6 +59,9 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
         if done.result.status == "success" and done.batch is not None:
             landed_view(rt, nid, done.batch)
         return done.result
+    if not rt.started and pure_source(rt, nid):  # read when a node first needs Spark
+        rt.view(node.relation, lambda spark: source_df(rt, node))
+        return NodeResult(nid, "source", "success")
     df = source_df(rt, node)
     df.createOrReplaceTempView(node.relation)
     return NodeResult(nid, "source", "success", schema=rt.schema_of(nid, df))
@@ -124,6 +128,9 @@ def bind(rt: Runtime, nid: str) -> None:
         if batch is not None:
             landed_view(rt, nid, batch)
             return
+    if pure_source(rt, nid):
+        rt.view(node.relation, lambda spark: source_df(rt, node))
+        return
     source_df(rt, node).createOrReplaceTempView(node.relation)
 
 

@@ -41,6 +41,9 @@ class Snapshot(Table):
     def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
         return table is not None and not rt.full_refresh
 
+    def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
+        return None  # a run's changes are stamped with its time: always run
+
     def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
         """The first run's rows: every row of the query as its first version."""
         source = rt.spark.sql(rt.plan.sql(node.id))
