@@ -65,6 +65,7 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
             if node.lineage is None
             else {c: [(str(n), col, how) for n, col, how in o] for c, o in node.lineage.items()},
             filters=tuple(node.filters),
+            uses=node.uses,
         )
         if node.kind == "sink":
             files[f"jobs/{node.name}.py"] = sink_job(compiled, node)

@@ -46,12 +46,23 @@ def return_(value: Any = None) -> None:
 
 
 class Macro:
-    """A macro as templates call it: its value, or what it `return()`ed."""
+    """A macro as templates call it: its value, or what it `return()`ed. Each call is told to
+    `on_call` with the hash of the macro's text (a node's `uses`, for state:modified.macros)."""
 
-    def __init__(self, name: str, package: str, body: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        package: str,
+        body: Callable[..., Any],
+        text: str = "",
+        on_call: Callable[[str, str], None] = lambda key, digest: None,
+    ) -> None:
         self.name, self.package, self._body = name, package, body
+        self.digest = digest(text.lstrip("\n"))  # not where it is in its file
+        self.on_call = on_call
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.on_call(f"macro:{self.package}.{self.name}", self.digest)
         try:
             return self._body(*args, **kwargs)
         except MacroReturn as done:
@@ -363,8 +374,17 @@ def context(
     return ctx
 
 
+def digest(text: str) -> str:
+    """A short hash of a macro's text or a var's value, as a node's `uses` records it."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def load_package(
-    env: jinja2.Environment, package: str, files: tuple[tuple[str, str], ...], into: dict[str, Any]
+    env: jinja2.Environment,
+    package: str,
+    files: tuple[tuple[str, str], ...],
+    into: dict[str, Any],
+    on_call: Callable[[str, str], None] = lambda key, digest: None,
 ) -> None:
     """Every macro of a package's files, wrapped, into `into` (the package's namespace)."""
     loader = env.loader
@@ -384,7 +404,8 @@ def load_package(
             defined = template.new_context(env.globals, shared=True)
             for _ in template.root_render_func(defined):  # defines the macro, renders nothing
                 pass
-            into[name] = Macro(name, package, defined.vars[name])  # `_private` ones too
+            # `_private` ones too
+            into[name] = Macro(name, package, defined.vars[name], block, on_call)
 
 
 class TextLoader(jinja2.BaseLoader):

@@ -47,6 +47,7 @@ class Node:
     # and the columns that filter, join or group its rows (compiler/lineage.py)
     lineage: dict[str, list[tuple[NodeId, str, str]]] | None = None
     filters: list[tuple[NodeId, str]] = field(default_factory=list)
+    uses: dict[str, str] = field(default_factory=dict)  # models: vars and macros (render.py)
 
     @property
     def relation(self) -> str:

@@ -156,6 +156,7 @@ class ManifestNode:
     # models: column -> [(node id, column, copied|transformed|aggregated)]; None: not known
     lineage: dict[str, list[tuple[str, str, str]]] | None = None
     filters: tuple[tuple[str, str], ...] = ()  # (node id, column) filtering its rows
+    uses: dict[str, str] = field(default_factory=dict)  # "var:x"/"macro:p.m" -> hash
 
     @property
     def source(self) -> SourceFacts:
@@ -228,6 +229,8 @@ class ManifestNode:
                 "columns": {c: [list(o) for o in origins] for c, origins in self.lineage.items()},
                 "filters": [list(f) for f in self.filters],
             }
+        if self.uses:
+            out["uses"] = self.uses
         return out
 
     @classmethod
@@ -260,6 +263,7 @@ class ManifestNode:
                 for c, origins in data["lineage"]["columns"].items()
             },
             filters=tuple((f[0], f[1]) for f in data.get("lineage", {}).get("filters", ())),
+            uses=dict(data.get("uses", {})),
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import traceback
 from collections.abc import Mapping
@@ -39,6 +40,8 @@ class Rendered:
     config: dict[str, tuple[Any, int | None]] = field(default_factory=dict)  # key -> (value, line)
     env_used: dict[str, str | None] = field(default_factory=dict)
     uses_is_incremental: bool = False
+    # what else it read: "var:<name>" and "macro:<package>.<name>" -> a hash of the value/text
+    uses: dict[str, str] = field(default_factory=dict)
     needs: str | None = None  # a model whose columns a macro asked for before they were known
 
 
@@ -113,13 +116,20 @@ class _State:
 
     def var(self, name: str, default: Any = ...) -> Any:
         if name in self.ctx.vars:
-            return self.ctx.vars[name]
-        if default is ...:
+            value = self.ctx.vars[name]
+        elif default is ...:
             raise RenderError(
                 f"var({name!r}) is not defined in rivc_project.yml vars or --vars"
                 f"{did_you_mean(name, self.ctx.vars)}"
             )
-        return default
+        else:
+            value = default
+        text = json.dumps(value, sort_keys=True, default=str)
+        self.out.uses[f"var:{name}"] = dbtjinja.digest(text)
+        return value
+
+    def used(self, key: str, digest: str) -> None:
+        self.out.uses[key] = digest
 
     def env_var(self, name: str, default: Any = ...) -> Any:
         value = self.ctx.env.get(name)
@@ -242,7 +252,7 @@ class Renderer:
         # macros render as in dbt, an undefined name printing nothing (packages rely on it)
         for name, files in ((ctx.project, ctx.macros), *ctx.packages):
             env = self._environment(jinja2.Undefined)
-            dbtjinja.load_package(env, name, files, self.namespaces[name])
+            dbtjinja.load_package(env, name, files, self.namespaces[name], s.used)
             env.globals.update(self.namespaces[name])
         # models render strictly: a misspelt name is an error at its line
         self.env = self._environment(jinja2.StrictUndefined)

@@ -1,7 +1,9 @@
 """`state:` selectors: what changed since an earlier compile (`--state DIR`: a target/ folder,
 its manifest.json and compiled SQL), as dbt's state comparison. A change is one that changes
 what a node does: its compiled SQL (after Jinja, macros, vars and params; whitespace, comments
-and keyword case do not count), its config or connector spec, or its columns and their types.
+and keyword case do not count), its config or connector spec, or its columns and their types;
+and, as dbt's `modified.macros` and `modified.vars`, a macro it calls or a var it reads whose
+text or value changed, even where its SQL came out the same.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .graph import Node, ProjectGraph
 from .inline import compiled_sql
 from .specs import NodeId
 
-CHANGES = ("body", "configs", "contract")  # state:modified.<change>
+# state:modified.<change>; `sources` and `sinks`: source tables and sinks with any change
+CHANGES = ("body", "configs", "contract", "macros", "vars", "sources", "sinks")
 _KEPT_CASE = {TokenType.STRING, TokenType.NATIONAL_STRING, TokenType.RAW_STRING}
 
 
@@ -31,6 +34,12 @@ class Earlier:
 
     folder: Path
     nodes: Mapping[str, dict[str, Any]]
+
+    @property
+    def records_uses(self) -> bool:
+        """Whether its nodes record the vars and macros they read: against a manifest of an
+        older rivc, which does not, every var and macro would look changed."""
+        return any("uses" in node for node in self.nodes.values())
 
 
 def load(folder: Path) -> Earlier:
@@ -50,6 +59,7 @@ def changes(graph: ProjectGraph, earlier: Earlier) -> dict[NodeId, set[str]]:
     """Each node that is new ({"new"}) or changed (the CHANGES it has); unchanged ones are
     left out."""
     out: dict[NodeId, set[str]] = {}
+    recorded = earlier.records_uses
     for nid, node in graph.nodes.items():
         old = earlier.nodes.get(nid)
         if old is None:
@@ -64,9 +74,20 @@ def changes(graph: ProjectGraph, earlier: Earlier) -> dict[NodeId, set[str]]:
             found.add("configs")
         if (node.columns or {}) != (old.get("columns") or {}):
             found.add("contract")
+        before = old.get("uses") or {}
+        for kind in ("macro", "var"):
+            if recorded and _uses(node.uses, kind) != _uses(before, kind):
+                found.add(f"{kind}s")
+        if found and node.kind in ("source", "sink"):
+            found.add(f"{node.kind}s")
         if found:
             out[nid] = found
     return out
+
+
+def _uses(uses: Mapping[str, str], kind: str) -> dict[str, str]:
+    """The vars or macros a node read, each with the hash of its value or text."""
+    return {k: v for k, v in uses.items() if k.startswith(f"{kind}:")}
 
 
 def _body(graph: ProjectGraph, node: Node, earlier: Earlier, old: dict[str, Any]) -> bool:

@@ -60,6 +60,7 @@ class ModelResult:
     sql: str | None = None
     sql_incremental: str | None = None
     env_used: dict[str, str | None] = field(default_factory=dict)
+    uses: dict[str, str] = field(default_factory=dict)  # vars and macros it read (render.py)
     findings: list[Finding] = field(default_factory=list)
     star: tuple[int, int] | None = None  # position of a * in the output list
     columns: list[str] | None = None  # output names when readable without a schema
@@ -134,6 +135,7 @@ class Worker:
             res.findings.append(rules.from_error(exc))
             return res
         res.refs, res.sources, res.env_used = full.refs, full.sources, dict(full.env_used)
+        res.uses = dict(full.uses)
         merged = dict(task.config)
         merge(merged, {k: v for k, (v, _) in full.config.items()})
         try:
@@ -164,6 +166,7 @@ class Worker:
         if config.materialized == "incremental" and full.uses_is_incremental:
             inc = self.renderer.render(task.name, path, task.text, True)
             res.env_used.update(inc.env_used)
+            res.uses.update(inc.uses)
             res.sql_incremental = self._bind(inc.sql, path, res)
         if res.sql is None or (
             full.uses_is_incremental

@@ -26,7 +26,8 @@ CACHE_DIR = (
 )
 FINGERPRINT = "fingerprint.json"
 CACHE = "compile_cache.pickle"
-FORMAT = 3  # 2: the cache keeps seeds' inferred types; 3: and each model's column lineage
+# 2: the cache keeps seeds' inferred types; 3: each model's column lineage; 4: its vars, macros
+FORMAT = 4
 
 
 def _env_digest(env: Mapping[str, str], names: list[str]) -> str:

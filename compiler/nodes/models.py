@@ -314,6 +314,7 @@ def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Nod
         checksum=hashlib.sha256(model.text.encode()).hexdigest(),
         lineage=lineage,
         filters=filters,
+        uses=res.uses,
     )
 
 

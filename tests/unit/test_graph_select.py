@@ -207,6 +207,51 @@ def test_a_changed_var_or_upstream_column_selects_the_nodes_it_changes(make_proj
     assert changed("state:modified.body") == ["model:a"]
 
 
+def test_modified_macros_vars_sources_and_sinks(make_project):
+    """dbt's sub-selectors: a macro a node calls (directly or through another macro) or a var
+    it reads changed, even where its SQL came out the same; a source's or a sink's spec."""
+    root = make_project(
+        {
+            "macros/m.sql": "{% macro inner() %}1{% endmacro %}\n"
+            "{% macro outer() %}{{ inner() }}{% endmacro %}\n"
+            "{% macro other() %}2{% endmacro %}\n",
+            "models/a.sql": "select {{ outer() }} as one\n",
+            "models/b.sql": "select {{ other() }} as two, '{{ var('mode', 'x') }}' as mode\n",
+            "models/c.sql": "select * from {{ ref('a') }}\n",
+            "sources/s.yml": "sources:\n  - name: gen\n    connector: datagen\n    tables:\n"
+            "      - {name: users, config: {pattern: users}}\n",
+            "sinks/s.yml": "sinks:\n  - {name: out, from: c, connector: stdout}\n",
+        }
+    )
+    write_target(analyze_dir(root, vars={"flag": 1}), root / "prod")
+
+    def changed(selector, **options):
+        compiled = analyze_dir(root, select=(selector,), state=str(root / "prod"), **options)
+        return sorted(compiled.chosen)
+
+    assert changed("state:modified", vars={"flag": 1}) == []
+    # the inner macro's text changes, its output does not: a's SQL is the same
+    macros = root / "macros/m.sql"
+    macros.write_text(
+        macros.read_text().replace("{% macro inner() %}1", "{% macro inner() %}{# one #}1")
+    )
+    assert changed("state:modified.macros") == ["model:a"]
+    assert changed("state:modified.body") == []
+    assert changed("state:modified.macros+") == ["model:a", "model:c", "sink:out"]
+    # a var b reads has another value; one it does not read changes nothing
+    assert changed("state:modified.vars", vars={"mode": "y"}) == ["model:b"]
+    assert changed("state:modified.vars", vars={"mode": "x"}) == []  # its default, as before
+    assert changed("state:modified.vars", vars={"flag": 2}) == []  # nobody reads flag
+    (root / "sources/s.yml").write_text(
+        (root / "sources/s.yml").read_text().replace("pattern: users", "pattern: users, seed: 3")
+    )
+    (root / "sinks/s.yml").write_text(
+        "sinks:\n  - {name: out, from: c, connector: stdout, config: {limit: 5}}\n"
+    )
+    assert changed("state:modified.sources") == ["source:gen.users"]
+    assert changed("state:modified.sinks") == ["sink:out"]
+
+
 def test_diff_and_lint_state_name_the_readers_a_column_change_breaks(make_project):
     from rivc.compiler import breaking, statediff
     from rivc_testing import rivc
