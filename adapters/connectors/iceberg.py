@@ -164,7 +164,7 @@ class IcebergSink(Sink):
         schema = to_arrow_schema(df.drop(DELETE_COLUMN).schema, timezone="UTC")
         existing = self._table(catalog)
         props = self._props(existing, batch_id)
-        table = existing or self._create(catalog, schema)
+        table = self._partitioned(catalog, existing) if existing else self._create(catalog, schema)
         location = table.location()
         uri = store_path(location)
         local = "://" not in uri  # store_path drops file://
@@ -254,7 +254,9 @@ class IcebergSink(Sink):
         def attempt() -> int:
             existing = self._table(catalog)
             props = self._props(existing, batch_id)
-            table = existing or self._create(catalog, schema)
+            table = (
+                self._partitioned(catalog, existing) if existing else self._create(catalog, schema)
+            )
             if int(table.properties.get(self.marker, "-1")) < batch_id:  # else: a retry's own
                 return self._commit(table, data, props)  # commit landed after all
             return 0
@@ -317,8 +319,6 @@ class IcebergSink(Sink):
         return housekeep(table, store, self.config.compression, retain_hours, dry_run)
 
     def _create(self, catalog: Any, schema: Any) -> Any:
-        from pyiceberg import transforms as T
-
         c = self.config
         table = catalog.create_table_if_not_exists(
             self.identifier,
@@ -330,23 +330,36 @@ class IcebergSink(Sink):
                 "write.parquet.compression-codec": CODECS[c.compression],
             },
         )
-        if c.partitioning and not table.spec().fields:
-            # Create first, then add the spec: a PartitionSpec needs Iceberg field ids, which an
-            # Arrow schema only gets when the table is created.
-            make: dict[str, Callable[[Any], Any]] = {
-                "identity": lambda p: T.IdentityTransform(),
-                "bucket": lambda p: T.BucketTransform(p.buckets),
-                "truncate": lambda p: T.TruncateTransform(p.width),
-                "year": lambda p: T.YearTransform(),
-                "month": lambda p: T.MonthTransform(),
-                "day": lambda p: T.DayTransform(),
-                "hour": lambda p: T.HourTransform(),
-            }
-            with table.update_spec() as spec:
-                for p in c.partitioning:
+        return self._partitioned(catalog, table)
+
+    def _partitioned(self, catalog: Any, table: Any) -> Any:
+        """The table partitioned as configured. A new table gets its spec after it is created
+        (a PartitionSpec needs Iceberg field ids, which an Arrow schema gets only then); an
+        existing one whose spec differs is evolved (Iceberg's partition evolution: files
+        written before keep the spec they were written with, new ones take the new)."""
+        from pyiceberg import transforms as T
+
+        want = [_transform_name(p) for p in self.config.partitioning]
+        have = _spec(table)
+        if have == want:
+            return table
+        make: dict[str, Callable[[Any], Any]] = {
+            "identity": lambda p: T.IdentityTransform(),
+            "bucket": lambda p: T.BucketTransform(p.buckets),
+            "truncate": lambda p: T.TruncateTransform(p.width),
+            "year": lambda p: T.YearTransform(),
+            "month": lambda p: T.MonthTransform(),
+            "day": lambda p: T.DayTransform(),
+            "hour": lambda p: T.HourTransform(),
+        }
+        with table.update_spec() as spec:
+            for field, pair in zip(table.spec().fields, have, strict=True):
+                if pair not in want:
+                    spec.remove_field(field.name)
+            for p, pair in zip(self.config.partitioning, want, strict=True):
+                if pair not in have:
                     spec.add_field(p.field, make[p.transform](p), f"{p.field}_{p.transform}")
-            table = catalog.load_table(self.identifier)
-        return table
+        return catalog.load_table(self.identifier)
 
     def _commit(self, table: Any, data: pads.Dataset, props: dict[str, str]) -> int:
         """Write and commit the batch with `props` (its batch id and places); returns the

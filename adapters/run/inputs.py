@@ -1,5 +1,6 @@
-"""What a table model is built from, as one hash: its compiled SQL and config, and the version of
-every table it reads (through views and ephemeral models, down to stored tables and sources).
+"""What a table model is built from, as one hash: its compiled SQL and config, the profile's
+Spark settings, and the version of every table it reads (through views and ephemeral models,
+down to stored tables and sources).
 
 A table model's commit records the hash (materializations.Table.stamp). A later run whose hash
 is the same reuses the table instead of building it again: the same SQL over the same data
@@ -80,15 +81,27 @@ def built_from(rt: Runtime, nid: str) -> str | None:
     config = node.config
     if config.get("language") == "python" or config.get("pre_hook") or config.get("post_hook"):
         return None
-    sql = rt.plan.sql(nid)
-    versions: dict[str, str] = {}
-    if not _deterministic(sql, _relations(rt, nid, versions)):
+    versions = _inputs(rt, nid)
+    if versions is None:
         return None
-    if any(v == "" for v in versions.values()):
-        return None
-    given = {"format": FORMAT, "sql": sql, "config": config, "columns": node.columns}
+    given = {
+        "format": FORMAT,
+        "sql": rt.plan.sql(nid),
+        "config": config,
+        "columns": node.columns,
+        "spark": rt.plan.profile.spark.conf,  # settings that change results (a time zone)
+    }
     text = json.dumps({**given, "inputs": versions}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _inputs(rt: Runtime, nid: str) -> dict[str, str] | None:
+    """The version of each input `nid`'s SQL reads (through ephemeral models); None when the
+    SQL may give other rows over the same inputs, or an input has no version."""
+    versions: dict[str, str] = {}
+    if not _reads_only(rt.plan.sql(nid), frozenset(_relations(rt, nid, versions))):
+        return None
+    return None if "" in versions.values() else versions
 
 
 def _relations(rt: Runtime, nid: str, versions: dict[str, str]) -> set[str]:
@@ -97,10 +110,7 @@ def _relations(rt: Runtime, nid: str, versions: dict[str, str]) -> set[str]:
     names: set[str] = set()
     for dep in rt.plan.nodes[nid].depends_on:
         parent = rt.plan.nodes[dep]
-        if parent.kind == "source":
-            names.add(parent.relation.lower())
-        else:
-            names.add(parent.name.lower())
+        names.add((parent.relation if parent.kind == "source" else parent.name).lower())
         if parent.kind == "model" and parent.materialized == "ephemeral":
             names |= _relations(rt, dep, versions)  # inlined: its SQL is in ours
         else:
@@ -119,12 +129,8 @@ def _version(rt: Runtime, nid: str) -> str:
             return "datagen:" + json.dumps(config.model_dump(mode="json"), sort_keys=True)
         return ""
     if node.kind == "model" and node.materialized == "view":
-        if node.config.get("language") == "python":
-            return ""
-        inner: dict[str, str] = {}
-        if not _deterministic(rt.plan.sql(nid), _relations(rt, nid, inner)):
-            return ""
-        if any(v == "" for v in inner.values()):
+        inner = _inputs(rt, nid)
+        if inner is None:
             return ""
         return json.dumps({"view": rt.plan.sql(nid), "inputs": inner}, sort_keys=True)
     return _table_version(rt.table_uri(node), rt)
@@ -143,10 +149,6 @@ def _table_version(uri: str, rt: Runtime) -> str:
     if table is None:
         return ""  # not built here (a deferred one is read from elsewhere): no version
     return f"{table.metadata().id}@{table.version()}"
-
-
-def _deterministic(sql: str, relations: set[str]) -> bool:
-    return _reads_only(sql, frozenset(relations))
 
 
 @lru_cache(maxsize=4096)

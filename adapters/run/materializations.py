@@ -35,12 +35,12 @@ class Ephemeral:
 
 
 class View:
-    """A view: registered now when Spark runs, else when a node first needs Spark (a run whose
-    tables are all reused starts none)."""
+    """A view: registered now when Spark runs, else, when a node of the run reads it, once a
+    node first needs Spark (a run whose tables are all reused starts none)."""
 
     def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
         sql = rt.plan.sql(nid)
-        if not rt.started:
+        if rt.later(nid):
             rt.view(node.name, lambda spark: _view(spark, node, sql))
             return NodeResult(nid, "model", "success", message="view")
         df = rt.spark.sql(sql)

@@ -59,7 +59,7 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
         if done.result.status == "success" and done.batch is not None:
             landed_view(rt, nid, done.batch)
         return done.result
-    if not rt.started and pure_source(rt, nid):  # read when a node first needs Spark
+    if rt.later(nid) and pure_source(rt, nid):  # read when a node first needs Spark
         rt.view(node.relation, lambda spark: source_df(rt, node))
         return NodeResult(nid, "source", "success")
     df = source_df(rt, node)

@@ -66,6 +66,7 @@ class Runtime:
     tracker: SparkProgress = field(default_factory=SparkProgress)  # for live progress lines
     detached: bool = False  # a generated job on a copied project: no state between runs
     unbound: list[str] = field(default_factory=list)  # unselected views, bound when first read
+    feeds: set[str] = field(default_factory=set)  # nodes of this run another node of it reads
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
     lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _writer: str | None = field(default=None, init=False, repr=False)
@@ -93,6 +94,11 @@ class Runtime:
     @property
     def started(self) -> bool:
         return self._spark is not None
+
+    def later(self, nid: str) -> bool:
+        """Whether `nid`'s view may wait for Spark: Spark does not run yet and a node of this
+        run reads it (one that none reads is made now, so that its errors are its own)."""
+        return self._spark is None and nid in self.feeds
 
     def view(self, relation: str, make: Callable[[SparkSession], DataFrame]) -> None:
         """Register a temp view now if Spark runs, else when it starts."""

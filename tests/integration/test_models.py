@@ -389,8 +389,8 @@ def test_maintain_compacts_an_iceberg_tables_small_files_per_partition(spark, tm
             "              partitioning: [{field: grp, transform: bucket, buckets: 2}]}}\n",
         },
     )
-    for _ in range(3):
-        assert rivc(root, "run").exit_code == 0
+    for _ in range(3):  # --full-refresh: the unchanged table model is built, its sink appends
+        assert rivc(root, "run", "--full-refresh").exit_code == 0
     ice = iceberg_catalog(root).load_table("m.users")
     rows = Counter(tuple(r.values()) for r in ice.scan().to_arrow().to_pylist())
     files = [t.file for t in ice.scan().plan_files()]
@@ -408,7 +408,7 @@ def test_maintain_compacts_an_iceberg_tables_small_files_per_partition(spark, tm
     assert ice.current_snapshot().summary.operation.value == "overwrite"
     assert ice.properties["rivc.batch.rivc:compact_ice:users_ice"] == "2"  # kept
     # the next batch appends beside the compacted files
-    assert rivc(root, "run").exit_code == 0
+    assert rivc(root, "run", "--full-refresh").exit_code == 0
     ice = iceberg_catalog(root).load_table("m.users")
     assert ice.scan().to_arrow().num_rows == 240
 
@@ -432,7 +432,7 @@ def test_maintain_expires_iceberg_snapshots_and_deletes_unreferenced_files(spark
         },
     )
     for _ in range(3):  # each overwrite leaves the last one's files to the older snapshots
-        assert rivc(root, "run").exit_code == 0
+        assert rivc(root, "run", "--full-refresh").exit_code == 0
     ice = iceberg_catalog(root).load_table("m.users")
     before = sorted(ice.scan().to_arrow().column("user_id").to_pylist())
     assert len(before) == 50 and len(ice.snapshots()) > 1

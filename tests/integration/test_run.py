@@ -62,8 +62,12 @@ def test_sample_project_runs_end_to_end(spark, sample):
     # The sink alone has nothing new to deliver: its model was not rebuilt since.
     assert rivc(sample, "run", "--select", "customer_orders_files").exit_code == 0
     assert "nothing new" in results(sample)["sink:customer_orders_files"]["message"]
-    # With its model rebuilt, it replaces its output (mode: overwrite) instead of adding to it.
+    # Nor after a run of its model, which is reused: its SQL and inputs did not change.
     assert rivc(sample, "run", "--select", "customer_orders+").exit_code == 0
+    assert results(sample)["model:customer_orders"]["message"].startswith("reused")
+    assert "nothing new" in results(sample)["sink:customer_orders_files"]["message"]
+    # With its model rebuilt, it replaces its output (mode: overwrite) instead of adding to it.
+    assert rivc(sample, "run", "--select", "customer_orders+", "--full-refresh").exit_code == 0
     assert parquet_rows(files_dir) == [(customers.num_rows,)]
     written = [p.name for p in files_dir.iterdir() if p.name != "_rivc"]
     assert written == ["batch-000001-part-0000.parquet"]

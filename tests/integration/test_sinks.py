@@ -145,8 +145,8 @@ sinks:
   - {name: small, from: orders, connector: delta, config: {table_uri: out/small}}
 """,
     )
-    for _ in range(2):
-        assert rivc(root, "run").exit_code == 0
+    for again in ([], ["--full-refresh"]):  # the unchanged model built again: a second batch
+        assert rivc(root, "run", *again).exit_code == 0
     app = DeltaTable(str(root / "out/app"))
     paths = app.get_add_actions(flatten=True).column("path").to_pylist()
     assert all(p.startswith("rivc-batch-") for p in paths)  # written by Spark's executors
@@ -203,8 +203,8 @@ sinks:
               partitioning: [{field: created_at, transform: day}, {field: status}]}}
 """,
     )
-    for _ in range(2):
-        result = rivc(root, "run")
+    for again in ([], ["--full-refresh"]):  # the unchanged model built again: a second batch
+        result = rivc(root, "run", *again)
         assert result.exit_code == 0, result.output
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.expressions import EqualTo
@@ -435,3 +435,47 @@ sinks:
     for name in ("d.streamed", "d.tasks"):
         table = catalog.load_table(name) if catalog.table_exists(name) else None
         assert table is None or table.current_snapshot() is None, name
+
+
+@pytest.mark.parametrize("threshold", [0, None], ids=["spark-writes", "streamed"])
+def test_a_changed_iceberg_partitioning_evolves_the_tables_spec(spark, tmp_path, threshold):
+    """Never ignored: the table takes the configured spec (Iceberg's partition evolution), its
+    earlier files keep theirs, and a scan reads both."""
+    model = MODEL.replace(
+        "from {{ source('gen', 'orders') }}",
+        "from {{ source('gen', 'orders') }}\nwhere order_id > ${min_id}",
+    )
+    extra = "" if threshold is None else f", spark_write_threshold: {threshold}"
+    sink = (
+        "sinks:\n  - {name: ice, from: orders, connector: iceberg,\n"
+        f"     config: {{namespace: shop, table: evolving{extra},\n"
+        "              partitioning: [PARTS]}}\n"
+    )
+    root = project(
+        tmp_path / "e", sink.replace("PARTS", "{field: created_at, transform: day}"), model
+    )
+    (root / "rivc_project.yml").write_text("name: sinks\nparams:\n  min_id: 0\n")
+    assert rivc(root, "run").exit_code == 0
+    (root / "sinks/out.yml").write_text(sink.replace("PARTS", "{field: status}, {field: day}"))
+    second = rivc(root, "run", "--param", "min_id=200")
+    assert second.exit_code == 0, second.output
+
+    table = iceberg_catalog(root).load_table("shop.evolving")
+    fields = [(f.name, str(f.transform)) for f in table.spec().fields]
+    assert fields == [("status_identity", "identity"), ("day_identity", "identity")]
+    files = table.inspect.files().to_pylist()
+    by_spec: dict[int, set] = {}
+    for f in files:
+        by_spec.setdefault(f["spec_id"], set()).update(
+            k for k, v in f["partition"].items() if v is not None
+        )
+    new = {"status_identity", "day_identity"}
+    assert [by_spec[k] for k in sorted(by_spec)] == [{"created_at_day"}, new]
+    assert max(by_spec) == table.spec().spec_id
+    rows = table.scan().to_arrow()
+    ids = sorted(rows.column("order_id").to_pylist())
+    assert ids == sorted(list(range(1, 301)) + list(range(201, 301)))
+    from pyiceberg.expressions import EqualTo
+
+    paid = table.scan(row_filter=EqualTo("status", "paid")).to_arrow()
+    assert paid.num_rows == sum(1 for s in rows.column("status").to_pylist() if s == "paid")
