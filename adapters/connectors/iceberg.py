@@ -40,6 +40,7 @@ from .iceberg_catalog import (
     replace_files,
     spark_arrow_schema,
     store_path,
+    transform_of,
 )
 from .iceberg_maintenance import housekeep
 
@@ -333,32 +334,19 @@ class IcebergSink(Sink):
         return self._partitioned(catalog, table)
 
     def _partitioned(self, catalog: Any, table: Any) -> Any:
-        """The table partitioned as configured. A new table gets its spec after it is created
-        (a PartitionSpec needs Iceberg field ids, which an Arrow schema gets only then); an
-        existing one whose spec differs is evolved (Iceberg's partition evolution: files
-        written before keep the spec they were written with, new ones take the new)."""
-        from pyiceberg import transforms as T
-
+        """The table partitioned as configured: a new one after it is created (a spec needs
+        field ids), an existing one by partition evolution (older files keep their spec)."""
         want = [_transform_name(p) for p in self.config.partitioning]
         have = _spec(table)
         if have == want:
             return table
-        make: dict[str, Callable[[Any], Any]] = {
-            "identity": lambda p: T.IdentityTransform(),
-            "bucket": lambda p: T.BucketTransform(p.buckets),
-            "truncate": lambda p: T.TruncateTransform(p.width),
-            "year": lambda p: T.YearTransform(),
-            "month": lambda p: T.MonthTransform(),
-            "day": lambda p: T.DayTransform(),
-            "hour": lambda p: T.HourTransform(),
-        }
         with table.update_spec() as spec:
             for field, pair in zip(table.spec().fields, have, strict=True):
                 if pair not in want:
                     spec.remove_field(field.name)
             for p, pair in zip(self.config.partitioning, want, strict=True):
                 if pair not in have:
-                    spec.add_field(p.field, make[p.transform](p), f"{p.field}_{p.transform}")
+                    spec.add_field(p.field, transform_of(p), f"{p.field}_{p.transform}")
         return catalog.load_table(self.identifier)
 
     def _commit(self, table: Any, data: pads.Dataset, props: dict[str, str]) -> int:

@@ -157,3 +157,19 @@ def probe(config: IcebergSinkConfig, root: Path, storage: Mapping[str, str]) -> 
     except Exception as exc:  # noqa: BLE001  (any client's error is the answer)
         return False, f"{where}: {str(exc).strip().splitlines()[0][:300] or type(exc).__name__}"
     return True, f"{where} lists {len(namespaces)} namespace(s)"
+
+
+def transform_of(p: Any) -> Any:
+    """pyiceberg's transform of a configured partition field."""
+    from pyiceberg import transforms as T
+
+    make: dict[str, Callable[[Any], Any]] = {
+        "identity": lambda p: T.IdentityTransform(),
+        "bucket": lambda p: T.BucketTransform(p.buckets),
+        "truncate": lambda p: T.TruncateTransform(p.width),
+        "year": lambda p: T.YearTransform(),
+        "month": lambda p: T.MonthTransform(),
+        "day": lambda p: T.DayTransform(),
+        "hour": lambda p: T.HourTransform(),
+    }
+    return make[p.transform](p)
