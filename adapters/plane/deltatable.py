@@ -55,10 +55,6 @@ class Stamp:
     txns: tuple[tuple[str, int], ...] = ()
     metadata: dict[str, Any] | None = None
 
-    @classmethod
-    def batch(cls, app_id: str, batch_id: int) -> Stamp:
-        return cls(((app_id, batch_id),))
-
     @property
     def batch_id(self) -> int | None:
         return self.txns[0][1] if self.txns else None

@@ -73,7 +73,7 @@ def test_tasks_write_edge_values_that_read_back_exactly(spark, tmp_path):
     assert all(w.size == (tmp_path / "edge" / w.rel).stat().st_size for w in written)
     schema = deltatable.arrow_schema(df)
     deltatable.commit(
-        uri, store, "append", schema, written, ("part",), stamp=deltatable.Stamp.batch("edge", 0)
+        uri, store, "append", schema, written, ("part",), stamp=deltatable.Stamp((("edge", 0),))
     )
 
     table = DeltaTable(uri)
