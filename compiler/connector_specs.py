@@ -152,6 +152,9 @@ class PostgresCdcConfig(Spec):
     publication_name: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
     auto_create_slot: bool = True
     auto_create_publication: bool = True
+    # rows a first snapshot lands at a time, in primary-key order: a killed run's next run
+    # reads on from the last landed part (docs/cdc.md)
+    snapshot_chunk_size: int = Field(1_000_000, ge=1)
 
 
 class MysqlCdcConfig(Spec):

@@ -11,6 +11,8 @@ source's access to the log, with no streaming protocol.
 - `snapshot` reads tables in one REPEATABLE READ transaction taken after the slot exists, and
   returns which transactions it already holds (`Visibility`): the stream's copies of those are
   skipped, so no change between the snapshot and the stream is lost or doubled.
+- `Parts`: a snapshot read in key order and landed in parts, each run that reads on taking a
+  snapshot of its own: a change is skipped by the snapshot of the part that holds its key.
 """
 
 from __future__ import annotations
@@ -49,6 +51,86 @@ class Visibility:
 
     def to_json(self) -> str:
         return f"{self.xmin}:{self.xmax}:{','.join(map(str, sorted(self.running)))}"
+
+
+# primary key types a snapshot can be read in parts by: Python orders their values (from the
+# log's text or a landed table) as PostgreSQL orders them (text under COLLATE "C")
+KEY_KINDS = {
+    "int2": "int",
+    "int4": "int",
+    "int8": "int",
+    "text": "text",
+    "varchar": "text",
+    "uuid": "uuid",
+}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a snapshot taken in parts holds. It is read in primary-key order; a run killed
+    during it leaves the parts it landed, and the next run reads on above the last landed key
+    in a snapshot of its own. Part i holds the keys above part i-1's last key up to its own
+    (`None`: every key above), as snapshot `seen[i]` saw them. A table read whole is one part."""
+
+    kinds: tuple[str, ...]  # each key column's KEY_KINDS kind, in the plan's order
+    uptos: tuple[tuple[Any, ...] | None, ...]
+    seen: tuple[Visibility, ...]
+
+    def key(self, values: Any) -> tuple[Any, ...]:
+        """A key as Python orders it like the server: from the log's text or a landed row."""
+        return tuple(
+            int(v) if kind == "int" else str(v).lower() if kind == "uuid" else str(v)
+            for kind, v in zip(self.kinds, values, strict=True)
+        )
+
+    def holds(self, xid: int, key: Any = None) -> bool:
+        """True when the snapshot that read `key`'s part saw transaction `xid` committed."""
+        if len(self.seen) == 1:
+            return self.seen[0].holds(xid)
+        at = self.key(key)
+        for upto, seen in zip(self.uptos, self.seen, strict=True):
+            if upto is None or at <= upto:
+                return seen.holds(xid)
+        raise AssertionError("a key above every part: the snapshot is read whole first")
+
+    def unread(
+        self, xid: int, key_cols: list[int], op: str, before: Any, after: Any
+    ) -> tuple[str, Any, Any]:
+        """A change (op and images) as the parts have not read it: as it is, or op "" when the
+        part that read its key holds its transaction. An update that moves a row to a key in
+        another part becomes the half that part has not read: the insert or the delete."""
+        was = None if before is None else tuple(before[j] for j in key_cols)
+        now = None if after is None else tuple(after[j] for j in key_cols)
+        had = was is not None and self.holds(xid, was)
+        has = now is not None and self.holds(xid, now)
+        if op == "u" and was is not None and self.key(was) != self.key(now) and had != has:
+            return ("c", None, after) if had else ("d", before, None)
+        return ("", None, None) if (has if now is not None else had) else (op, before, after)
+
+    def everywhere(self, xid: int) -> bool:
+        return all(seen.holds(xid) for seen in self.seen)
+
+    def after(self) -> tuple[Any, ...] | None:
+        """The last key read, where the next part begins; None before the first."""
+        return self.uptos[-1] if self.uptos else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": list(self.kinds),
+            "parts": [
+                {"upto": None if u is None else list(u), "visibility": s.to_json()}
+                for u, s in zip(self.uptos, self.seen, strict=True)
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, held: dict[str, Any]) -> Parts:
+        """A landed position's parts; one written before parts existed is a single part."""
+        if "parts" not in held:
+            return cls((), (None,), (Visibility.parse(held["visibility"]),))
+        uptos = tuple(None if p["upto"] is None else tuple(p["upto"]) for p in held["parts"])
+        seen = tuple(Visibility.parse(p["visibility"]) for p in held["parts"])
+        return cls(tuple(held["key"]), uptos, seen)
 
 
 class LogicalSlot:

@@ -4,7 +4,9 @@ up to what every table of the source holds.
 
 - The first run (and a full refresh) reads the table in a snapshot taken after the slot exists,
   as `op = r` changes, and records which transactions the snapshot held: their changes in the
-  stream are skipped, so none is lost or doubled.
+  stream are skipped, so none is lost or doubled. A first snapshot by a primary key lands in
+  parts (pgslot.Parts): a run killed during it reads on in a snapshot of its own, and each
+  change is judged by the snapshot of the part that read its key.
 - A batch holds every change of the table in transactions that commit before the log's position
   when the run began; transactions are never split. Values are delivered as the `postgres`
   source delivers them (compiler/dbtypes.py), exactly or refused by name. A TOASTed column an
@@ -19,6 +21,7 @@ up to what every table of the source holds.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,7 +40,7 @@ from ..connectors.pgoutput import (
     Value,
     lsn_text,
 )
-from ..connectors.pgslot import LogicalSlot, Visibility
+from ..connectors.pgslot import KEY_KINDS, LogicalSlot, Parts, Visibility
 from ..connectors.relational import Conn, connection, deliveries, probe
 from ..state import NodeResult
 from ..util.faults import fault
@@ -114,7 +117,8 @@ def slot_names(project: str, source: str, config: PostgresCdcConfig) -> tuple[st
 def extract_changes(ctx: CdcContext) -> Extraction:
     landing, label = ctx.landing, f"source {ctx.name}"
     at = landing.position()
-    if ctx.resume_from is not None and at.run == ctx.resume_from:
+    reading = bool((at.cdc or {}).get("reading"))  # a snapshot read in part
+    if ctx.resume_from is not None and at.run == ctx.resume_from and not reading:
         kept, lag = _advance(ctx)  # the killed run may have died before it moved the slot
         message = f"batch {at.batch}, landed by the run this one resumes{kept}"
         result = NodeResult(ctx.nid, "source", "success", message=message, log_behind=lag)
@@ -153,18 +157,34 @@ def extract_changes(ctx: CdcContext) -> Extraction:
             names = [plan[j].name for j in _key_columns(ctx, plan)]
             landed, base = newest(ctx.landing, files, names), next_seq(ctx.landing, files)
         rows = _Rows(base=base)
-        if held is None:  # the first run, or a full refresh: a snapshot of the table
-            seen, taken = _snapshot(db, table, plan, rows, parts, ctx, label, resnapshot)
-            held = {"lsn": 0, "visibility": seen.to_json()}
-            if resnapshot:
+        snapped, replacing, total = held is None or bool(held.get("reading")), ctx.full_refresh, 0
+        if snapped:  # the first run, a full refresh, or a snapshot a killed run left part read
+            taken: set[tuple[Any, ...]] | None = set() if resnapshot else None
+            going = None if held is None else Parts.from_json(held)
+            # the log it meets begins where the slot stood when its first part was read
+            origin = confirmed if held is None else int(held["lsn"])
+            for seen in _snapshot(db, table, plan, rows, parts, ctx, going, taken):
+                if seen.after() is None:
+                    break  # read to the end
+                cdc = {"lsn": origin, **seen.to_json(), "reading": True}
+                part = Position(batch=batch, columns=_spark_columns(plan), run=ctx.run_id, cdc=cdc)
+                landing.commit(batch, parts.files(), part, parts.schema, replace=replacing)
+                fault("between-chunks", ctx.name)
+                replacing, total = False, total + parts.rows
+                batch = new_batch_id(batch)
+                parts.begin(batch)
+            held = {"lsn": origin, **seen.to_json()}
+            if taken is not None:
                 gone = [image for key, image in landed.items() if key not in taken]
                 parts.write(deletes(gone, base, parts.schema))
-        visibility = Visibility.parse(held["visibility"])
+        assert held is not None  # the table's, or the snapshot's just read
+        seen = Parts.from_json(held)
         after, reached = int(held["lsn"]), int(held["lsn"])
         layouts: dict[Relation, tuple[int | None, ...] | None] = {}
+        key_cols = _key_columns(ctx, plan) if len(seen.seen) > 1 else []
         for txn in slot.changes(after, upto):
             reached = max(reached, txn.end_lsn)
-            if visibility.holds(txn.xid):
+            if seen.everywhere(txn.xid):
                 continue  # the snapshot has its changes
             for i, change in enumerate(txn.changes):
                 if isinstance(change, Truncate):
@@ -174,8 +194,9 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                             parts.write(_envelopes(ctx, plan, rows, label))
                             rows.clear()
                         held_rows = _newest(ctx, plan, history(ctx.landing) + parts.files())
+                        taken_by = [v for k, v in held_rows.items() if not seen.holds(txn.xid, k)]
                         seq = txn.final_lsn * SEQ + i
-                        parts.write(deletes(list(held_rows.values()), seq, parts.schema))
+                        parts.write(deletes(taken_by, seq, parts.schema))
                     continue
                 if change.relation.qualified != _qualified(table):
                     continue
@@ -184,17 +205,21 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                 layout = layouts[change.relation]
                 before, image = _reshape(change.before, layout), _reshape(change.after, layout)
                 op = {"insert": "c", "update": "u", "delete": "d"}[change.op]
-                rows.add(op, _image(before, change, plan), image, txn, i)
+                before = _image(before, change, plan)
+                if key_cols:  # a snapshot in parts: the part that read the key decides
+                    op, before, image = seen.unread(txn.xid, key_cols, op, before, image)
+                if op:
+                    rows.add(op, before, image, txn, i)
         reached = max(reached, upto)
     if len(rows):
         parts.write(_envelopes(ctx, plan, rows, label))
     fault("after-staging", ctx.name)
-    if not parts.rows and at.cdc is not None and not ctx.full_refresh:
+    if not parts.rows and not snapped:
         # nothing of this table: a new position only once the log moved a segment past the
         # held one (what the slot keeps stays bounded; idle runs commit nothing)
         parts.discard()
-        if reached - int(at.cdc["lsn"]) >= IDLE_ADVANCE:
-            moved = replace(at, run=ctx.run_id, cdc={**at.cdc, "lsn": reached})
+        if reached - int(held["lsn"]) >= IDLE_ADVANCE:
+            moved = replace(at, run=ctx.run_id, cdc={**held, "lsn": reached})
             dt = landing.table()
             assert dt is not None  # it holds a position
             landing.commit(at.batch or 0, [], moved, landing.schema(dt))
@@ -207,15 +232,14 @@ def extract_changes(ctx: CdcContext) -> Extraction:
         columns=_spark_columns(plan),
         floor=None if ctx.full_refresh else at.floor,
         run=ctx.run_id,
-        cdc={"lsn": reached, "visibility": held["visibility"]},
+        cdc={**held, "lsn": reached},
     )
-    landing.commit(batch, parts.files(), position, parts.schema, replace=ctx.full_refresh)
+    landing.commit(batch, parts.files(), position, parts.schema, replace=replacing)
     fault("after-landing", ctx.name)
     kept, lag = _advance(ctx)
-    message = f"batch {batch}: {parts.rows} changes up to {lsn_text(reached)}{kept}"
-    result = NodeResult(
-        ctx.nid, "source", "success", rows=parts.rows, message=message, log_behind=lag
-    )
+    total += parts.rows
+    message = f"batch {batch}: {total} changes up to {lsn_text(reached)}{kept}"
+    result = NodeResult(ctx.nid, "source", "success", rows=total, message=message, log_behind=lag)
     return Extraction(result, batch)
 
 
@@ -306,19 +330,46 @@ def _snapshot(
     rows: _Rows,
     parts: BatchParts,
     ctx: CdcContext,
-    label: str,
-    keyed: bool,
-) -> tuple[Visibility, set[tuple[Any, ...]]]:
-    """Every row of `table` now, as `r` changes, in a REPEATABLE READ snapshot, written to the
-    batch's files ROWS_PER_FILE rows at a time (memory stays bounded). Returns what the snapshot
-    holds and, when `keyed` (a new snapshot of landed changes), the keys it found."""
+    going: Parts | None,
+    taken: set[tuple[Any, ...]] | None,
+) -> Iterator[Parts]:
+    """Every row of `table` now, as `r` changes, in a REPEATABLE READ snapshot, written
+    ROWS_PER_FILE rows at a time to `parts` (memory stays bounded). A table whose primary key Python orders
+    as the server does (KEY_KINDS) is read in key order, above the parts `going` holds (an
+    earlier run's), and what the landed parts and this one hold is yielded after every
+    `snapshot_chunk_size` rows, for the caller to land; then once more at the end (the last part
+    open above). `taken`, when given (a new snapshot of landed changes, read whole), collects
+    the keys found."""
+    label = f"source {ctx.name}"
     cols = ", ".join(f'"{d.name}"::text' for d in plan)
-    names = [plan[j].name for j in _key_columns(ctx, plan)] if keyed else []
-    taken: set[tuple[Any, ...]] = set()
+    key = _key_columns(ctx, plan)
+    kinds = tuple(KEY_KINDS.get(_db_type(plan[j]), "") for j in key)
+    parted = taken is None and bool(key) and all(kinds)
+    if going is not None and not parted:
+        raise ConnectorError(
+            f"{label}: the snapshot a killed run began cannot be read on (the table's primary "
+            f"key changed): take a new snapshot with `rivc run --full-refresh --select "
+            f"source:{ctx.name}`"
+        )
+    # the table's own columns: a bare name in ORDER BY would be the selected text
+    query, args, size = f"SELECT {cols} FROM {table} AS rivc_t", (), 0
+    if parted:
+        exprs = [
+            f'rivc_t."{plan[j].name}"' + (' COLLATE "C"' if k == "text" else "")
+            for j, k in zip(key, kinds, strict=True)
+        ]
+        start = None if going is None else going.after()
+        if start is not None:
+            query += f" WHERE ({', '.join(exprs)}) > ({', '.join(['%s'] * len(exprs))})"
+            args = tuple(start)
+        query += f" ORDER BY {', '.join(exprs)}"
+        size = ctx.config.snapshot_chunk_size
+    uptos, seen = (going.uptos, going.seen) if going is not None else ((), ())
+    names = [plan[j].name for j in key]
 
     def flush() -> None:
         envelopes = _envelopes(ctx, plan, rows, label)
-        if names:
+        if taken is not None and names:
             after = envelopes.column("after").combine_chunks()
             taken.update(zip(*(after.field(k).to_pylist() for k in names), strict=True))
         parts.write(envelopes)
@@ -326,17 +377,20 @@ def _snapshot(
 
     with db.transaction():
         db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        seen = Visibility.parse(db.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
+        now = Visibility.parse(db.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
         with db.cursor(name="rivc_snapshot") as cur:
             cur.itersize = 10_000
-            cur.execute(f"SELECT {cols} FROM {table}")
-            for row in cur:
+            cur.execute(query, args)
+            for n, row in enumerate(cur, 1):
                 rows.add("r", None, tuple(row), None, 0)
-                if len(rows) >= ROWS_PER_FILE:
+                if len(rows) >= ROWS_PER_FILE or (size and n % size == 0):
                     flush()
+                if size and n % size == 0:
+                    last = Parts(kinds, (), ()).key(row[j] for j in key)
+                    yield Parts(kinds, (*uptos, last), (*seen, now))
     if len(rows):
         flush()
-    return seen, taken
+    yield Parts(kinds if parted else (), (*uptos, None), (*seen, now))
 
 
 # ----------------------------------------------------------------------------- values

@@ -20,10 +20,14 @@ class BatchParts:
     """A batch's Parquet files under the landing table, written as its changes come."""
 
     def __init__(self, landing: Landing, batch: int, schema: Any, rows_per_file: int) -> None:
-        self.store = landing.store
-        self.out = landing.batch_dir(batch, "changes")
+        self.landing, self.store = landing, landing.store
         self.schema = schema
         self.rows_per_file = rows_per_file
+        self.begin(batch)
+
+    def begin(self, batch: int) -> None:
+        """Write batch `batch` from now on (the one before is landed)."""
+        self.out = self.landing.batch_dir(batch, "changes")
         self.rows = 0
         self.count = 0
         self.store.remove_tree(self.out)  # a killed run's files of the same batch

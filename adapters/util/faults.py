@@ -4,7 +4,8 @@ kill itself (SIGKILL, as a crash or an OOM kill would) when it reaches that poin
 Points (docs/running.md, "What a rerun after a crash does"):
     mid-extraction   a COPY extraction in rivc's process, after its first block is staged
     after-staging    an extraction's files are staged in its landing table, before the commit
-    between-chunks   a chunked extraction committed a group of chunks, before the next group
+    between-chunks   a chunked extraction committed a group of chunks, before the next group;
+                     a postgres-cdc snapshot landed a part, before the next
     after-landing    an extraction's batch is committed to its landing table, before any
                      consumer reads it
     before-commit    Spark's tasks wrote a Delta or Iceberg batch's files, or `rivc maintain`

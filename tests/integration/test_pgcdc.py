@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 from rivc.adapters.connectors.pgoutput import lsn_int
 from rivc_testing import (
     assert_merged_once,
+    busy_writer,
     iceberg_catalog,
     landed_versions,
     rivc,
@@ -695,3 +696,70 @@ def test_on_the_warm_server_a_failed_sibling_takes_every_change_once_when_it_rec
         assert json.loads((root / ".rivc/server/server.json").read_text())["pid"]
     finally:
         run_rivc(root, None, "server", "stop")
+
+
+REGIONS = ("Zulu", "alpha", "Ärger", "éclair", "beta")  # C order differs from a language's
+
+
+def test_a_snapshot_killed_between_its_parts_reads_on_and_meets_the_log_once(
+    tmp_path, logical_pg, capture
+):
+    """A 60,000-row snapshot in parts of 10,000 (a key of text and int, read in the server's
+    C order): three runs are killed each after landing one part while a writer commits
+    updates, inserts and deletes across every key range; the next runs read on in snapshots of
+    their own, and the merged table ends equal to the source, each row read or inserted once."""
+    con = capture("rivc_test_parts", "cdc_parts")
+    con.execute("CREATE TABLE cdc_parts (region text, id int, v int, PRIMARY KEY (region, id))")
+    con.execute(
+        "INSERT INTO cdc_parts SELECT (%s::text[])[1 + g %% 5], g, 0 "
+        "FROM generate_series(1, 60000) g",
+        (list(REGIONS),),
+    )
+    sources = captured_source("pg", "rivc_test_parts", {"t": "public.cdc_parts"}).replace(
+        "publication_name: rivc_test_parts}",
+        "publication_name: rivc_test_parts, snapshot_chunk_size: 10000}",
+    )
+    root = project(
+        tmp_path / "parts",
+        logical_pg,
+        sources,
+        "sinks:\n  - name: lake\n    from: source:pg.t\n"
+        "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
+        "    connector: delta\n"
+        "    config: {table_uri: out/t, mode: merge, merge_keys: [region, id]}\n",
+    )
+
+    def step(mine, key: int, new: int, gone: int) -> None:
+        mine.execute("UPDATE cdc_parts SET v = v + 1 WHERE id = %s", (key,))
+        mine.execute("INSERT INTO cdc_parts VALUES (%s, %s, 1)", (REGIONS[new % 5], new))
+        mine.execute("DELETE FROM cdc_parts WHERE id = %s", (gone,))
+
+    def held() -> dict:
+        dt = DeltaTable(str(root / "warehouse/_rivc/landing/pg.t"))
+        return json.loads(dt.history(limit=1)[0]["rivc"])["position"]["cdc"]
+
+    with busy_writer(lambda: connect(logical_pg), step) as written:
+        for n in (1, 2, 3):
+            killed = run_rivc(root, "between-chunks:pg.t")
+            assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+            cdc = held()
+            assert cdc["reading"] and len(cdc["parts"]) == n
+            assert confirmed_of(con, "rivc_test_parts") <= int(cdc["lsn"])
+        during = len(written)
+        done = run_rivc(root)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert during > 20
+    cdc = held()
+    assert "reading" not in cdc and len(cdc["parts"]) == 4
+    uptos = [tuple(p["upto"]) for p in cdc["parts"][:-1]]
+    assert uptos == sorted(uptos) and len(set(p["visibility"] for p in cdc["parts"])) == 4
+    assert rivc(root, "run").exit_code == 0  # what the writer committed after that run began
+    want = {(r, i): v for r, i, v in con.execute("SELECT region, id, v FROM cdc_parts")}
+    merged = DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
+    assert {(r["region"], r["id"]): r["v"] for r in merged} == want
+    landed = DeltaTable(str(root / "warehouse/_rivc/landing/pg.t")).to_pyarrow_table().to_pylist()
+    read = [(c["after"]["region"], c["after"]["id"]) for c in landed if c["op"] in ("c", "r")]
+    assert len(read) == len(set(read))
+    snapshot = {(c["after"]["region"], c["after"]["id"]) for c in landed if c["op"] == "r"}
+    untouched = {k for k, v in want.items() if v == 0 and k[1] <= 60000}
+    assert untouched <= snapshot and len(untouched) > 50000  # no range skipped
