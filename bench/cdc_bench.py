@@ -5,6 +5,7 @@ and a Delta scd2 history (batch mode).
     python bench/cdc_bench.py --source mysql    # mysql-cdc on a MariaDB of its own
     python bench/cdc_bench.py --changes 50000
     python bench/cdc_bench.py --follow 60       # lag of a followed log at 2,000 changes/s
+    python bench/cdc_bench.py --warm            # each run on the project's warm server
 
 Starts a PostgreSQL cluster of its own with wal_level = logical (initdb as postgres, a free port,
 a temporary folder; root needed), or a MariaDB with the row-based binlog, loads a table, and times `rivc run` in a new process for:
@@ -135,6 +136,7 @@ def main() -> None:
     ap.add_argument("--source", choices=["postgres", "mysql"], default="postgres")
     ap.add_argument("--follow", type=float, default=0, help="seconds of a followed log")
     ap.add_argument("--rate", type=int, default=2_000, help="changes a second, with --follow")
+    ap.add_argument("--warm", action="store_true", help="runs on `rivc server start`'s server")
     args = ap.parse_args()
     if args.follow:
         follow(args.follow, args.rate)
@@ -185,6 +187,8 @@ def main() -> None:
         )
         (root / "sinks").mkdir()
         (root / "sinks/lake.yml").write_text("sinks:\n" + SINKS)
+        if args.warm:
+            subprocess.run([RIVC, "server", "start"], cwd=root, check=True, capture_output=True)
         results = []
         took = timed_run(root)
         results.append(("snapshot", n, took))
@@ -205,6 +209,8 @@ def main() -> None:
             ).fetchone()[0]
             print(f"log kept for the slot once caught up: {int(kept):,} bytes")
     finally:
+        if args.warm:
+            subprocess.run([RIVC, "server", "stop"], cwd=base / "proj", capture_output=True)
         stop()
         shutil.rmtree(base, ignore_errors=True)
 

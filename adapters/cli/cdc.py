@@ -64,7 +64,8 @@ def _binlog_rows(runtime: Any, source: str, nids: list[str]) -> list[dict[str, A
     for nid in nids:
         held = runtime.plan.landing(nid).position().cdc
         at = None if not held else f"{held['file']}:{held['pos']}"
-        rows.append({"table": nid, "held": at, "log_end": end})
+        gtid = None if not held else held.get("gtid")
+        rows.append({"table": nid, "held": at, "gtid": gtid, "log_end": end})
     return rows
 
 

@@ -8,9 +8,11 @@ since the coordinates its landing table holds, landed as one batch of change env
 - A batch holds every change of the table in transactions committed before the log's end when
   the run began, whole. Values are the server's own (pymysql and the binlog decode them); each
   is delivered exactly in the column's type or refused by name.
-- One Delta commit adds the batch and records the coordinates it holds (`Position.cdc`). The
-  server keeps no state for rivc: nothing to advance, and a run killed anywhere reads the same
-  transactions again from what the table holds.
+- One Delta commit adds the batch and records the coordinates it holds (`Position.cdc`), on
+  MariaDB with the GTID position there: after a failover to a replica the next run reads on
+  from the GTIDs (connectors/binlog.py). The server keeps no state for rivc: nothing to
+  advance, and a run killed anywhere reads the same transactions again from what the table
+  holds.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ from rivc.compiler.dbtypes import DbColumn, Delivery, declared_type
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
 
+from ..connectors.binlog import (
+    binary_logs,
+    check_server,
+    file_number,
+    gtid_at,
+    key_names,
+    log_end,
+    moved_server,
+)
 from ..connectors.pgcopy import arrow_type
 from ..connectors.relational import Conn, connection, deliveries, probe
 from ..state import NodeResult
@@ -121,9 +132,10 @@ class _Commit:
     pos: int  # where the commit event ends: the next transaction starts there
     gtid: str | None
     time: datetime
+    shift: int  # past every landed change read from an earlier server (after a failover)
 
     def seq(self, i: int) -> int:
-        return ((_file_number(self.file) << 32) | self.pos) * SEQ + i
+        return self.shift + ((file_number(self.file) << 32) | self.pos) * SEQ + i
 
 
 def server_id(project: str, source: str, config: MysqlCdcConfig) -> int:
@@ -149,16 +161,17 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
     schema_name, table_name = _split(ctx.table.table or "", ctx.conn.database or "")
     qualified = f"`{schema_name}`.`{table_name}`"
     with connection(ctx.conn) as db:
-        mariadb = _check_server(db, label)
+        mariadb = check_server(db, label)
         # a batch after a snapshot reads up to the log's end as it is now; the table then has
         # every column the log up to there has
-        upto = None if held is None else _log_end(db)
+        upto = None if held is None else log_end(db)
         columns = probe(db, "mysql", f"SELECT * FROM {qualified}")
         plan = _plan(columns, dict(ctx.table.columns), label)
         if held is not None:
             check_shape(at.columns, _envelope(plan), label, ctx.name)
-        keys = _key_names(db, schema_name, table_name)
-        if held is not None and held["file"] not in _binary_logs(db):
+        keys = key_names(db, schema_name, table_name)
+        by_gtid = held is not None and moved_server(db, held, mariadb)
+        if held is not None and not by_gtid and held["file"] not in binary_logs(db):
             raise ConnectorError(
                 f"{label}: the binlog file {held['file']} that the table holds a position in "
                 "was purged from the server: the log between is gone; take a new snapshot with "
@@ -179,9 +192,15 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
                 gone = [image for key, image in landed.items() if key not in taken]
                 parts.write(deletes(gone, base, parts.schema))
         if upto is None:  # after the snapshot: the batch reads on from its coordinates
-            upto = _log_end(db)
+            upto = log_end(db)
+        # the GTIDs up to the batch's end, for a failover; changes read from another server
+        # than the landed ones are sequenced after them
+        carried = int((at.cdc or {}).get("shift", 0))
+        shift = next_seq(landing, history(landing)) if by_gtid else carried
+        reached = {"file": upto[0], "pos": upto[1], "gtid": gtid_at(db, upto, mariadb)}
+        reached.update({"shift": shift} if shift else {})
     names = [d.name for d in plan]
-    for commit, changes in _transactions(ctx, held, upto, schema_name, table_name):
+    for commit, changes in _transactions(ctx, held, by_gtid, upto, shift, schema_name, table_name):
         for i, (op, before, after) in enumerate(changes):
             if op == "truncate":
                 if not keys:
@@ -202,11 +221,11 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
                 rows.clear()
     if len(rows):
         parts.write(convert.table(rows))
-    reached = {"file": upto[0], "pos": upto[1]}
     fault("after-staging", ctx.name)
     if not parts.rows and at.cdc is not None and not ctx.full_refresh:
         parts.discard()
-        moved = reached["file"] != at.cdc["file"] or reached["pos"] - at.cdc["pos"] >= IDLE_ADVANCE
+        moved = by_gtid or reached["file"] != at.cdc["file"]
+        moved = moved or reached["pos"] - at.cdc["pos"] >= IDLE_ADVANCE
         if moved:  # a held position stays inside the log the server keeps
             dt = landing.table()
             assert dt is not None  # it holds a position
@@ -248,41 +267,6 @@ def _split(table: str, database: str) -> tuple[str, str]:
     return (schema or database).strip("`"), name.strip("`")
 
 
-def _check_server(db: Any, label: str) -> bool:
-    """Refuse, by name, a server whose binlog cannot give every row whole. Whether it is
-    MariaDB."""
-    with db.cursor() as cur:
-        cur.execute("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, VERSION()")
-        log_bin, fmt, image, version = cur.fetchone()
-        cur.execute("SHOW GLOBAL VARIABLES LIKE 'binlog_row_metadata'")
-        metadata = (cur.fetchone() or (None, None))[1]
-    if not int(log_bin):
-        raise ConnectorError(f"{label}: the server's binary log is off (set log_bin)")
-    if str(fmt).upper() != "ROW":
-        raise ConnectorError(
-            f"{label}: the server's binlog_format is {fmt}: mysql-cdc needs ROW (the rows "
-            "themselves, not the statements)"
-        )
-    if str(image).upper() != "FULL":
-        raise ConnectorError(
-            f"{label}: the server's binlog_row_image is {image}: mysql-cdc needs FULL (every "
-            "column of every changed row)"
-        )
-    if str(metadata).upper() != "FULL":
-        raise ConnectorError(
-            f"{label}: the server's binlog_row_metadata is {metadata or 'unknown (too old)'}: "
-            "mysql-cdc needs FULL (each column's charset and sign in the log; MariaDB 10.5+, "
-            "MySQL 8.0.1+)"
-        )
-    return "mariadb" in str(version).lower()
-
-
-def _binary_logs(db: Any) -> set[str]:
-    with db.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        return {row[0] for row in cur.fetchall()}
-
-
 def _behind(ctx: BinlogContext, held: dict[str, Any] | None) -> int | None:
     """Bytes of binlog the server wrote past the position `held` (how far the table is behind
     the log's end)."""
@@ -291,33 +275,8 @@ def _behind(ctx: BinlogContext, held: dict[str, Any] | None) -> int | None:
     with connection(ctx.conn) as db, db.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         logs = [(str(row[0]), int(row[1])) for row in cur.fetchall()]
-    first = _file_number(held["file"])
-    return sum(size for name, size in logs if _file_number(name) >= first) - int(held["pos"])
-
-
-def _log_end(db: Any) -> tuple[str, int]:
-    """The binlog's end now: the batch reads the transactions committed before it."""
-    with db.cursor() as cur:
-        try:
-            cur.execute("SHOW MASTER STATUS")
-        except Exception:  # MySQL 8.4 renamed it
-            cur.execute("SHOW BINARY LOG STATUS")
-        row = cur.fetchone()
-    return str(row[0]), int(row[1])
-
-
-def _key_names(db: Any, schema: str, table: str) -> list[str]:
-    with db.cursor() as cur:
-        cur.execute(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-            (schema, table),
-        )
-        return [row[0] for row in cur.fetchall()]
-
-
-def _file_number(name: str) -> int:
-    return int(name.rsplit(".", 1)[1])
+    first = file_number(held["file"])
+    return sum(size for name, size in logs if file_number(name) >= first) - int(held["pos"])
 
 
 def _snapshot(
@@ -355,7 +314,7 @@ def _snapshot(
             cur.execute("FLUSH TABLES WITH READ LOCK")
             try:
                 cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-                at = _log_end(db)
+                at = log_end(db)
             finally:
                 cur.execute("UNLOCK TABLES")
     cols = ", ".join(f"`{d.name}`" for d in plan)
@@ -381,18 +340,22 @@ _RESHAPE = re.compile(r"^\s*alter\b(?!.*\brename\s+(?!column\b|index\b|key\b))",
 def _transactions(
     ctx: BinlogContext,
     held: dict[str, Any],
+    by_gtid: bool,
     upto: tuple[str, int],
+    shift: int,
     schema: str,
     table: str,
 ) -> Any:
-    """Each transaction committed between `held` and `upto` that changed the table: its commit
-    and its changes, (op, before, after) in order; a truncate as ("truncate", None, None). A
-    statement that changes the table's shape is refused by name."""
+    """Each transaction committed between `held` (its file and offset, or `by_gtid` its
+    GTIDs) and `upto` that changed the table: its commit and its changes, (op, before, after)
+    in order; a truncate as ("truncate", None, None). A statement that changes the table's
+    shape is refused by name."""
+    import pymysql
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)  # _check_server speaks
+    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)  # check_server speaks
     c = ctx.conn
     reader = BinLogStreamReader(
         connection_settings={
@@ -403,8 +366,11 @@ def _transactions(
             **c.tls.pymysql(),
         },
         server_id=ctx.server_id,
-        log_file=held["file"],
-        log_pos=int(held["pos"]),
+        **(
+            {"auto_position": held["gtid"], "is_mariadb": True}
+            if by_gtid  # MariaDB's mode starts at a GTID; without one, at the first binlog
+            else {"log_file": held["file"], "log_pos": int(held["pos"]), "is_mariadb": False}
+        ),
         resume_stream=True,
         blocking=False,
         only_events=[
@@ -416,17 +382,16 @@ def _transactions(
             GtidEvent,
             MariadbGtidEvent,
         ],
-        is_mariadb=False,  # its MariaDB mode starts at the first binlog: file and position here
         enable_logging=False,
         pymysql_wrapper=_connect,
     )
-    end = (_file_number(upto[0]), upto[1])
+    end = (file_number(upto[0]), upto[1])
     gtid: str | None = None
     changes: list[tuple[str, Any, Any]] = []
     named = re.compile(rf"(`?{re.escape(schema)}`?\s*\.\s*)?`?{re.escape(table)}`?(\W|$)", re.I)
     try:
         for event in reader:
-            if (_file_number(reader.log_file), event.packet.log_pos) > end:
+            if (file_number(reader.log_file), event.packet.log_pos) > end:
                 break
             if isinstance(event, GtidEvent | MariadbGtidEvent):
                 gtid, changes = str(event.gtid), []
@@ -465,8 +430,17 @@ def _transactions(
                     )
                 if (commit or ddl) and changes:
                     when = datetime.fromtimestamp(event.timestamp, UTC)
-                    yield _Commit(reader.log_file, event.packet.log_pos, gtid, when), changes
+                    yield _Commit(reader.log_file, event.packet.log_pos, gtid, when, shift), changes
                     changes = []
+    except pymysql.err.OperationalError as e:
+        if e.args[0] != 1236:  # the server has no log from the held position on
+            raise
+        at = f"GTIDs {held['gtid']}" if by_gtid else f"position {held['file']}:{held['pos']}"
+        raise ConnectorError(
+            f"source {ctx.name}: the server's binlog does not reach back to the {at} the table "
+            "holds: the log between is gone; take a new snapshot with "
+            f"`rivc run --full-refresh --select source:{ctx.name}`"
+        ) from None
     finally:
         reader.close()
 

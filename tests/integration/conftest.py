@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,39 @@ def binlog_mariadb() -> Iterator[int]:
     """A MariaDB server of the tests' own with the row-based binary log on (the machine's runs
     with it off), on a free port, root without a password from 127.0.0.1; stopped at the end.
     Its port."""
+    with _mariadb(1) as port:
+        yield port
+
+
+@pytest.fixture
+def mariadb_replica(binlog_mariadb: int) -> Iterator[int]:
+    """A second server of the tests' own, replicating binlog_mariadb by GTID from where the
+    primary's log is now (what the test writes after), with its own row-based binlog (what a
+    failover moves to); stopped and removed after the test. Its port."""
+    import pymysql
+
+    primary = pymysql.connect(host="127.0.0.1", port=binlog_mariadb, user="root")
+    with primary.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        (now,) = cur.fetchone()
+    primary.close()
+    with _mariadb(2) as port:
+        con = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
+        with con.cursor() as cur:
+            cur.execute("FLUSH BINARY LOGS")  # its own files: other names and offsets
+            cur.execute("SET GLOBAL gtid_slave_pos = %s", (now,))
+            cur.execute(
+                "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, "
+                "MASTER_USER = 'root', MASTER_USE_GTID = slave_pos",
+                (binlog_mariadb,),
+            )
+            cur.execute("START SLAVE")
+        con.close()
+        yield port
+
+
+@contextmanager
+def _mariadb(server_id: int) -> Iterator[int]:
     import os
     import socket
     import subprocess
@@ -136,9 +170,10 @@ def binlog_mariadb() -> Iterator[int]:
             f"--socket={base / 'sock'}",
             f"--pid-file={base / 'pid'}",
             f"--log-bin={data / 'binlog'}",
+            "--log-slave-updates",
             "--binlog-format=ROW",
             "--binlog-row-metadata=FULL",
-            "--server-id=1",
+            f"--server-id={server_id}",
             "--innodb-flush-log-at-trx-commit=0",
             "--sync-binlog=0",
         ],

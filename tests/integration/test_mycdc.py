@@ -237,7 +237,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
                 break
             time.sleep(0.2)
     gone = rivc(root, "run")
-    assert gone.exit_code == 1 and "was purged from the server" in gone.output, gone.output
+    assert gone.exit_code == 1 and "the log between is gone" in gone.output, gone.output
     refreshed = rivc(root, "run", "--full-refresh")
     assert refreshed.exit_code == 0, refreshed.output
     assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
@@ -521,3 +521,78 @@ def test_a_followed_binlog_reaches_the_table_pass_by_pass_until_ctrl_c(tmp_path,
             proc.communicate()
         run(con, "DROP DATABASE IF EXISTS rivc_follow")
         con.close()
+
+
+def test_after_a_failover_to_a_replica_the_table_reads_on_from_its_gtids(
+    tmp_path, binlog_mariadb, mariadb_replica, shop
+):
+    """The table lands from the primary; the replica (its own binlog files and offsets, the
+    same GTIDs) takes over with changes of its own: the next run on the replica reads on from
+    the GTIDs the table holds, every change once, sequenced after the landed ones, so the
+    merged tables and the history equal the replica's table."""
+    con, replica = shop, connect(mariadb_replica)
+
+    def profile(port: int) -> str:
+        return (
+            "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {port}, user: root, database: rivc_cdc}}\n"
+        )
+
+    root = write_files(
+        tmp_path / "failover",
+        {
+            "rivc_project.yml": "name: failover\n",
+            "profiles.yml": profile(binlog_mariadb),
+            "sources/my.yml": SOURCES,
+            "sinks/out.yml": SINKS,
+        },
+    )
+    # the primary's files numbered past the replica's: its positions sort after the replica's
+    run(con, *["FLUSH BINARY LOGS"] * 5)
+    assert rivc(root, "run").exit_code == 0
+    run(
+        con,
+        "UPDATE rivc_cdc.orders SET status = 'one' WHERE id <= 100",
+        "INSERT INTO rivc_cdc.orders (id, status) VALUES (3001, 'new'), (3002, 'new')",
+        "DELETE FROM rivc_cdc.orders WHERE id BETWEEN 50 AND 59",
+    )
+    assert rivc(root, "run").exit_code == 0
+    landed = DeltaTable(str(root / "warehouse/_rivc/landing/my.orders"))
+    before = max(landed.to_pyarrow_table(columns=["seq"]).column("seq").to_pylist())
+    held = json.loads(landed.history(limit=1)[0]["rivc"])["position"]["cdc"]
+    assert held["gtid"].startswith("0-1-")  # domain 0, the primary's server id
+
+    run(con, "UPDATE rivc_cdc.orders SET status = 'replicated' WHERE id BETWEEN 200 AND 300")
+    with con.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos")
+        (primary_at,) = cur.fetchone()
+    with replica.cursor() as cur:
+        cur.execute("SELECT MASTER_GTID_WAIT(%s, 120)", (primary_at,))
+        assert cur.fetchone()[0] == 0  # the replica has everything the primary wrote
+    run(
+        replica,
+        "STOP SLAVE",
+        "RESET SLAVE ALL",  # the failover: the replica takes writes of its own
+        "UPDATE rivc_cdc.orders SET status = 'after', amount = 1.5 WHERE id BETWEEN 400 AND 500",
+        "INSERT INTO rivc_cdc.orders (id, status) VALUES (4001, 'replica')",
+        "UPDATE rivc_cdc.orders SET status = 'again' WHERE id <= 10",  # landed from the primary
+        "DELETE FROM rivc_cdc.orders WHERE id BETWEEN 60 AND 69",
+    )
+    (root / "profiles.yml").write_text(profile(mariadb_replica))
+    moved = rivc(root, "run")
+    assert moved.exit_code == 0, moved.output
+    want = source_rows(replica)
+    assert delta_rows(root) == want == iceberg_rows(root)
+    assert want[250][0] == "replicated" and want[450][0] == "after" and 65 not in want
+    assert history_rows(root) == landed_history(root)
+    assert {k: v for k, v, _, _, live in history_rows(root) if live} == want
+    landed = DeltaTable(str(root / "warehouse/_rivc/landing/my.orders")).to_pyarrow_table()
+    read = [c["after"]["id"] for c in landed.to_pylist() if c["op"] in ("c", "r")]
+    assert len(read) == len(set(read))  # nothing landed twice across the move
+    after = [c["seq"] for c in landed.to_pylist() if c["gtid"] and not c["gtid"].startswith("0-1-")]
+    assert after and min(after) > before  # the replica's own changes follow every landed one
+    quiet = rivc(root, "run")
+    assert quiet.exit_code == 0 and "no new changes" in quiet.output
+    (row,) = json.loads(rivc(root, "cdc", "status", "--json").output)["cdc"]
+    assert row["held"] == row["log_end"] and row["gtid"].startswith("0-2-")  # the replica's
+    replica.close()
