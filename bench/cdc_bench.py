@@ -6,6 +6,7 @@ and a Delta scd2 history (batch mode).
     python bench/cdc_bench.py --changes 50000
     python bench/cdc_bench.py --follow 60       # lag of a followed log at 2,000 changes/s
     python bench/cdc_bench.py --warm            # each run on the project's warm server
+    python bench/cdc_bench.py --merge-only      # the Delta merge sink alone (no scd2 history)
 
 Starts a PostgreSQL cluster of its own with wal_level = logical (initdb as postgres, a free port,
 a temporary folder; root needed), or a MariaDB with the row-based binlog, loads a table, and times `rivc run` in a new process for:
@@ -137,6 +138,7 @@ def main() -> None:
     ap.add_argument("--follow", type=float, default=0, help="seconds of a followed log")
     ap.add_argument("--rate", type=int, default=2_000, help="changes a second, with --follow")
     ap.add_argument("--warm", action="store_true", help="runs on `rivc server start`'s server")
+    ap.add_argument("--merge-only", action="store_true", help="no scd2 history sink")
     args = ap.parse_args()
     if args.follow:
         follow(args.follow, args.rate)
@@ -186,7 +188,8 @@ def main() -> None:
             f"    tables: [{{name: orders, table: {table}}}]\n"
         )
         (root / "sinks").mkdir()
-        (root / "sinks/lake.yml").write_text("sinks:\n" + SINKS)
+        sinks = SINKS.split("  - name: history")[0] if args.merge_only else SINKS
+        (root / "sinks/lake.yml").write_text("sinks:\n" + sinks)
         if args.warm:
             subprocess.run([RIVC, "server", "start"], cwd=root, check=True, capture_output=True)
         results = []
