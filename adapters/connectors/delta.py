@@ -99,8 +99,18 @@ class DeltaSink(Sink):
         return None if dt is None else dt.metadata().configuration.get(WRITER)
 
     def _claim(self, dt: DeltaTable | None) -> None:
-        """Refuse a table another project writes; give one that names no writer ours (a
-        table property; a new table gets it after its first commit, which may not set one)."""
+        """Refuse a table another project writes, or one partitioned otherwise than a given
+        `partition_by` (Delta cannot change a table's partitioning in place: never ignored;
+        without one, the table's own); give one that names no writer ours (a table property;
+        a new table gets it after its first commit, which may not set one)."""
+        held = () if dt is None else tuple(dt.metadata().partition_columns)
+        if self.config.partition_by and dt is not None and held != self.config.partition_by:
+            raise ConnectorError(
+                f"sink {self.ctx.sink}: partition_by is {', '.join(self.config.partition_by)} "
+                f"but {self.uri} is partitioned by {', '.join(held) or 'nothing'}; Delta cannot "
+                "change a table's partitioning in place: write to a new table_uri (or remove "
+                "the table)"
+            )
         found = None if dt is None else dt.metadata().configuration.get(WRITER)
         if dt is None or not self.ctx.claim(found, self.uri):
             return
@@ -192,6 +202,8 @@ class DeltaSink(Sink):
         schema = pq.read_schema(sources[0]).remove_metadata()
         existing = open_table(self.uri)
         self._claim(existing)
+        if existing is not None and existing.metadata().partition_columns:
+            return None  # a partitioned table (made elsewhere): its files go under partitions
         if existing is not None and c.mode == "append":
             if table_schema(existing).names != schema.names:
                 return None  # delta-rs evolves the schema (or refuses)

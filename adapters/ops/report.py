@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -73,17 +74,19 @@ class Progress:
     def note(self, nid: str, text: str) -> None:
         """A line of progress while `nid` runs (a stream's micro-batch)."""
         with self._lock:
-            self.console.print(f"[dim]  {nid} {text}[/dim]", highlight=False)
+            self.console.print(f"[dim]  {escape(f'{nid} {text}')}[/dim]", highlight=False)
 
     def result(self, i: int, n: int, r: NodeResult) -> None:
         word = {"success": "OK", "pass": "PASS"}.get(r.status, r.status.upper())
         rows = f", {r.rows:,} rows" if r.rows is not None and r.kind != "test" else ""
         note = f" {r.message}" if r.message and r.status not in ("error", "fail", "skipped") else ""
-        line = f"[{i}/{n}] [{STYLE.get(r.status, 'white')}]{word}[/] {r.node}{note}{rows} ({r.duration_s:.1f}s)"
+        # the node, its message and its error are text, never markup: `[day]` stays
+        text = escape(f"{r.node}{note}{rows}")
+        line = f"[{i}/{n}] [{STYLE.get(r.status, 'white')}]{word}[/] {text} ({r.duration_s:.1f}s)"
         if r.error:
-            line += f"\n        {redact_text(r.error)}"
+            line += f"\n        {escape(redact_text(r.error))}"
         if r.status == "skipped":
-            line += f" - {r.message}"
+            line += f" - {escape(r.message or '')}"
         with self._lock:
             self._running.pop(r.node, None)
             self.console.print(line, highlight=False, markup=True, soft_wrap=True)

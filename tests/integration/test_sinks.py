@@ -187,6 +187,28 @@ sinks:
     small = pa.table(DeltaTable(str(root / "out/small")).get_add_actions(flatten=True)).to_pylist()
     assert len(small) == 2 and not any(a["path"].startswith("rivc-batch-") for a in small)
 
+    # another partition_by on the partitioned table: refused by name, the table untouched;
+    # without one, the table's own partitioning takes the batch
+    version = parts.version()
+    sinks = (root / "sinks/out.yml").read_text()
+    (root / "sinks/out.yml").write_text(
+        sinks.replace("partition_by: [status]", "partition_by: [order_id]")
+    )
+    changed = rivc(root, "run", "--full-refresh", "--select", "+parts")
+    assert changed.exit_code == 1
+    assert "partition_by is order_id but" in changed.output
+    assert "is partitioned by status; Delta cannot change" in changed.output
+    assert DeltaTable(str(root / "out/parts")).version() == version
+    (root / "sinks/out.yml").write_text(sinks.replace("partition_by: [status], ", ""))
+    assert rivc(root, "run", "--full-refresh", "--select", "+parts").exit_code == 0
+    again = DeltaTable(str(root / "out/parts"))
+    assert again.to_pyarrow_table().num_rows == 900 and again.metadata().partition_columns == [
+        "status"
+    ]
+    assert all(
+        "/status=" in a for a in again.get_add_actions(flatten=True).column("path").to_pylist()
+    )
+
 
 def model_days(root: Path) -> tuple[list, list]:
     model = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table()

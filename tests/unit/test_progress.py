@@ -49,12 +49,12 @@ def test_elsewhere_each_node_prints_one_line_and_a_stream_its_batches(monkeypatc
     progress.start("model:slow")
     time.sleep(0.1)
     progress.start("sink:events")
-    progress.note("sink:events", "batch 0: 10 rows in 0.2s (10 in all)")
+    progress.note("sink:events", "batch 0: 10 rows in 0.2s (10 in all) [bold]")
     progress.result(1, 2, NodeResult("model:slow", "model", "success", rows=8, duration_s=3.0))
     progress.result(2, 2, NodeResult("sink:events", "sink", "success", rows=10, duration_s=4.0))
     progress.close()
     assert out.getvalue().splitlines() == [
-        "  sink:events batch 0: 10 rows in 0.2s (10 in all)",
+        "  sink:events batch 0: 10 rows in 0.2s (10 in all) [bold]",
         "[1/2] OK model:slow, 8 rows (3.0s)",
         "[2/2] OK sink:events, 10 rows (4.0s)",
     ]
@@ -63,7 +63,7 @@ def test_elsewhere_each_node_prints_one_line_and_a_stream_its_batches(monkeypatc
 def test_a_failed_node_prints_its_error_and_a_skipped_one_why():
     out = io.StringIO()
     progress = Progress(Console(file=out, force_terminal=False, width=140))
-    error = "models/a.sql:1:1: error: x"
+    error = "models/a.sql:1:1: error: partition_by [day] is not [status]"  # text, not markup
     progress.result(1, 2, NodeResult("model:a", "model", "error", error=error, duration_s=0.5))
     why = "upstream model:a did not succeed"
     progress.result(2, 2, NodeResult("model:b", "model", "skipped", message=why))
