@@ -126,7 +126,6 @@ def delta_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _rename(out, refusals, "write_mode", "mode")
     _rename(out, refusals, "partition_columns", "partition_by")
     _rename(out, refusals, "target_file_size_mb", "target_file_size", _mib)
-    _flag(out, refusals, "auto_create_table", True, "rivc creates the table on its first write")
     _refuse(
         out,
         refusals,

@@ -306,6 +306,7 @@ class DeltaSinkConfig(SinkConfig):
     table_properties: dict[str, str] = {}
     schema_evolution: Literal["strict", "add_columns"] = "strict"
     storage_options: dict[str, str] = {}
+    auto_create_table: bool = True  # false: a missing table is refused, never made
     spark_write_threshold: int | str = "64MB"  # batches Spark estimates at least this big are
     # written by its executors; smaller ones go through the driver as one file
 

@@ -99,10 +99,16 @@ class DeltaSink(Sink):
         return None if dt is None else dt.metadata().configuration.get(WRITER)
 
     def _claim(self, dt: DeltaTable | None) -> None:
-        """Refuse a table another project writes, or one partitioned otherwise than a given
+        """Refuse a missing table unless rivc may create it, a table another project writes,
+        or one partitioned otherwise than a given
         `partition_by` (Delta cannot change a table's partitioning in place: never ignored;
         without one, the table's own); give one that names no writer ours (a table property;
         a new table gets it after its first commit, which may not set one)."""
+        if dt is None and not self.config.auto_create_table:
+            raise ConnectorError(
+                f"sink {self.ctx.sink}: {self.uri} holds no Delta table and auto_create_table "
+                "is false: create it first (or let rivc create it on the first write)"
+            )
         held = () if dt is None else tuple(dt.metadata().partition_columns)
         if self.config.partition_by and dt is not None and held != self.config.partition_by:
             raise ConnectorError(

@@ -10,7 +10,7 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from rivc_testing import at_entry, iceberg_catalog, rivc, write_files
 
@@ -208,6 +208,19 @@ sinks:
     assert all(
         "/status=" in a for a in again.get_add_actions(flatten=True).column("path").to_pylist()
     )
+
+    # a sink that may not create its table: refused by name, nothing made; once the table
+    # exists, the batch lands in it
+    (root / "sinks/out.yml").write_text(
+        sinks + "  - {name: absent, from: orders, connector: delta,\n"
+        "     config: {table_uri: out/absent, auto_create_table: false}}\n"
+    )
+    refused = rivc(root, "run", "--select", "+absent")
+    assert refused.exit_code == 1 and "holds no Delta table and auto_create_table" in refused.output
+    assert not (root / "out/absent").exists()
+    write_deltalake(str(root / "out/absent"), app.to_pyarrow_table().slice(0, 0))
+    assert rivc(root, "run", "--select", "+absent").exit_code == 0
+    assert DeltaTable(str(root / "out/absent")).to_pyarrow_table().num_rows == 300
 
 
 def model_days(root: Path) -> tuple[list, list]:

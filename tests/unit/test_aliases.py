@@ -47,7 +47,7 @@ def test_a_rivven_delta_lake_sink_is_a_delta_sink(make_project):
     c = sink.config
     assert sink.spec.connector == "delta"
     assert (c.mode, c.partition_by, c.compression) == ("overwrite", ("customer_id",), "zstd")
-    assert c.target_file_size == 64 << 20
+    assert c.target_file_size == 64 << 20 and c.auto_create_table is True
     assert c.storage_options == {
         "AWS_REGION": "eu-west-1",
         "AWS_ENDPOINT_URL": "http://minio:9000",
