@@ -196,12 +196,7 @@ def iceberg_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
                     "identity, bucket or time, or rivc's list of fields",
                 )
             )
-    _refuse(
-        out,
-        refusals,
-        "target_file_size_mb",
-        "rivc writes one file per task and partition value of each batch",
-    )
+    _rename(out, refusals, "target_file_size_mb", "target_file_size", _mib)
     _lakehouse(out, refusals)
 
 

@@ -200,7 +200,8 @@ class IcebergSink(Sink):
         frame = df.selectExpr("*", *(f"{e} AS {n}" for n, e in helpers.items() if n not in buckets))
         if buckets:
             frame = _with_buckets(frame, table, buckets)
-        written = write_parquet(frame, uri, store, rel, CODECS[c.compression], tuple(helpers))
+        codec = CODECS[c.compression]
+        written = write_parquet(frame, uri, store, rel, codec, tuple(helpers), c.target_file_size)
         paths = [join(location, w.rel) for w in written]
         fault("before-commit", c.table)  # the files are in, no snapshot references them
         try:
@@ -355,13 +356,17 @@ class IcebergSink(Sink):
         c = self.config
         # New columns first, in their own commit: an upsert compares the batch with the table's
         # schema as it is before the transaction, and added columns are harmless on their own.
-        rows = stream(data, without_deletes=True)  # unwrap_cdc's deletes only take keys out
+        # unwrap_cdc's deletes only take keys out; pyiceberg packs files of whole batches
+        rows = stream(data, without_deletes=True, rows=10_000 if c.target_file_size else 65_536)
         evolved = self._evolve(table, rows.schema)
         if evolved:
             table = table.refresh()
         if table.spec().fields:  # pyiceberg streams a RecordBatchReader only into unpartitioned
             rows = rows.read_all()  # tables
+
         with table.transaction() as tx:
+            if c.target_file_size:  # pyiceberg's writer packs files up to it
+                tx.set_properties({"write.target-file-size-bytes": str(c.target_file_size)})
             if c.mode == "append":
                 tx.append(rows, snapshot_properties=props)
             elif c.mode == "overwrite":

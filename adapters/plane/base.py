@@ -352,9 +352,10 @@ def spark_repeated_key(df: Any, keys: tuple[str, ...]) -> str | None:
     return None if dupe is None else ", ".join(f"{k}={dupe[k]!r}" for k in keys)
 
 
-def stream(data: pads.Dataset, without_deletes: bool = False) -> Any:
-    """A RecordBatchReader over `data` that reads ahead little: memory stays near one batch.
-    `without_deletes`: only the rows unwrap_cdc did not flag as deletes, without the flag."""
+def stream(data: pads.Dataset, without_deletes: bool = False, rows: int = 65_536) -> Any:
+    """A RecordBatchReader over `data` of batches of at most `rows` rows that reads ahead
+    little: memory stays near one batch. `without_deletes`: only the rows unwrap_cdc did not
+    flag as deletes, without the flag."""
     import pyarrow.compute as pc
 
     columns = filter_ = None
@@ -364,7 +365,7 @@ def stream(data: pads.Dataset, without_deletes: bool = False) -> Any:
     return data.scanner(
         columns=columns,
         filter=filter_,
-        batch_size=65_536,
+        batch_size=rows,
         batch_readahead=1,
         fragment_readahead=1,
         use_threads=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -263,6 +264,51 @@ sinks:
     assert paid.num_rows == 2 * expected
     assert table.properties["rivc.batch.rivc:sinks:ice"] == "1"
     assert [s.summary["rivc.batch.rivc:sinks:ice"] for s in table.snapshots()][-1] == "1"
+
+
+def test_target_file_size_rolls_files_on_both_paths_of_both_lakehouse_sinks(spark, tmp_path):
+    """25,000 rows of 32 random hex characters (about 1 MB): with target_file_size 200 kB each
+    sink writes several files, read back whole with deltalake and pyiceberg; without it,
+    a task's rows are one file."""
+    model = """{{ config(materialized='table') }}
+select id, md5(cast(id as string)) as digest from (select explode(sequence(1, 25000)) as id)
+"""
+    sized = "target_file_size: 200000"
+    root = project(
+        tmp_path / "t",
+        f"""
+sinks:
+  - {{name: dspark, from: orders, connector: delta,
+     config: {{table_uri: out/dspark, {sized}, spark_write_threshold: 0}}}}
+  - {{name: dplain, from: orders, connector: delta, config: {{table_uri: out/dplain}}}}
+  - {{name: ispark, from: orders, connector: iceberg,
+     config: {{namespace: t, table: spark, {sized}, spark_write_threshold: 0}}}}
+  - {{name: istream, from: orders, connector: iceberg, config: {{namespace: t, table: streamed, {sized}}}}}
+""",
+        model,
+    )
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    want = {(i, hashlib.md5(str(i).encode()).hexdigest()) for i in range(1, 25001)}
+
+    def delta(name: str) -> tuple[int, set]:
+        dt = DeltaTable(str(root / "out" / name))
+        rows = dt.to_pyarrow_table().to_pylist()
+        return len(dt.file_uris()), {(r["id"], r["digest"]) for r in rows}
+
+    def iceberg(name: str) -> tuple[int, set]:
+        table = iceberg_catalog(root).load_table(f"t.{name}")
+        rows = table.scan().to_arrow().to_pylist()
+        return len(table.inspect.files()), {(r["id"], r["digest"]) for r in rows}
+
+    plain_files, plain_rows = delta("dplain")
+    assert plain_rows == want and plain_files == 1
+    for name, (files, rows) in zip(
+        ("dspark", "ispark", "istream"),
+        (delta("dspark"), iceberg("spark"), iceberg("streamed")),
+        strict=True,
+    ):
+        assert rows == want and files >= 3, (name, files)
 
 
 def test_a_type_compile_could_not_see_is_refused_before_the_table_is_touched(spark, tmp_path):

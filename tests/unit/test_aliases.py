@@ -94,6 +94,7 @@ def test_a_rivven_iceberg_sink_and_mqtt_source(make_project):
                       partition_fields: [customer_id]
                       num_buckets: 16
                       schema_evolution: add_columns
+                      target_file_size_mb: 128
                       s3: {region: us-west-2}
             """,
         }
@@ -121,6 +122,7 @@ def test_a_rivven_iceberg_sink_and_mqtt_source(make_project):
         ("customer_id", "bucket", 16)
     ]
     assert i.storage_options == {"AWS_REGION": "us-west-2"}
+    assert i.target_file_size == 128 << 20
 
 
 def test_every_unknown_or_refused_key_is_reported_in_one_run(make_project):
