@@ -155,16 +155,7 @@ def iceberg_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
             nested = catalog.pop(block, None)
             if isinstance(nested, dict):
                 for key, value in nested.items():
-                    if key == "properties":
-                        refusals.append(
-                            (
-                                ("catalog", block, key),
-                                "catalog properties: rivc takes uri, warehouse, "
-                                "credential and token",
-                            )
-                        )
-                    else:
-                        catalog.setdefault(key, value)
+                    catalog.setdefault(key, value)
         out["catalog"] = catalog
     style = out.get("partitioning")
     if isinstance(style, str):

@@ -384,6 +384,9 @@ class IcebergCatalog(Spec):
     warehouse: Location | None = None
     credential: str | None = None
     token: str | None = None
+    # pyiceberg's own catalog properties, passed as they are (an OAuth2 server's
+    # `oauth2-server-uri` and `scope`, `header.*`, `rest.sigv4-enabled`, ...)
+    properties: dict[str, str] = {}
 
 
 class IcebergPartition(Spec):

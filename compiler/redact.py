@@ -7,7 +7,9 @@ from typing import Any
 
 MASK = "****"
 _SECRET_KEY = re.compile(
-    r"(^|_)(password|passwd|pwd|secret|token|credentials?|api_key|private_key)$|_key$", re.I
+    r"(^|[_.-])(password|passwd|pwd|secret|token|credentials?|api[_-]key|private[_-]key)$"
+    r"|[_.-]key$",
+    re.I,
 )
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
 _URL_QUERY_SECRET = re.compile(

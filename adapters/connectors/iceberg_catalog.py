@@ -134,7 +134,8 @@ def open_catalog(c: IcebergCatalog, root: Path, store: Store) -> Any:
             "credential": c.credential,
             "token": c.token,
         }
-        return RestCatalog(c.name, **{k: v for k, v in props.items() if v}, **io)
+        given = {k: v for k, v in props.items() if v}
+        return RestCatalog(c.name, **{**given, **io, **c.properties})  # the user's last
     from pyiceberg.catalog.sql import SqlCatalog
 
     home = root / STATE_DIR / "iceberg"
@@ -143,7 +144,10 @@ def open_catalog(c: IcebergCatalog, root: Path, store: Store) -> Any:
     if "://" not in warehouse:
         warehouse = (root / warehouse).resolve().as_uri()
     return SqlCatalog(
-        c.name, uri=c.uri or f"sqlite:///{home / 'catalog.db'}", warehouse=warehouse, **io
+        c.name,
+        uri=c.uri or f"sqlite:///{home / 'catalog.db'}",
+        warehouse=warehouse,
+        **{**io, **c.properties},
     )
 
 

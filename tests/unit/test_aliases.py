@@ -85,7 +85,13 @@ def test_a_rivven_iceberg_sink_and_mqtt_source(make_project):
                     config:
                       catalog:
                         type: rest
-                        rest: {uri: "http://localhost:8181", warehouse: "s3://b/wh", credential: t}
+                        rest:
+                          uri: "http://localhost:8181"
+                          warehouse: "s3://b/wh"
+                          credential: t
+                          properties:
+                            oauth2-server-uri: "https://idp.example.com/token"
+                            s3.secret-access-key: shh
                       namespace: analytics
                       table: orders
                       commit_mode: upsert
@@ -123,6 +129,12 @@ def test_a_rivven_iceberg_sink_and_mqtt_source(make_project):
     ]
     assert i.storage_options == {"AWS_REGION": "us-west-2"}
     assert i.target_file_size == 128 << 20
+    assert i.catalog.properties == {
+        "oauth2-server-uri": "https://idp.example.com/token",
+        "s3.secret-access-key": "shh",
+    }
+    manifest = (root / "target" / "manifest.json").read_text()
+    assert "idp.example.com" in manifest and "shh" not in manifest  # never a secret
 
 
 def test_every_unknown_or_refused_key_is_reported_in_one_run(make_project):
