@@ -13,6 +13,17 @@ from typing import Any
 
 CONNECTORS = {"delta-lake": "delta"}  # Rivven's connector names -> rivc's
 
+# Rivven's transform types -> rivc's (docs/transforms.md), named in the refusal of the type
+TRANSFORMS = {
+    "ExtractNewRecordState": "unwrap_cdc (the after-image; deletes: apply and sequence_by merge "
+    "deletes)",
+    "MaskField": "mask (fields; char for mask_char)",
+    "ReplaceField": "rename (map for rename) and drop (fields for exclude)",
+    "InsertField": "insert (static; timestamp: a column name)",
+    "Filter": "filter (condition in Spark SQL over the columns; action keep or drop)",
+    "ContentRouter": "route (field, routes, default)",
+}
+
 Refusal = tuple[tuple[str, ...], str]  # (key path under config, message)
 
 MIB = 1 << 20

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, NewType, Union
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from .aliases import connector_name
+from .aliases import TRANSFORMS, connector_name
 from .errors import CompileFailed, ProjectError, RivcError, did_you_mean
 from .redact import is_secret_key
 from .specbase import Location, Name, Spec, StrList, _as_tuple, _hook_list, _identifier
@@ -510,6 +510,12 @@ def _one_error(cls: type[Spec], err: Any, doc: YamlDoc, at: YamlPath) -> Project
         message = f"unknown key {key!r}{did_you_mean(last, fields)}"
     elif etype == "missing":
         message = f"missing required key {key!r}"
+    elif etype == "union_tag_invalid" and err["ctx"]["tag"] in TRANSFORMS:
+        tag = err["ctx"]["tag"]
+        message = (
+            f"transform type {tag!r} is Rivven's: rivc's is {TRANSFORMS[tag]}, with its "
+            "settings beside type (no config: block)"
+        )
     else:
         detail = err["msg"].removeprefix("Value error, ")
         # a profile holds secrets: a value in the wrong key may be one, so none is echoed

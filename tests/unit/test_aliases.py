@@ -192,3 +192,26 @@ def test_every_unknown_or_refused_key_is_reported_in_one_run(make_project):
     assert "max_inflight: rivc's MQTT source does not take max_inflight" in text
     assert "unknown key 'sources.0.tables.1.config.keepalive'" in text
     assert not (root / "target/manifest.json").exists()
+
+
+def test_each_rivven_transform_type_points_to_rivcs(make_project):
+    from rivc.compiler.aliases import TRANSFORMS
+
+    for rivven, rivc_name in TRANSFORMS.items():
+        root = make_project(
+            {
+                "sinks/t.yml": f"""
+                    sinks:
+                      - name: out
+                        from: stg
+                        connector: stdout
+                        transforms:
+                          - type: {rivven}
+                            config: {{fields: [a]}}
+                """
+            }
+        )
+        code, out = compile_(root)
+        assert code == 2
+        assert "sinks/t.yml:6:" in out and f"transform type '{rivven}' is Rivven's" in out
+        assert f"rivc's is {rivc_name.split(' ')[0]}" in out
