@@ -154,15 +154,15 @@ def iceberg_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
         kind = catalog.get("type")
         if kind == "memory":  # a catalog for local use: rivc's SQLite catalog is the one
             catalog["type"] = "sql"
-        elif kind in ("glue", "hive"):
+        elif kind == "hive":
             refusals.append(
                 (
                     ("catalog", "type"),
-                    f"catalog type {kind}: rivc speaks the REST "
-                    "and SQL catalogs; Glue and Hive are reached through a REST catalog",
+                    "catalog type hive: rivc speaks the REST, Glue and SQL catalogs; a Hive "
+                    "metastore is reached through a REST catalog",
                 )
             )
-        for block in ("rest", "sql", "memory"):
+        for block in ("rest", "glue", "sql", "memory"):
             nested = catalog.pop(block, None)
             if isinstance(nested, dict):
                 for key, value in nested.items():

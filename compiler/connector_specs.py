@@ -378,7 +378,7 @@ class StdoutSinkConfig(SinkConfig):
 
 
 class IcebergCatalog(Spec):
-    type: Literal["sql", "rest"] = "sql"
+    type: Literal["sql", "rest", "glue"] = "sql"
     name: str = "rivc"  # a SQL catalog keeps its tables under its name (Spark's catalog name)
     uri: str | None = None
     warehouse: Location | None = None

@@ -122,9 +122,16 @@ def file_io(store: Store) -> dict[str, str]:
 
 
 def open_catalog(c: IcebergCatalog, root: Path, store: Store) -> Any:
-    """The catalog a config names: REST, or SQL (by default rivc's SQLite catalog in
+    """The catalog a config names: REST, Glue, or SQL (by default rivc's SQLite catalog in
     .rivc/iceberg/, with its warehouse beside it); relative warehouses are under the project."""
     io = file_io(store)
+    if c.type == "glue":  # AWS Glue: the region and credentials of the store, as boto3 finds them
+        from pyiceberg.catalog.glue import GlueCatalog
+
+        given = {"warehouse": c.warehouse} if c.warehouse else {}
+        if "AWS_REGION" in store.options:
+            given["glue.region"] = store.options["AWS_REGION"]
+        return GlueCatalog(c.name, **{**given, **io, **c.properties})
     if c.type == "rest":
         from pyiceberg.catalog.rest import RestCatalog
 

@@ -560,3 +560,50 @@ def test_a_changed_iceberg_partitioning_evolves_the_tables_spec(spark, tmp_path,
 
     paid = table.scan(row_filter=EqualTo("status", "paid")).to_arrow()
     assert paid.num_rows == sum(1 for s in rows.column("status").to_pylist() if s == "paid")
+
+
+def test_an_iceberg_table_in_a_glue_catalog_on_s3(spark, tmp_path, monkeypatch):
+    """The seed's production setup, on moto's Glue and S3: both paths of the iceberg sink make
+    and fill a table the Glue catalog lists (read back with boto3 and pyiceberg), each batch once
+    (a second run with nothing new adds nothing, a rebuilt model's batch lands once more)."""
+    import boto3
+    from pyiceberg.catalog.glue import GlueCatalog
+
+    from rivc_testing import S3_KEYS, moto_s3
+
+    with moto_s3() as url:
+        env = {**S3_KEYS, "AWS_ENDPOINT_URL": url, "AWS_ALLOW_HTTP": "true"}
+        for key, value in {**env, "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            monkeypatch.setenv(key, value)
+        glue = boto3.client("glue", endpoint_url=url, region_name="us-east-1")
+        glue.create_database(DatabaseInput={"Name": "shop"})
+        catalog = (
+            "{type: glue, warehouse: 's3://lake/wh', "
+            f"properties: {{glue.endpoint: '{url}', glue.region: us-east-1}}}}"
+        )
+        root = project(
+            tmp_path / "g",
+            f"""
+sinks:
+  - {{name: spark_path, from: orders, connector: iceberg,
+     config: {{catalog: {catalog}, namespace: shop, table: big, spark_write_threshold: 0}}}}
+  - {{name: streamed, from: orders, connector: iceberg,
+     config: {{catalog: {catalog}, namespace: shop, table: small}}}}
+""",
+        )
+        for args in ([], [], ["--full-refresh"]):
+            result = rivc(root, "run", *args)
+            assert result.exit_code == 0, result.output
+        listed = glue.get_tables(DatabaseName="shop")["TableList"]
+        assert {t["Name"] for t in listed} == {"big", "small"}
+        assert all(t["Parameters"]["table_type"].upper() == "ICEBERG" for t in listed)
+        reader = GlueCatalog(
+            "check", **{"glue.endpoint": url, "glue.region": "us-east-1", "s3.endpoint": url}
+        )
+        model = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table()
+        want = sorted(model.column("order_id").to_pylist() * 2)  # two batches, each once
+        for name in ("big", "small"):
+            table = reader.load_table(f"shop.{name}")
+            assert table.location().startswith("s3://lake/wh/")
+            rows = table.scan().to_arrow()
+            assert sorted(rows.column("order_id").to_pylist()) == want
