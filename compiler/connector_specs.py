@@ -420,6 +420,8 @@ class IcebergSinkConfig(SinkConfig):
     namespace: str
     table: str
     mode: Literal["append", "overwrite", "upsert", "scd2"] = "append"
+    # overwrite: the whole table, or only the partitions the batch writes (the seed's)
+    overwrite_scope: Literal["table", "partitions"] = "table"
     key_fields: StrList = ()
     scd2: Scd2Columns = Scd2Columns()
     partitioning: tuple[IcebergPartition, ...] = ()
@@ -437,6 +439,8 @@ class IcebergSinkConfig(SinkConfig):
     def _keys(self) -> IcebergSinkConfig:
         if self.mode in ("upsert", "scd2") and not self.key_fields:
             raise ValueError(f"mode {self.mode} needs key_fields")
+        if self.overwrite_scope == "partitions" and self.mode != "overwrite":
+            raise ValueError("overwrite_scope partitions needs mode overwrite")
         return self
 
     def merge_by(self) -> tuple[str, ...]:

@@ -40,7 +40,7 @@ from .iceberg_catalog import (
     store_path,
     transform_of,
 )
-from .iceberg_files import data_files, upsert_files, upserted
+from .iceberg_files import data_files, in_partitions, upsert_files, upserted
 from .iceberg_maintenance import housekeep
 
 if TYPE_CHECKING:
@@ -144,11 +144,14 @@ class IcebergSink(Sink):
             f.name: f.dataType.simpleString() for f in df.schema.fields if f.name != DELETE_COLUMN
         }
         history = c.history()  # mode scd2: only this path keeps versions
+        dynamic = c.mode == "overwrite" and c.overwrite_scope == "partitions"  # and this one
 
         def streamed(why: str) -> WriteResult | None:
-            """The streamed path takes this batch; a scd2 batch is refused, saying why."""
-            if history is not None:
-                raise ConnectorError(f"scd2 into {self.identifier}: {why}")
+            """The streamed path takes this batch; a scd2 batch or a partitions overwrite is
+            refused, saying why."""
+            if history is not None or dynamic:
+                what = "scd2" if history is not None else "overwrite of partitions"
+                raise ConnectorError(f"{what} into {self.identifier}: {why}")
             return None
 
         helpers = {f"_rivc_p{i}": _spark_partition(p, types) for i, p in enumerate(c.partitioning)}
@@ -157,7 +160,8 @@ class IcebergSink(Sink):
         buckets = {
             n: p for n, p in zip(helpers, c.partitioning, strict=True) if p.transform == "bucket"
         }
-        if not history and shares_disk(df) and not large(df, parse_size(c.spark_write_threshold)):
+        small = not large(df, parse_size(c.spark_write_threshold))
+        if not history and not dynamic and shares_disk(df) and small:
             return None
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
@@ -210,14 +214,15 @@ class IcebergSink(Sink):
                 if int(fresh.properties.get(self.marker, "-1")) >= batch_id:
                     return  # a retry's own commit landed after all
                 with fresh.transaction() as tx:
-                    if c.mode == "overwrite":
+                    if c.mode == "overwrite" and not dynamic:
                         with warnings.catch_warnings():  # an empty table has nothing to delete
                             warnings.filterwarnings("ignore", "Delete operation did not match")
                             tx.delete(AlwaysTrue(), snapshot_properties=props)
-                    if replaced or buckets:
+                    if replaced or buckets or dynamic:
                         bucketed = {int(n.removeprefix("_rivc_p")) for n in buckets}
                         added = data_files(fresh, tx.table_metadata, paths, written, bucketed)
-                        replace_files(tx, replaced, added, props)
+                        old = in_partitions(fresh, added) if dynamic else replaced
+                        replace_files(tx, old, added, props)
                     elif paths:
                         tx.add_files(
                             paths,
@@ -243,8 +248,11 @@ class IcebergSink(Sink):
         from pyiceberg.exceptions import CommitFailedException
 
         c = self.config
-        if c.history() is not None:  # write_spark takes every scd2 batch
-            raise ConnectorError(f"sink {self.ctx.sink}: a scd2 batch reached the streamed path")
+        dynamic = c.mode == "overwrite" and c.overwrite_scope == "partitions"
+        if c.history() is not None or dynamic:  # write_spark takes every one of those
+            raise ConnectorError(
+                f"sink {self.ctx.sink}: a {c.mode} batch reached the streamed path"
+            )
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
 

@@ -122,9 +122,9 @@ def data_files(
 def in_partitions(table: Any, added: list[Any]) -> list[Any]:
     """The table's live data files in the partitions (of the same spec) that `added` is
     written to: what a partitions overwrite replaces. An unpartitioned table is one partition."""
-    touched = {(f.spec_id, tuple(f.partition)) for f in added}
+    touched, spec = {tuple(f.partition) for f in added}, table.spec().spec_id  # added: its spec
     return [
         t.file
         for t in table.scan().plan_files()
-        if (t.file.spec_id, tuple(t.file.partition)) in touched
+        if t.file.spec_id == spec and tuple(t.file.partition) in touched
     ]

@@ -341,6 +341,45 @@ where {{ var('where', 'true') }}
 """
 
 
+def test_iceberg_overwrite_of_partitions_replaces_only_those_the_batch_writes(spark, tmp_path):
+    """overwrite_scope partitions (the seed's overwrite): a batch of the paid orders replaces
+    the paid partition and keeps the others, on a day-and-status partitioned table too; the
+    table-scope overwrite beside it holds only the batch. Read back with pyiceberg against the
+    model's table read with deltalake."""
+    scoped = "mode: overwrite, overwrite_scope: partitions"
+    root = project(
+        tmp_path / "o",
+        f"""
+sinks:
+  - {{name: parts, from: orders, connector: iceberg,
+     config: {{namespace: shop, table: parts, {scoped},
+              partitioning: [{{field: status}}]}}}}
+  - {{name: days, from: orders, connector: iceberg,
+     config: {{namespace: shop, table: days, {scoped}, spark_write_threshold: 0,
+              partitioning: [{{field: created_at, transform: day}}, {{field: status}}]}}}}
+  - {{name: whole, from: orders, connector: iceberg,
+     config: {{namespace: shop, table: whole, mode: overwrite}}}}
+""",
+        UPSERTED,
+    )
+    first_run = rivc(root, "run")
+    assert first_run.exit_code == 0, first_run.output
+    model = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table().to_pylist()
+    first = {r["order_id"]: (r["status"], r["total"]) for r in model}
+    paid = {k for k, (status, _) in first.items() if status == "paid"}
+    assert paid and len(paid) < len(first)
+    again = rivc(root, "run", "--vars", "{bump: 1000, where: \"status = 'paid'\"}")
+    assert again.exit_code == 0, again.output
+    want = {k: (s, t + 1000 if k in paid else t) for k, (s, t) in first.items()}
+    catalog = iceberg_catalog(root)
+    for name in ("parts", "days"):
+        rows = catalog.load_table(f"shop.{name}").scan().to_arrow().to_pylist()
+        assert len(rows) == len(first)
+        assert {r["order_id"]: (r["status"], r["total"]) for r in rows} == want, name
+    whole = catalog.load_table("shop.whole").scan().to_arrow().to_pylist()
+    assert {r["order_id"] for r in whole} == paid
+
+
 def test_iceberg_upsert_on_executors_rewrites_only_the_files_its_keys_can_be_in(spark, tmp_path):
     """An upsert written by Spark's tasks (spark_write_threshold 0): the files whose order_id
     bounds can hold a key of the batch are read, joined with the batch and rewritten by Spark,
