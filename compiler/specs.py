@@ -199,8 +199,17 @@ class ConnectionSpec(Spec):
         return self
 
 
+class MetricsSpec(Spec):
+    """Where each run's node results go for a monitoring system, in Prometheus's text format:
+    a file (node_exporter's textfile collector; relative to the project) and/or a Pushgateway."""
+
+    textfile: str | None = None
+    pushgateway: str | None = None  # its URL; the push goes to /metrics/job/rivc/project/<name>
+
+
 class ProfileSpec(Spec):
     spark: SparkSpec = SparkSpec()
+    metrics: MetricsSpec = MetricsSpec()
     warehouse: Location = "warehouse"
     # credentials and endpoints of the object store (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, ...):
     # rivc's process and Spark's executors get them, on top of the environment's

@@ -210,6 +210,9 @@ def execute(
     )
     out = root / TARGET_DIR / "run_results.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    from ..ops.metrics_out import export
+
+    export(plan.profile.metrics, root, plan.project.spec.name, report, on_warning)
     return report
 
 

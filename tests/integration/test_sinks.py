@@ -646,3 +646,66 @@ sinks:
             assert table.location().startswith("s3://lake/wh/")
             rows = table.scan().to_arrow()
             assert sorted(rows.column("order_id").to_pylist()) == want
+
+
+def test_each_run_leaves_its_metrics_for_prometheus(spark, tmp_path):
+    """profiles.yml `metrics:` writes every run's node results in Prometheus's text format to a
+    file (node_exporter's textfile collector) and PUTs them to a Pushgateway (a local HTTP
+    receiver here), read back with prometheus_client's parser; an unreachable gateway is a
+    warning, never a failed run."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    pushed: list[tuple[str, str, bytes]] = []
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:  # noqa: N802 (http.server's name)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            pushed.append((self.command, self.path, body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    gateway = f"http://127.0.0.1:{server.server_port}"
+    root = project(
+        tmp_path / "m",
+        "sinks:\n  - {name: lake, from: orders, connector: delta, config: {table_uri: out/lake}}\n",
+    )
+    (root / "profiles.yml").write_text(
+        f"default:\n  metrics: {{textfile: metrics/rivc.prom, pushgateway: '{gateway}'}}\n"
+    )
+    try:
+        result = rivc(root, "run")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 0, result.output
+
+    def samples(text: str) -> dict[tuple[str, str], float]:
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out[(s.name, s.labels.get("node", ""))] = s.value
+                assert s.labels["project"] == "sinks"
+        return out
+
+    written = samples((root / "metrics/rivc.prom").read_text())
+    assert written[("rivc_run_success", "")] == 1
+    assert written[("rivc_node_success", "sink:lake")] == 1
+    assert written[("rivc_node_rows", "sink:lake")] == 300
+    assert written[("rivc_node_rows", "model:orders")] == 300
+    assert written[("rivc_node_commits", "sink:lake")] == 1
+    assert written[("rivc_node_duration_seconds", "sink:lake")] > 0
+    ((method, path, body),) = pushed
+    assert (method, path) == ("PUT", "/metrics/job/rivc/project/sinks")
+    assert samples(body.decode()) == written
+
+    again = rivc(root, "run", "--full-refresh")  # the gateway is gone now
+    assert again.exit_code == 0 and "metrics: the push to" in again.output
+    assert samples((root / "metrics/rivc.prom").read_text())[("rivc_node_rows", "sink:lake")] == 300
