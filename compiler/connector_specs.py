@@ -449,6 +449,9 @@ class IcebergSinkConfig(SinkConfig):
     def history(self) -> Scd2Columns | None:
         return self.scd2 if self.mode == "scd2" else None
 
+    def partitions_overwrite(self) -> bool:
+        return self.mode == "overwrite" and self.overwrite_scope == "partitions"
+
     def input_columns(self) -> dict[str, tuple[str, ...]]:
         out = super().input_columns()
         if self.partitioning:

@@ -144,7 +144,7 @@ class IcebergSink(Sink):
             f.name: f.dataType.simpleString() for f in df.schema.fields if f.name != DELETE_COLUMN
         }
         history = c.history()  # mode scd2: only this path keeps versions
-        dynamic = c.mode == "overwrite" and c.overwrite_scope == "partitions"  # and this one
+        dynamic = c.partitions_overwrite()  # and so does an overwrite of partitions
 
         def streamed(why: str) -> WriteResult | None:
             """The streamed path takes this batch; a scd2 batch or a partitions overwrite is
@@ -160,8 +160,8 @@ class IcebergSink(Sink):
         buckets = {
             n: p for n, p in zip(helpers, c.partitioning, strict=True) if p.transform == "bucket"
         }
-        small = not large(df, parse_size(c.spark_write_threshold))
-        if not history and not dynamic and shares_disk(df) and small:
+        threshold = parse_size(c.spark_write_threshold)
+        if not history and not dynamic and shares_disk(df) and not large(df, threshold):
             return None
         catalog = self.catalog()
         catalog.create_namespace_if_not_exists(c.namespace)
@@ -248,8 +248,7 @@ class IcebergSink(Sink):
         from pyiceberg.exceptions import CommitFailedException
 
         c = self.config
-        dynamic = c.mode == "overwrite" and c.overwrite_scope == "partitions"
-        if c.history() is not None or dynamic:  # write_spark takes every one of those
+        if c.history() is not None or c.partitions_overwrite():  # write_spark takes those
             raise ConnectorError(
                 f"sink {self.ctx.sink}: a {c.mode} batch reached the streamed path"
             )
