@@ -96,16 +96,13 @@ class Parts:
     def unread(
         self, xid: int, key_cols: list[int], op: str, before: Any, after: Any
     ) -> tuple[str, Any, Any]:
-        """A change (op and images) as the parts have not read it: as it is, or op "" when the
-        part that read its key holds its transaction. An update that moves a row to a key in
-        another part becomes the half that part has not read: the insert or the delete."""
-        was = None if before is None else tuple(before[j] for j in key_cols)
-        now = None if after is None else tuple(after[j] for j in key_cols)
-        had = was is not None and self.holds(xid, was)
-        has = now is not None and self.holds(xid, now)
-        if op == "u" and was is not None and self.key(was) != self.key(now) and had != has:
-            return ("c", None, after) if had else ("d", before, None)
-        return ("", None, None) if (has if now is not None else had) else (op, before, after)
+        """A change (op and images; an update that moved its row's key comes as a delete and
+        an insert) as the parts have not read it: as it is, or op "" when the part that read
+        its key holds its transaction."""
+        image = after if after is not None else before
+        if self.holds(xid, tuple(image[j] for j in key_cols)):
+            return ("", None, None)
+        return (op, before, after)
 
     def everywhere(self, xid: int) -> bool:
         return all(seen.holds(xid) for seen in self.seen)

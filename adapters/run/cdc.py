@@ -182,6 +182,7 @@ def extract_changes(ctx: CdcContext) -> Extraction:
         after, reached = int(held["lsn"]), int(held["lsn"])
         layouts: dict[Relation, tuple[int | None, ...] | None] = {}
         key_cols = _key_columns(ctx, plan) if len(seen.seen) > 1 else []
+        keys: list[int] | None = key_cols or None  # the primary key's, once an update needs it
         for txn in slot.changes(after, upto):
             reached = max(reached, txn.end_lsn)
             if seen.everywhere(txn.xid):
@@ -206,10 +207,16 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                 before, image = _reshape(change.before, layout), _reshape(change.after, layout)
                 op = {"insert": "c", "update": "u", "delete": "d"}[change.op]
                 before = _image(before, change, plan)
-                if key_cols:  # a snapshot in parts: the part that read the key decides
-                    op, before, image = seen.unread(txn.xid, key_cols, op, before, image)
-                if op:
-                    rows.add(op, before, image, txn, i)
+                halves = [(op, before, image)]
+                if op == "u" and before is not None:  # the key changed, or REPLICA IDENTITY FULL
+                    keys = keys if keys is not None else _key_columns(ctx, plan)
+                    if image is not None and any(before[j] != image[j] for j in keys):  # moved:
+                        halves = [("d", before, None), ("c", None, image)]  # old key out
+                for op, was, now in halves:
+                    if key_cols:  # a snapshot in parts: the part that read the key decides
+                        op, was, now = seen.unread(txn.xid, key_cols, op, was, now)
+                    if op:
+                        rows.add(op, was, now, txn, i)
         reached = max(reached, upto)
     if len(rows):
         parts.write(_envelopes(ctx, plan, rows, label))

@@ -215,7 +215,11 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
                 found = newest(landing, history(landing) + parts.files(), keys)
                 parts.write(deletes(list(found.values()), commit.seq(i), parts.schema))
                 continue
-            rows.add(op, _ordered(before, names, ctx), _ordered(after, names, ctx), commit, i)
+            was, now = _ordered(before, names, ctx), _ordered(after, names, ctx)
+            if op == "u" and any(before[k] != after[k] for k in keys):  # a moved row's old key
+                rows.add("d", was, None, commit, i)  # goes, and its new one comes
+                op, was = "c", None
+            rows.add(op, was, now, commit, i)
             if len(rows) >= ROWS_PER_FILE:
                 parts.write(convert.table(rows))
                 rows.clear()

@@ -157,6 +157,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
         "'1970-01-01 00:00:01.000001', 18446744073709551615, 'ünïcode 🚀', x'00ff10'), "
         "(5002, NULL, NULL, '9999-12-31 23:59:59.999999', '2038-01-19 03:14:07.999999', 0, '', '')",
         "DELETE FROM rivc_cdc.orders WHERE id BETWEEN 10 AND 19",
+        "UPDATE rivc_cdc.orders SET id = 90000, status = 'moved' WHERE id = 30",  # 30 goes
     )
     run(
         con,

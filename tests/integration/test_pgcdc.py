@@ -228,6 +228,8 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
             "INSERT INTO cdc_orders SELECT g, 'bulk', 1, now(), 'x' FROM generate_series(6000, 55999) g"
         )
     con.execute("UPDATE cdc_orders SET status = 'again' WHERE id = 5001")
+    con.execute("UPDATE cdc_orders SET id = 90000 WHERE id = 30")  # a moved key: 30 goes
+    con.execute("UPDATE cdc_orders SET id = 90001, status = 'moved' WHERE id = 31")
 
     killed = run_rivc(root, "before-slot-advance")  # landed, the slot not moved: read again
     assert killed.returncode == -9, killed.stderr[-2000:]
