@@ -15,7 +15,7 @@ from rivc.compiler.specs import MetricsSpec
 
 OK = ("success", "pass", "warn")
 
-# name, help, the NodeResult field and its scale
+# name, help, the NodeResult field it reports (None: the node's success)
 NODE_METRICS = (
     ("rivc_node_success", "1 when the node succeeded (or passed) in the last run, else 0", None),
     ("rivc_node_rows", "rows the node wrote (a sink) or made (a model, a source)", "rows"),

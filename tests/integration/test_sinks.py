@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from rivc_testing import at_entry, iceberg_catalog, rivc, write_files
+from rivc_testing import at_entry, iceberg_catalog, rivc, run_rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -378,6 +378,20 @@ sinks:
         assert {r["order_id"]: (r["status"], r["total"]) for r in rows} == want, name
     whole = catalog.load_table("shop.whole").scan().to_arrow().to_pylist()
     assert {r["order_id"] for r in whole} == paid
+
+    # killed after Spark wrote the paid partition's files, before the snapshot: the table is
+    # as it was; the rerun replaces the partition once
+    bumped = "{bump: 2000, where: \"status = 'paid'\"}"
+    killed = run_rivc(root, "before-commit:parts", "run", "--vars", bumped)
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    rows = iceberg_catalog(root).load_table("shop.parts").scan().to_arrow().to_pylist()
+    assert {r["order_id"]: (r["status"], r["total"]) for r in rows} == want
+    rerun = run_rivc(root, None, "run", "--vars", bumped)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    rows = iceberg_catalog(root).load_table("shop.parts").scan().to_arrow().to_pylist()
+    twice = {k: (s, t + 2000 if k in paid else t) for k, (s, t) in first.items()}
+    assert len(rows) == len(first)
+    assert {r["order_id"]: (r["status"], r["total"]) for r in rows} == twice
 
 
 def test_iceberg_upsert_on_executors_rewrites_only_the_files_its_keys_can_be_in(spark, tmp_path):
