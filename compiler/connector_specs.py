@@ -288,7 +288,7 @@ class SinkConfig(Spec):
     def input_columns(self) -> dict[str, tuple[str, ...]]:
         """The config fields that name columns of the sink's input (checked at compile)."""
         out: dict[str, tuple[str, ...]] = {}
-        for name in ("merge_keys", "partition_by", "key_fields", "time_column"):
+        for name in ("merge_keys", "partition_by", "key_fields", "key_columns", "time_column"):
             value = getattr(self, name, None)
             if value:
                 out[name] = (value,) if isinstance(value, str) else tuple(value)
@@ -457,6 +457,39 @@ class IcebergSinkConfig(SinkConfig):
         if self.partitioning:
             out["partitioning"] = tuple(p.field for p in self.partitioning)
         return out
+
+
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_$]{0,62}"
+
+
+class PostgresSinkConfig(SinkConfig):
+    """A PostgreSQL table, written through COPY into a staging table and applied in one
+    transaction with the batch id and places (docs/sinks.md)."""
+
+    connection: str = Field(min_length=1)  # a profile connection of type postgres
+    table: str = Field(pattern=rf"^({_IDENTIFIER}\.)?{_IDENTIFIER}$")  # [schema.]table
+    mode: Literal["append", "overwrite", "upsert"] = "append"
+    key_columns: StrList = ()
+    schema_evolution: Literal["strict", "add_columns"] = "strict"
+    auto_create_table: bool = True  # false: a missing table is refused, never made
+
+    _tuple = field_validator("key_columns", mode="before")(_as_tuple)
+
+    @model_validator(mode="after")
+    def _keys(self) -> PostgresSinkConfig:
+        if self.mode == "upsert" and not self.key_columns:
+            raise ValueError("mode upsert needs key_columns")
+        if self.key_columns and self.mode != "upsert":
+            raise ValueError("key_columns is for mode upsert")
+        return self
+
+    def merge_by(self) -> tuple[str, ...]:
+        return self.key_columns
+
+    def qualified(self) -> tuple[str, str]:
+        """(schema, table); `public` when the table names none."""
+        schema, _, name = self.table.rpartition(".")
+        return schema or "public", name
 
 
 def merge_keys_of(config: Any) -> tuple[str, ...]:

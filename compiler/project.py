@@ -158,7 +158,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             if top == p.sources:
                 attempt(_add_sources, doc, profile, profile_path, sources)
             elif top == p.sinks:
-                attempt(_add_sinks, doc, sinks)
+                attempt(_add_sinks, doc, profile, profile_path, sinks)
             else:
                 attempt(
                     _add_properties,
@@ -459,17 +459,37 @@ def _check_log_table(source: SourceSpec, table: SourceTable, doc: YamlDoc, at: Y
         )
 
 
-def _add_sinks(doc: YamlDoc, out: dict[str, SinkDef]) -> None:
+def _add_sinks(
+    doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None, out: dict[str, SinkDef]
+) -> None:
     parsed: SinksFile = validate_doc(SinksFile, doc)
-    _each(parsed.sinks, lambda i, sink: _add_sink(doc, out, i, sink))
+    _each(parsed.sinks, lambda i, sink: _add_sink(doc, profile, profile_path, out, i, sink))
 
 
-def _add_sink(doc: YamlDoc, out: dict[str, SinkDef], i: int, sink: SinkSpec) -> None:
+def _add_sink(
+    doc: YamlDoc,
+    profile: ProfileSpec,
+    profile_path: Path | None,
+    out: dict[str, SinkDef],
+    i: int,
+    sink: SinkSpec,
+) -> None:
     at: YamlPath = ("sinks", i)
     info = _sink_connector(sink.connector, doc, (*at, "connector"))
     if sink.name in out:
         raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
     config = _config(info, "sink", sink.connector, doc, (*at, "config"), sink.config)
+    connection = getattr(config, "connection", None)
+    if connection is not None and profile_path is not None:
+        given = profile.connections.get(connection)
+        if given is None or given.type != sink.connector:
+            why = (
+                f"connection {connection!r} is not in {profile_path}"
+                f"{did_you_mean(connection, profile.connections)}"
+                if given is None
+                else f"connection {connection!r} is a {given.type} connection, not {sink.connector}"
+            )
+            raise ProjectError(why, doc.location((*at, "config", "connection")))
     out[sink.name] = SinkDef(sink, info, config, Located(doc, at))
     if isinstance(sink.dead_letter, InlineSink):
         dat: YamlPath = (*at, "dead_letter")

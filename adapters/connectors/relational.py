@@ -162,24 +162,27 @@ class Conn:
             + self.tls.jdbc(self.kind)
         )
 
+    def psycopg_params(self, writable: bool = False) -> dict[str, Any]:
+        """psycopg.connect's arguments: a session in UTC, read-only unless `writable` (a sink)."""
+        settings = {k: v for k, v in PG_SETTINGS.items() if not writable or "read_only" not in k}
+        return dict(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=self.database,
+            connect_timeout=10,
+            options=" ".join(f"-c {k}={v}" for k, v in settings.items()),
+            **self.tls.psycopg(),
+        )
+
     def connect(self) -> Any:
         """A Python DB-API connection for control queries, in UTC and read-only."""
         try:
             if self.kind == "postgres":
                 import psycopg
 
-                conn = psycopg.connect(
-                    host=self.host,
-                    port=self.port,
-                    user=self.user,
-                    password=self.password,
-                    dbname=self.database,
-                    connect_timeout=10,
-                    autocommit=True,
-                    options=" ".join(f"-c {k}={v}" for k, v in PG_SETTINGS.items()),
-                    **self.tls.psycopg(),
-                )
-                return conn
+                return psycopg.connect(autocommit=True, **self.psycopg_params())
             import pymysql
 
             return pymysql.connect(

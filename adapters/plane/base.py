@@ -77,6 +77,8 @@ class SinkContext:
     # what the batch being written consumed: input node id -> the batch of it (a landed
     # source's batch, a model's batch id), committed with the data (docs/running.md)
     places: Mapping[str, int] = field(default_factory=dict)
+    # the profile's connections, for sinks that write a database (`connection:` names one)
+    connections: Mapping[str, ConnectionSpec] = field(default_factory=dict)
 
     def path(self, value: str) -> str:
         """A local path relative to the project (file:// dropped), or a URI (s3://...) as it is."""
@@ -200,6 +202,34 @@ class Sink(ABC):
         """Why a stream on a Spark that cannot see the project (its batches commit from the
         server's Python worker) cannot write this target; None when it can."""
         return None
+
+
+def arrow_columns(schema: Any) -> dict[str, str]:
+    """An Arrow schema's columns with the type names Spark gives them when it reads the files."""
+    import pyarrow as pa
+
+    def name(t: Any) -> str:
+        if pa.types.is_timestamp(t):
+            return "timestamp" if t.tz else "timestamp_ntz"
+        if pa.types.is_decimal(t):
+            return f"decimal({t.precision},{t.scale})"
+        simple = {
+            pa.bool_(): "boolean",
+            pa.int8(): "tinyint",
+            pa.int16(): "smallint",
+            pa.int32(): "int",
+            pa.int64(): "bigint",
+            pa.float32(): "float",
+            pa.float64(): "double",
+            pa.string(): "string",
+            pa.large_string(): "string",
+            pa.binary(): "binary",
+            pa.large_binary(): "binary",
+            pa.date32(): "date",
+        }
+        return simple.get(t, str(t))
+
+    return {f.name: name(f.type) for f in schema}
 
 
 def estimated_bytes(df: Any) -> int | None:

@@ -39,13 +39,13 @@ from ..connectors.relational import (
     session_init,
     with_retries,
 )
-from ..plane.base import register_data_source
+from ..plane.base import arrow_columns, register_data_source
 from ..plane.taskwrite import write_parquet
 from ..state import NodeResult, StateStore
 from ..util.faults import fault
 from ..util.storage import Store, join
 from .landing import BATCH, Landing, Position, new_batch_id
-from .parquet import arrow_columns, dataset, parquet_rows, parquet_schema
+from .parquet import dataset, parquet_rows, parquet_schema
 from .sinkwriter import transform_source
 
 if TYPE_CHECKING:

@@ -11,12 +11,13 @@ from rivc.compiler.errors import ConnectorError, StateError
 from rivc.compiler.locate import STATE_DIR
 from rivc.compiler.manifest import ManifestNode, SinkInput
 
+from ..plane.base import arrow_columns
 from ..state import NodeResult
 from ..util.storage import Store, is_local, join, shares_disk
 from .consume import Landed, Step, plan_steps
 from .delivery import collect_receipts
 from .landing import batch_of
-from .parquet import arrow_columns, parquet_schema
+from .parquet import parquet_schema
 from .sinkwriter import SinkWriter
 from .streaming import Batches, stream_base
 

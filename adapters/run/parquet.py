@@ -17,34 +17,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def arrow_columns(schema: Any) -> dict[str, str]:
-    """An Arrow schema's columns with the type names Spark gives them when it reads the files."""
-    import pyarrow as pa
-
-    def name(t: Any) -> str:
-        if pa.types.is_timestamp(t):
-            return "timestamp" if t.tz else "timestamp_ntz"
-        if pa.types.is_decimal(t):
-            return f"decimal({t.precision},{t.scale})"
-        simple = {
-            pa.bool_(): "boolean",
-            pa.int8(): "tinyint",
-            pa.int16(): "smallint",
-            pa.int32(): "int",
-            pa.int64(): "bigint",
-            pa.float32(): "float",
-            pa.float64(): "double",
-            pa.string(): "string",
-            pa.large_string(): "string",
-            pa.binary(): "binary",
-            pa.large_binary(): "binary",
-            pa.date32(): "date",
-        }
-        return simple.get(t, str(t))
-
-    return {f.name: name(f.type) for f in schema}
-
-
 @contextmanager
 def staged(df: DataFrame, path: Path) -> Iterator[pads.Dataset]:
     """The batch as an Arrow dataset that Spark wrote as Parquet, in parallel and in bounded

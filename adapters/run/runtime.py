@@ -193,6 +193,7 @@ class Runtime:
                 join(self.plan.warehouse, STAGING_AREA),
                 self.writer,
                 d.spec.shared,
+                connections=self.plan.profile.connections,
             )
             return BatchWriter(
                 f"sink:{sink}", d.spec.connector, d.config, ctx, self.run_id, self.state.path

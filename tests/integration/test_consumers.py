@@ -54,6 +54,10 @@ sinks:
      config: {path: out/files, format: parquet}}
   - {name: d_upsert, from: source:src.orders, connector: iceberg,
      config: {namespace: c, table: upserted, mode: upsert, key_fields: [id]}}
+  - {name: e_pg_append, from: stg_orders, connector: postgres,
+     config: {connection: db, table: out.appended}}
+  - {name: f_pg_upsert, from: source:src.orders, connector: postgres,
+     config: {connection: db, table: out.upserted, mode: upsert, key_columns: [id]}}
 """
 
 
@@ -87,9 +91,12 @@ class Shop:
             )
 
     def rows(self) -> dict[int, Decimal]:
+        return dict(self.query("SELECT id, amount FROM orders"))
+
+    def query(self, sql: str) -> list[tuple[Any, ...]]:
         conn = self.db.connect()
         try:
-            return dict(conn.execute("SELECT id, amount FROM orders").fetchall())
+            return conn.execute(sql).fetchall()
         finally:
             conn.close()
 
@@ -134,6 +141,9 @@ def check(root: Path, shop: Shop) -> None:
         == truth
     )
     assert ice.num_rows == len(truth)
+    assert Counter(shop.query("SELECT id, amount FROM out.appended")) == versions
+    upserted = shop.query("SELECT id, amount FROM out.upserted")
+    assert dict(upserted) == truth and len(upserted) == len(truth)
 
 
 def models_match(root: Path, shop: Shop) -> None:
@@ -183,7 +193,7 @@ def test_partial_selections_then_a_full_run_deliver_every_row_once(spark, tmp_pa
         check(root, shop)
         models_match(root, shop)
         again = ok(root, "run")  # nothing new: no sink writes
-        assert again.count("nothing new to deliver") == 4, again
+        assert again.count("nothing new to deliver") == 6, again
         check(root, shop)
 
 
@@ -215,6 +225,8 @@ sinks:
      config: {table_uri: out/append, mode: append}}
   - {name: b_files, from: source:src.orders, connector: files,
      config: {path: out/files, format: parquet}}
+  - {name: c_pg, from: source:src.orders, connector: postgres,
+     config: {connection: db, table: out.appended}}
 """
 
 
@@ -246,6 +258,7 @@ def test_a_kill_after_landing_or_between_consumers_loses_and_doubles_nothing(tmp
             r for f in (root / "out/files").glob("*.parquet") for r in pq.read_table(f).to_pylist()
         ]
         assert Counter((r["id"], r["amount"]) for r in rows) == versions
+        assert Counter(shop.query("SELECT id, amount FROM out.appended")) == versions
         newest = {
             r["id"]: r["amount"] for r in sorted(landed_rows(root), key=lambda r: r["_rivc_batch"])
         }

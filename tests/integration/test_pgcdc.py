@@ -61,6 +61,11 @@ sinks:
     transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
     connector: iceberg
     config: {namespace: cdc, table: history, mode: scd2, key_fields: [id]}
+  - name: mirror
+    from: source:pg.orders
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
+    connector: postgres
+    config: {connection: db, table: mirror.cdc_orders, mode: upsert, key_columns: [id]}
 """
 
 
@@ -107,6 +112,12 @@ def delta_rows(root) -> dict[int, tuple]:
 def iceberg_rows(root) -> dict[int, tuple]:
     table = iceberg_catalog(root).load_table("cdc.orders").scan().to_arrow().to_pylist()
     return {r["id"]: (r["status"], r["amount"], r["updated"], r["body"]) for r in table}
+
+
+def mirror_rows(con: psycopg.Connection) -> dict[int, tuple]:
+    """The postgres sink's table, in the same database."""
+    rows = con.execute("SELECT id, status, amount, updated, body FROM mirror.cdc_orders")
+    return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows.fetchall()}
 
 
 def landed_history(root) -> set[tuple]:
@@ -204,10 +215,11 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
 
     monkeypatch.setattr(cdc, "ROWS_PER_FILE", 700)  # the snapshot's 2000 rows: three files
     con = orders
+    con.execute("DROP SCHEMA IF EXISTS mirror CASCADE")  # the postgres sink's, created by it
     root = project(tmp_path / "cdc", logical_pg, SOURCES, SINKS)
     first = rivc(root, "run")
     assert first.exit_code == 0, first.output
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(con)
     assert len(delta_rows(root)) == 2000
     snapshot = DeltaTable(str(root / "warehouse/_rivc/landing/pg.orders"))
     files = snapshot.to_pyarrow_dataset().get_fragments()
@@ -237,7 +249,7 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     again = run_rivc(root)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     want = source_rows(con)
-    assert delta_rows(root) == want == iceberg_rows(root)
+    assert delta_rows(root) == want == iceberg_rows(root) == mirror_rows(con)
     assert want[5][0] == "shipped" and len(want[5][3]) == 12_800  # the TOASTed body carried over
     assert want[5002][1] == Decimal("0.99")  # -0.01, then the bulk update
     assert confirmed(con) == landed_lsn(root)
@@ -246,13 +258,13 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     killed = run_rivc(root, "after-landing")  # landed, no sink ran
     assert killed.returncode == -9
     assert rivc(root, "run").exit_code == 0
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(con)
     con.execute("UPDATE cdc_orders SET amount = 0 WHERE id BETWEEN 6000 AND 6100")
     con.execute("DELETE FROM cdc_orders WHERE id BETWEEN 6101 AND 6200")
     killed = run_rivc(root, "between-sinks")  # one consumer committed, the others not yet
     assert killed.returncode == -9
     assert rivc(root, "run").exit_code == 0
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(con)
     history = landed_history(root)
     assert histories(root) == (history, history)  # every version once, across both kills
     current = {k: v for k, v, _, _, live in history if live}
@@ -282,7 +294,7 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     assert gap.exit_code == 1 and "the log between is gone" in gap.output
     refreshed = rivc(root, "run", "--full-refresh")
     assert refreshed.exit_code == 0, refreshed.output
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(con)
     delta_history, ice_history = histories(root)
     assert delta_history == ice_history
     # the new snapshot follows the landed history: what was current ends where it begins

@@ -284,3 +284,34 @@ def test_a_dead_letter_location_that_cannot_be_written_is_found_before_any_node(
     line = one_line_error(out)
     assert line.startswith("sinks/out.yml:") and "lake__dead_letter: cannot write" in line, line
     assert not (root / "warehouse").exists()
+
+
+@pytest.mark.parametrize(
+    ("connection", "message"),
+    [
+        ("wh", "connection 'wh' is not in"),
+        ("my", "connection 'my' is a mysql connection, not postgres"),
+    ],
+)
+def test_a_database_sink_names_a_connection_of_its_kind(make_project, connection, message):
+    root = make_project(
+        {
+            "profiles.yml": "default:\n  connections:\n"
+            "    my: {type: mysql}\n    warehouse: {type: postgres}\n",
+            "models/stg.sql": "select 1 as id\n",
+            "sinks/out.yml": f"""
+                sinks:
+                  - name: out
+                    from: stg
+                    connector: postgres
+                    config:
+                      connection: {connection}
+                      table: marts.stg
+            """,
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith("sinks/out.yml:6:7: error: " + message), line
+    assert not (root / "target").exists()
