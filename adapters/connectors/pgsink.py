@@ -416,9 +416,10 @@ def one_line(exc: Exception) -> str:
 
 
 def encode(batch: pa.RecordBatch, kinds: dict[str, str], part: int) -> pa.Table:
-    """The batch as PostgreSQL's text input, one string column each, and the partition."""
+    """The batch, each column as PostgreSQL's text input or a type Arrow's CSV writer writes
+    as that text (numbers, decimals, text, dates, booleans, UTC timestamps with their `Z`),
+    and the partition."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     out = []
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
@@ -433,8 +434,8 @@ def encode(batch: pa.RecordBatch, kinds: dict[str, str], part: int) -> pa.Table:
                 out.append(pa.array([_array_literal(v) for v in values], pa.string()))
             else:
                 out.append(pa.array([_json_text(v, t) for v in values], pa.string()))
-        else:
-            out.append(pc.cast(column, pa.string()))
+        else:  # Arrow's CSV writer casts it to text itself, as pc.cast would
+            out.append(column)
     out.append(pa.array([part] * batch.num_rows, pa.int32()))
     return pa.Table.from_arrays(out, names=[*batch.schema.names, PART])
 
