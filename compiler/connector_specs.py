@@ -462,11 +462,11 @@ class IcebergSinkConfig(SinkConfig):
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_$]{0,62}"
 
 
-class PostgresSinkConfig(SinkConfig):
-    """A PostgreSQL table, written through COPY into a staging table and applied in one
-    transaction with the batch id and places (docs/sinks.md)."""
+class DatabaseSinkConfig(SinkConfig):
+    """A database table, written through a staging table and applied in one transaction with
+    the batch id and places (docs/sinks.md): the postgres and mysql sinks."""
 
-    connection: str = Field(min_length=1)  # a profile connection of type postgres
+    connection: str = Field(min_length=1)  # a profile connection of the sink's database
     table: str = Field(pattern=rf"^({_IDENTIFIER}\.)?{_IDENTIFIER}$")  # [schema.]table
     mode: Literal["append", "overwrite", "upsert"] = "append"
     key_columns: StrList = ()
@@ -476,7 +476,7 @@ class PostgresSinkConfig(SinkConfig):
     _tuple = field_validator("key_columns", mode="before")(_as_tuple)
 
     @model_validator(mode="after")
-    def _keys(self) -> PostgresSinkConfig:
+    def _keys(self) -> DatabaseSinkConfig:
         if self.mode == "upsert" and not self.key_columns:
             raise ValueError("mode upsert needs key_columns")
         if self.key_columns and self.mode != "upsert":
@@ -486,10 +486,18 @@ class PostgresSinkConfig(SinkConfig):
     def merge_by(self) -> tuple[str, ...]:
         return self.key_columns
 
-    def qualified(self) -> tuple[str, str]:
-        """(schema, table); `public` when the table names none."""
+    def qualified(self) -> tuple[str | None, str]:
+        """(schema, table): the schema (a MySQL database) None when the table names none."""
         schema, _, name = self.table.rpartition(".")
-        return schema or "public", name
+        return schema or None, name
+
+
+class PostgresSinkConfig(DatabaseSinkConfig):
+    """A PostgreSQL table (a table without a schema is in `public`)."""
+
+
+class MysqlSinkConfig(DatabaseSinkConfig):
+    """A MySQL or MariaDB table (a table without a database is in the connection's)."""
 
 
 def merge_keys_of(config: Any) -> tuple[str, ...]:

@@ -176,6 +176,21 @@ class Conn:
             **self.tls.psycopg(),
         )
 
+    def pymysql_params(self, strict: bool = False) -> dict[str, Any]:
+        """pymysql.connect's arguments: a session in UTC with backslash escapes; `strict` (a
+        sink) refuses what a column cannot hold."""
+        return dict(
+            host=self.host,
+            port=self.port,
+            user=self.user or "",
+            password=self.password or "",
+            database=self.database,
+            connect_timeout=10,
+            charset="utf8mb4",
+            init_command=MYSQL_STRICT if strict else MYSQL_INIT,
+            **self.tls.pymysql(),
+        )
+
     def connect(self) -> Any:
         """A Python DB-API connection for control queries, in UTC and read-only."""
         try:
@@ -185,17 +200,7 @@ class Conn:
                 return psycopg.connect(autocommit=True, **self.psycopg_params())
             import pymysql
 
-            return pymysql.connect(
-                host=self.host,
-                port=self.port,
-                user=self.user or "",
-                password=self.password or "",
-                database=self.database,
-                connect_timeout=10,
-                autocommit=True,
-                init_command=MYSQL_INIT,
-                **self.tls.pymysql(),
-            )
+            return pymysql.connect(autocommit=True, **self.pymysql_params())
         except driver_errors() as exc:
             raise ExtractError(classify(str(exc)), str(exc)) from exc
 
@@ -219,10 +224,11 @@ PG_SETTINGS = {
     "standard_conforming_strings": "on",
 }
 # Backslash escapes on, whatever the server's sql_mode: literals escape backslashes (sqlglot).
-MYSQL_INIT = (
-    "SET time_zone = '+00:00', "
-    "sql_mode = REPLACE(REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', ''), 'ANSI_QUOTES', '')"
-)
+MYSQL_MODE = "REPLACE(REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', ''), 'ANSI_QUOTES', '')"
+MYSQL_INIT = f"SET time_zone = '+00:00', sql_mode = {MYSQL_MODE}"
+# a sink's session: strict whatever the server's sql_mode, so a value a column cannot hold is
+# an error, never clipped or zeroed with a warning
+MYSQL_STRICT = f"SET time_zone = '+00:00', sql_mode = CONCAT({MYSQL_MODE}, ',STRICT_ALL_TABLES')"
 
 
 def session_init(kind: str, tuning: dict[str, int]) -> str:

@@ -185,7 +185,8 @@ def doctor_category(category: str, message: str) -> str:
 
 _TRANSIENT = re.compile(
     r"timed? ?out|temporar|connection (reset|refused|aborted|closed)|unavailable|throttl|"
-    r"slow ?down|too many requests|\b(429|500|502|503|504)\b|conflict|commit to .* failed",
+    r"slow ?down|too many requests|\b(429|500|502|503|504)\b|conflict|commit to .* failed|"
+    r"deadlock|could not serialize",
     re.I,
 )
 

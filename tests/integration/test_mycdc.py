@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import pymysql
 import pytest
 from deltalake import DeltaTable
+from rivc_dbs import Db, database
 
 from rivc_testing import (
     assert_merged_once,
@@ -47,6 +48,12 @@ SINKS = (
     f"  - name: history\n    from: source:my.orders\n{UNWRAP}"
     "    connector: delta\n    config: {table_uri: out/history, mode: scd2, merge_keys: [id]}\n"
 )
+# the mysql sink, into the machine's MariaDB (binlog off): its writes stay out of the source's log
+MIRROR = (
+    f"  - name: mirror\n    from: source:my.orders\n{UNWRAP}"
+    "    connector: mysql\n"
+    "    config: {connection: out, table: orders, mode: upsert, key_columns: [id]}\n"
+)
 
 
 def connect(port: int) -> pymysql.Connection:
@@ -73,6 +80,23 @@ def source_rows(con) -> dict[int, tuple]:
     with con.cursor() as cur:
         cur.execute(f"SELECT {COLUMNS} FROM rivc_cdc.orders")
         return {r[0]: tuple(_utc(v) for v in r[1:]) for r in cur.fetchall()}
+
+
+@pytest.fixture
+def mirror():
+    with database("mysql") as db:
+        yield db
+
+
+def mirror_rows(db: Db) -> dict[int, tuple]:
+    """The mysql sink's table."""
+    con = db.connect()
+    try:
+        with con.cursor() as cur:
+            cur.execute(f"SELECT {COLUMNS} FROM orders")
+            return {r[0]: tuple(_utc(v) for v in r[1:]) for r in cur.fetchall()}
+    finally:
+        con.close()
 
 
 def image(r: dict) -> tuple:
@@ -119,13 +143,16 @@ def shop(binlog_mariadb):
         yield con
     finally:
         run(
-            con, "USE mysql", "DROP DATABASE IF EXISTS rivc_cdc", "SET GLOBAL binlog_format = 'ROW'"
+            con,
+            "USE mysql",
+            "DROP DATABASE IF EXISTS rivc_cdc",
+            "SET GLOBAL binlog_format = 'ROW'",
         )
         con.close()
 
 
 def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_across_kills(
-    tmp_path, shop, binlog_mariadb
+    tmp_path, shop, binlog_mariadb, mirror
 ):
     con = shop
     root = write_files(
@@ -133,14 +160,16 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
         {
             "rivc_project.yml": "name: mycdc\n",
             "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
-            f"port: {binlog_mariadb}, user: root, database: rivc_cdc}}\n",
+            f"port: {binlog_mariadb}, user: root, database: rivc_cdc}}\n"
+            "    out: {type: mysql, host: 127.0.0.1, user: root, "
+            f"database: {mirror.name}}}\n",
             "sources/my.yml": SOURCES,
-            "sinks/out.yml": SINKS,
+            "sinks/out.yml": SINKS + MIRROR,
         },
     )
     first = rivc(root, "run")
     assert first.exit_code == 0, first.output
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(mirror)
     assert len(delta_rows(root)) == 2000
 
     # a partial selection: the merge takes the batch, the history waits for it in the landing
@@ -172,7 +201,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     again = run_rivc(root)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     want = source_rows(con)
-    assert delta_rows(root) == want == iceberg_rows(root)
+    assert delta_rows(root) == want == iceberg_rows(root) == mirror_rows(mirror)
     assert want[5001][4] == 18446744073709551615 and want[5001][5] == "ünïcode 🚀"
     assert want[5002][2] == datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
     assert want[5001][6] == b"\x00\xff\x10" and want[5002][1] is None and want[5002][5] == ""
@@ -182,7 +211,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     assert killed.returncode == -9
     (root / ".rivc/state.db").unlink()  # the tables hold the place
     assert rivc(root, "run").exit_code == 0
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(mirror)
     history = landed_history(root)
     assert history_rows(root) == history  # every version once, across both kills
     assert {k: v for k, v, _, _, live in history if live} == source_rows(con)
@@ -191,7 +220,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     killed = run_rivc(root, "between-sinks")  # one consumer committed, the others not yet
     assert killed.returncode == -9
     assert rivc(root, "run").exit_code == 0
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(mirror)
     assert history_rows(root) == landed_history(root)
 
     run(
@@ -201,7 +230,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     )
     done = rivc(root, "run")
     assert done.exit_code == 0, done.output
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(mirror)
     assert len(source_rows(con)) == 2
     assert history_rows(root) == landed_history(root)
     quiet = rivc(root, "run")  # nothing new: no batch
@@ -241,7 +270,7 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
     assert gone.exit_code == 1 and "the log between is gone" in gone.output, gone.output
     refreshed = rivc(root, "run", "--full-refresh")
     assert refreshed.exit_code == 0, refreshed.output
-    assert delta_rows(root) == source_rows(con) == iceberg_rows(root)
+    assert delta_rows(root) == source_rows(con) == iceberg_rows(root) == mirror_rows(mirror)
     assert {k: v for k, v, _, _, live in history_rows(root) if live} == source_rows(con)
 
 

@@ -1,8 +1,10 @@
-"""The postgres sink against the machine's PostgreSQL: values exact or refused by name, every
-mode, and a kill on either side of its commit; read back with psycopg."""
+"""The postgres and mysql sinks against the machine's PostgreSQL and MariaDB: values exact or
+refused by name, every mode, and a kill on either side of the commit; read back with psycopg
+and pymysql."""
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 from collections import Counter
@@ -43,9 +45,12 @@ select * from values
 
 
 def pg_rows(db: Db, sql: str) -> list[tuple]:
+    """The rows of a query, through psycopg or pymysql."""
     conn = db.connect()
     try:
-        return conn.execute(sql).fetchall()
+        cur = conn.cursor()
+        cur.execute(sql)
+        return [tuple(r) for r in cur.fetchall()]
     finally:
         conn.close()
 
@@ -142,28 +147,40 @@ from range({{ var('low', 0) }}, {{ var('high', 1000) }}) as r(id)
 """
 SINKS = """
 sinks:
-  - {name: appended, from: nums, connector: postgres,
+  - {name: appended, from: nums, connector: KIND,
      config: {connection: db, table: appended}}
-  - {name: upserted, from: nums, connector: postgres,
+  - {name: upserted, from: nums, connector: KIND,
      config: {connection: db, table: upserted, mode: upsert, key_columns: [id]}}
-  - {name: replaced, from: nums, connector: postgres,
+  - {name: replaced, from: nums, connector: KIND,
      config: {connection: db, table: replaced, mode: overwrite}}
 """
 
 
-@pytest.mark.parametrize("fault", ["before-commit:upserted", "after-commit:appended"])
-def test_killed_around_its_commit_each_mode_holds_each_batch_once(spark, tmp_path, fault):
-    with database("postgres") as db:
+@pytest.mark.parametrize(
+    ("kind", "fault"),
+    [
+        ("postgres", "before-commit:upserted"),
+        ("postgres", "after-commit:appended"),
+        ("mysql", "before-commit:upserted"),
+    ],
+)
+def test_killed_around_its_commit_each_mode_holds_each_batch_once(spark, tmp_path, kind, fault):
+    with database(kind) as db:
         db.execute("CREATE TABLE unused (x int)")
-        root = project(tmp_path, db, "- {name: unused, table: unused}", {"nums": MODEL}, SINKS)
+        sinks = SINKS.replace("KIND", kind)
+        root = project(tmp_path, db, "- {name: unused, table: unused}", {"nums": MODEL}, sinks)
         first = rivc(root, "run", "--select", "nums+")
         assert first.exit_code == 0, first.output
         second = ["run", "--select", "nums+", "--vars", "{round: 2, low: 500, high: 1500}"]
         killed = run_rivc(root, fault, *second)
         assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+        stages = (
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = "
+            f"'{'public' if kind == 'postgres' else db.name}' AND table_name LIKE '\\_rivc\\_stage%'"
+        )
         if fault.startswith("before-commit"):  # staged, the table untouched
-            assert pg_rows(db, "SELECT count(*), max(v) FROM upserted") == [(1000, "v999-1")]
-            assert pg_rows(db, "SELECT count(*) FROM pg_tables WHERE tablename LIKE '_rivc_st%'")
+            assert list(pg_rows(db, "SELECT count(*), max(v) FROM upserted")) == [(1000, "v999-1")]
+            assert list(pg_rows(db, stages)) == [(1,)]
         rerun = rivc(root, *second)
         assert rerun.exit_code == 0, rerun.output
         appended = Counter(pg_rows(db, "SELECT id, v FROM appended"))
@@ -175,11 +192,13 @@ def test_killed_around_its_commit_each_mode_holds_each_batch_once(spark, tmp_pat
         assert upserted == {i: f"v{i}-{1 if i < 500 else 2}" for i in range(1500)}
         replaced = pg_rows(db, "SELECT id, v FROM replaced ORDER BY id")
         assert replaced == [(i, f"v{i}-2") for i in range(500, 1500)]
-        assert not pg_rows(db, "SELECT 1 FROM pg_tables WHERE tablename LIKE '_rivc_stage%'")
-        commits = dict(pg_rows(db, "SELECT target || ' ' || id, version FROM _rivc_commits"))
+        assert list(pg_rows(db, stages)) == [(0,)]
+        commits = {
+            (t, i): v for t, i, v in pg_rows(db, "SELECT target, id, version FROM _rivc_commits")
+        }
         # killed before its commit, the upsert's second batch got a new id on the rerun
-        assert commits["upserted rivc:rel:upserted"] == (2 if "upserted" in fault else 1)
-        assert commits["appended rivc:rel:appended"] == 1
+        assert commits["upserted", "rivc:rel:upserted"] == (2 if "upserted" in fault else 1)
+        assert commits["appended", "rivc:rel:appended"] == 1
         if fault.startswith("after-commit"):
             assert "replayed and skipped" in rerun.output or "nothing new" in rerun.output
 
@@ -248,3 +267,100 @@ sinks:
         assert copied[0][2] == date(2000, 1, 2)
         assert copied[0][3].tzinfo is not None and copied[-1][3] == datetime(2026, 2, 1, tzinfo=UTC)
         assert not (root / ".rivc/spark.log").exists()  # no JVM was started
+
+
+MYSQL_EDGES = (
+    EDGES.replace("cast('NaN' as double)", "1.7976931348623157e308d")
+    .replace("cast('Infinity' as float)", "cast(1.17549435e-38 as float)")  # MariaDB: no subnormals
+    .replace("cast('-Infinity' as double)", "-2.2250738585072014e-308d")
+    .replace(
+        "named_struct('x', null, 'y', cast('NaN' as double))",
+        "named_struct('x', null, 'y', 1e300d)",
+    )
+)
+
+
+def test_mysql_takes_every_spark_type_exactly_and_refuses_nan_by_column(spark, tmp_path):
+    with database("mysql") as db:
+        db.execute("CREATE TABLE unused (x int)")
+        sinks = """
+sinks:
+  - {name: edges_my, from: edges, connector: mysql,
+     config: {connection: db, table: edges, mode: upsert, key_columns: [id, txt]}}
+"""
+        root = project(
+            tmp_path, db, "- {name: unused, table: unused}", {"edges": MYSQL_EDGES}, sinks
+        )
+        done = rivc(root, "run", "--select", "edges+")
+        assert done.exit_code == 1 and "row without a key" in done.output  # row 3's txt is null
+        assert pg_rows(db, "SELECT count(*) FROM edges") == [(0,)]
+        db.execute("DROP TABLE edges")  # created with that key
+        sinks = sinks.replace("[id, txt]", "[id]")
+        (root / "sinks/out.yml").write_text(sinks)
+        done = rivc(root, "run", "--select", "edges+")
+        assert done.exit_code == 0, done.output
+        types = dict(
+            pg_rows(
+                db,
+                "SELECT column_name, column_type FROM information_schema.columns "
+                "WHERE table_name = 'edges' AND table_schema = DATABASE() ORDER BY ordinal_position",
+            )
+        )
+        assert types == {
+            "id": "int(11)",
+            "big": "bigint(20)",
+            "i": "int(11)",
+            "small": "smallint(6)",
+            "tiny": "tinyint(4)",
+            "dbl": "double",
+            "flt": "float",
+            "dec": "decimal(38,18)",
+            "txt": "longtext",
+            "bin": "longblob",
+            "d": "date",
+            "ts": "datetime(6)",
+            "ts_ntz": "datetime(6)",
+            "ints": "longtext",  # MariaDB's JSON
+            "texts": "longtext",
+            "obj": "longtext",
+            "m": "longtext",
+            "flag": "tinyint(1)",
+        }
+        # MariaDB prints a FLOAT with 6 digits: its double is the stored value exactly
+        listed = ", ".join("CAST(flt AS DOUBLE)" if c == "flt" else f"`{c}`" for c in types)
+        got = {r[0]: r for r in pg_rows(db, f"SELECT {listed} FROM edges ORDER BY id")}
+        model = DeltaTable(str(root / "warehouse/edges")).to_pyarrow_table().to_pylist()
+        want = {r["id"]: r for r in model}
+        assert set(got) == set(want) == {1, 2, 3, 4}
+        for i, row in got.items():
+            for name, value in zip(types, row, strict=True):
+                expected = want[i][name]
+                if expected is None:
+                    assert value is None, (i, name, value)
+                    continue
+                if name in ("ints", "texts", "obj", "m"):
+                    value = json.loads(value, parse_float=Decimal)
+                    if name == "m":
+                        expected = dict(expected)
+                    if name == "obj":
+                        expected = {
+                            k: v if v is None else Decimal(str(v)) for k, v in expected.items()
+                        }
+                if name == "ts":
+                    expected = expected.replace(tzinfo=None)  # its UTC time
+                if name == "flag":
+                    value = bool(value)
+                if name == "flt":
+                    value, expected = float(np.float32(value)), float(np.float32(expected))
+                assert same(value, expected), (i, name, value, expected)
+
+        nan = "{{ config(materialized='table') }}\nselect 1 as id, cast('NaN' as double) as dbl\n"
+        (root / "models/edges.sql").write_text(nan)
+        db.execute("CREATE TABLE kept (id int, dbl double)", "INSERT INTO kept VALUES (1, 2.5)")
+        overwrite = sinks.replace("table: edges, mode: upsert, key_columns: [id]", "table: kept")
+        (root / "sinks/out.yml").write_text(overwrite)
+        refused = rivc(root, "run", "--select", "edges+")
+        assert refused.exit_code == 1
+        line = next(x for x in refused.output.splitlines() if "NaN" in x)
+        assert "sink edges_my" in line and "column dbl" in line, line
+        assert pg_rows(db, "SELECT * FROM kept") == [(1, 2.5)]
