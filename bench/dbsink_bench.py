@@ -1,13 +1,15 @@
-"""The postgres sink's speed beside `psql \\copy`: a table model of N rows (default 1,000,000)
-into PostgreSQL, appended and upserted, from one `rivc run`; then the same rows, as CSV, loaded
-by `psql \\copy` into a table of the same columns (the anchor: one COPY, no staging).
+"""The database sinks' speed: a table model of N rows (default 1,000,000) into PostgreSQL (or
+MariaDB), appended and upserted, from one `rivc run`, twice; for PostgreSQL then the same rows,
+as CSV, loaded by `psql \\copy` into a table of the same columns (the anchor: one COPY, no
+staging).
 
-    python bench/pgsink_bench.py
-    python bench/pgsink_bench.py --rows 200000
+    python bench/dbsink_bench.py
+    python bench/dbsink_bench.py --database mysql
+    python bench/dbsink_bench.py --rows 200000
 
-A throwaway database on the machine's PostgreSQL (127.0.0.1:5432, user postgres) is created and
-dropped. Each sink node's duration comes from target/run_results.json; the upsert's second run
-replaces every key.
+A throwaway database on the machine's server (PostgreSQL 127.0.0.1:5432 as postgres, MariaDB
+127.0.0.1:3306 as root) is created and dropped. Each sink node's duration comes from
+target/run_results.json; the second run rebuilds the model, so the upsert replaces every key.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import pymysql
 
 sys.path.insert(0, str(Path(__file__).parent))
 from extract_bench import measure  # noqa: E402
@@ -29,21 +33,28 @@ from sink_bench import MODEL  # noqa: E402
 
 SINKS = """
 sinks:
-  - {name: pg_append, from: orders, connector: postgres,
-     config: {connection: db, table: bench.appended}}
-  - {name: pg_upsert, from: orders, connector: postgres,
-     config: {connection: db, table: bench.upserted, mode: upsert, key_columns: [order_id]}}
+  - {name: appended, from: orders, connector: KIND,
+     config: {connection: db, table: appended}}
+  - {name: upserted, from: orders, connector: KIND,
+     config: {connection: db, table: upserted, mode: upsert, key_columns: [order_id]}}
 """
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--database", choices=["postgres", "mysql"], default="postgres")
     args = parser.parse_args()
     rivc = str(Path(sys.executable).parent / "rivc")
     name = f"rivc_bench_{secrets.token_hex(4)}"
-    admin = psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True)
-    admin.execute(f"CREATE DATABASE {name}")
+    kind = args.database
+    user = "postgres" if kind == "postgres" else "root"
+    admin: Any = (
+        psycopg.connect(host="127.0.0.1", user=user, dbname="postgres", autocommit=True)
+        if kind == "postgres"
+        else pymysql.connect(host="127.0.0.1", user=user, autocommit=True)
+    )
+    admin.cursor().execute(f"CREATE DATABASE {name}")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
@@ -51,11 +62,11 @@ def main() -> None:
             (root / "sinks").mkdir()
             (root / "rivc_project.yml").write_text("name: pgbench\n")
             (root / "profiles.yml").write_text(
-                "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-                f"user: postgres, database: {name}}}\n"
+                f"default:\n  connections:\n    db: {{type: {kind}, host: 127.0.0.1, "
+                f"user: {user}, database: {name}}}\n"
             )
             (root / "models/orders.sql").write_text(MODEL.format(rows=args.rows))
-            (root / "sinks/out.yml").write_text(SINKS)
+            (root / "sinks/out.yml").write_text(SINKS.replace("KIND", kind))
             for run in ("first run", "second run (the model rebuilt: upsert replaces every key)"):
                 wall, _ = measure([rivc, "run"], root)
                 results = json.loads((root / "target/run_results.json").read_text())["results"]
@@ -64,9 +75,11 @@ def main() -> None:
                     if r["node"].startswith("sink:"):
                         secs = r["duration_s"]
                         print(f"  {r['node']:<16} {secs:6.1f} s {args.rows / secs:>10,.0f} rows/s")
-            anchor(root, name, args.rows)
+            if kind == "postgres":
+                anchor(root, name, args.rows)
     finally:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        force = " WITH (FORCE)" if kind == "postgres" else ""
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name}{force}")
         admin.close()
 
 
@@ -80,7 +93,7 @@ def anchor(root: Path, name: str, rows: int) -> None:
     path = root / "orders.csv"
     csv.write_csv(table, path, csv.WriteOptions(include_header=False, quoting_style="needed"))
     with psycopg.connect(host="127.0.0.1", user="postgres", dbname=name, autocommit=True) as c:
-        c.execute("CREATE TABLE bench.anchor (LIKE bench.appended)")
+        c.execute("CREATE TABLE anchor (LIKE appended)")
     started = time.perf_counter()
     subprocess.run(
         [
@@ -92,7 +105,7 @@ def anchor(root: Path, name: str, rows: int) -> None:
             "-d",
             name,
             "-c",
-            f"\\copy bench.anchor FROM '{path}' (FORMAT csv)",
+            f"\\copy anchor FROM '{path}' (FORMAT csv)",
         ],
         check=True,
         capture_output=True,
