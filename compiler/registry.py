@@ -247,7 +247,6 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             PostgresSinkConfig,
             "PostgreSQL tables (COPY by Spark's tasks), exactly-once per batch",
             f"{_RUNTIME}.pgsink:PostgresSink",
-            location=lambda config: f"postgres table {config.table}",
             holds="table",
         ),
         ConnectorInfo(
@@ -257,7 +256,6 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             MysqlSinkConfig,
             "MySQL and MariaDB tables (multi-row INSERTs by Spark's tasks), exactly-once per batch",
             f"{_RUNTIME}.mysqlsink:MysqlSink",
-            location=lambda config: f"mysql table {config.table}",
             holds="table",
         ),
         ConnectorInfo(
