@@ -23,6 +23,7 @@ from .locate import (
     project_file,
     read_project_file,
 )
+from .migrate import refuse_foreign
 from .packages import Installed, check_installed, installed
 from .profiles import URI_HINT, load_profile, remote_spark
 from .property_specs import ModelProps, PropertiesFile, SeedProps, UnitTestSpec
@@ -346,6 +347,7 @@ def _each(items: Any, add: Any) -> None:
 def _add_sources(
     doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None, out: dict[str, SourceTableDef]
 ) -> None:
+    refuse_foreign(doc, "sources")
     parsed: SourcesFile = validate_doc(SourcesFile, doc)
     _each(parsed.sources, lambda i, source: _add_source(doc, profile, profile_path, out, i, source))
 
@@ -462,6 +464,7 @@ def _check_log_table(source: SourceSpec, table: SourceTable, doc: YamlDoc, at: Y
 def _add_sinks(
     doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None, out: dict[str, SinkDef]
 ) -> None:
+    refuse_foreign(doc, "sinks")
     parsed: SinksFile = validate_doc(SinksFile, doc)
     _each(parsed.sinks, lambda i, sink: _add_sink(doc, profile, profile_path, out, i, sink))
 

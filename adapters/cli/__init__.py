@@ -1,8 +1,8 @@
 """The `rivc` command: a click group; every command is added here, explicitly.
 
-Commands live one group per module: project.py (no JVM: init, compile, lint, ls, connectors),
-execute.py (Spark and databases: run, test, build, show, check, doctor, server) and state.py
-(state, metrics, maintain). common.py holds what they share.
+Commands live one group per module: project.py (no JVM: init, import, compile, lint, ls,
+connectors), execute.py (Spark and databases: run, test, build, show, check, doctor, server)
+and state.py (state, metrics, maintain). common.py holds what they share.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ for command in (
     project.diff,
     project.docs,
     project.connectors,
+    project.import_cmd,
     execute.run,
     execute.test,
     execute.build,

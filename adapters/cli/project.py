@@ -92,6 +92,46 @@ def init(directory: str | None, template: str) -> None:
     click.echo(f"Project ready in {target}/. Next: cd {target} && rivc run")
 
 
+@click.group("import")
+def import_cmd() -> None:
+    """Write a rivc project's files from another tool's config (docs/migrate.md)."""
+
+
+@import_cmd.command("rivet")
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.option("--name", default="rivet", show_default=True, help="The source and connection.")
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False),
+    default=".",
+    help="Where the project's files go (created if missing).",
+)
+@handle_errors
+def import_rivet(config: str, name: str, project_dir: str) -> None:
+    """A Rivet config (rivet.yaml): a connection, a source of its exports, a files sink each."""
+    from rivc.compiler.errors import ProjectError
+    from rivc.compiler.migrate import import_rivet as convert
+    from rivc.compiler.yamlio import load_yaml
+
+    path = Path(config).resolve()
+    doc = load_yaml(path.parent, Path(path.name), env=os.environ)
+    imported = convert(doc, name)
+    root = Path(project_dir)
+    files = dict(imported.files)
+    if not (root / "rivc_project.yml").exists():
+        files["rivc_project.yml"] = f"name: {name}\n"
+    taken = [rel for rel in files if (root / rel).exists()]
+    if taken:  # nothing is written over
+        raise ProjectError(f"{root / taken[0]} exists: import into a project without it")
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+        click.echo(f"  created {root / rel}")
+    for line in imported.unmapped:
+        click.echo(f"  no equivalent: {line}")
+    click.echo(f"Imported {path.name}. Next: rivc compile --project-dir {root}")
+
+
 @click.command("compile")
 @click.argument("selection", nargs=-1)
 @apply([*select_options, state_option, *compile_options])
