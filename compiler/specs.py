@@ -207,9 +207,19 @@ class MetricsSpec(Spec):
     pushgateway: str | None = None  # its URL; the push goes to /metrics/job/rivc/project/<name>
 
 
+class OpenLineageSpec(Spec):
+    """Where each run's OpenLineage events go: an HTTP endpoint (Marquez's by default) and/or
+    a file of JSON lines (relative to the project)."""
+
+    url: str | None = None
+    endpoint: str = "api/v1/lineage"
+    file: str | None = None
+
+
 class ProfileSpec(Spec):
     spark: SparkSpec = SparkSpec()
     metrics: MetricsSpec = MetricsSpec()
+    openlineage: OpenLineageSpec = OpenLineageSpec()
     warehouse: Location = "warehouse"
     # credentials and endpoints of the object store (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, ...):
     # rivc's process and Spark's executors get them, on top of the environment's

@@ -210,9 +210,10 @@ def execute(
     )
     out = root / TARGET_DIR / "run_results.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    from ..ops.metrics_out import export
+    from ..ops import lineage_out, metrics_out
 
-    export(plan.profile.metrics, root, plan.project.spec.name, report, on_warning)
+    metrics_out.export(plan.profile.metrics, root, plan.project.spec.name, report, on_warning)
+    lineage_out.export(plan.profile.openlineage, root, plan.manifest, report, on_warning)
     return report
 
 

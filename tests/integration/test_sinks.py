@@ -662,11 +662,14 @@ sinks:
             assert sorted(rows.column("order_id").to_pylist()) == want
 
 
-def test_each_run_leaves_its_metrics_for_prometheus(spark, tmp_path):
+def test_each_run_leaves_its_metrics_for_prometheus_and_its_lineage_for_openlineage(
+    spark, tmp_path
+):
     """profiles.yml `metrics:` writes every run's node results in Prometheus's text format to a
     file (node_exporter's textfile collector) and PUTs them to a Pushgateway (a local HTTP
-    receiver here), read back with prometheus_client's parser; an unreachable gateway is a
-    warning, never a failed run."""
+    receiver here), read back with prometheus_client's parser; `openlineage:` sends each node's
+    START and COMPLETE events, with the column lineage, to an HTTP endpoint and a file. An
+    unreachable receiver is a warning, never a failed run."""
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -681,6 +684,12 @@ def test_each_run_leaves_its_metrics_for_prometheus(spark, tmp_path):
             self.send_response(200)
             self.end_headers()
 
+        def do_POST(self) -> None:  # noqa: N802
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            pushed.append((self.command, self.path, body))
+            self.send_response(201)
+            self.end_headers()
+
         def log_message(self, *args: object) -> None:
             pass
 
@@ -693,6 +702,7 @@ def test_each_run_leaves_its_metrics_for_prometheus(spark, tmp_path):
     )
     (root / "profiles.yml").write_text(
         f"default:\n  metrics: {{textfile: metrics/rivc.prom, pushgateway: '{gateway}'}}\n"
+        f"  openlineage: {{url: '{gateway}', file: lineage/events.jsonl}}\n"
     )
     try:
         result = rivc(root, "run")
@@ -716,10 +726,44 @@ def test_each_run_leaves_its_metrics_for_prometheus(spark, tmp_path):
     assert written[("rivc_node_rows", "model:orders")] == 300
     assert written[("rivc_node_commits", "sink:lake")] == 1
     assert written[("rivc_node_duration_seconds", "sink:lake")] > 0
-    ((method, path, body),) = pushed
+    ((method, path, body),) = [p for p in pushed if p[0] == "PUT"]
     assert (method, path) == ("PUT", "/metrics/job/rivc/project/sinks")
     assert samples(body.decode()) == written
 
+    # OpenLineage: START and COMPLETE per node, each a child of the run, posted and written
+    posted = [json.loads(b) for m, p, b in pushed if m == "POST" and p == "/api/v1/lineage"]
+    events = [json.loads(line) for line in (root / "lineage/events.jsonl").read_text().splitlines()]
+    assert posted == events
+    assert [(e["eventType"], e["job"]["name"]) for e in events] == [
+        (kind, node)
+        for node in ("source:gen.orders", "model:orders", "sink:lake")
+        for kind in ("START", "COMPLETE")
+    ]
+    assert len({e["run"]["facets"]["parent"]["run"]["runId"] for e in events}) == 1
+    model = next(
+        e for e in events if e["job"]["name"] == "model:orders" and e["eventType"] == "COMPLETE"
+    )
+    assert model["inputs"][0]["name"] == "source:gen.orders"
+    (table,) = model["outputs"]
+    assert table["outputFacets"]["outputStatistics"]["rowCount"] == 300
+    lineage = table["facets"]["columnLineage"]["fields"]
+    assert lineage["total"]["inputFields"] == [
+        {
+            "namespace": "rivc://sinks",
+            "name": "source:gen.orders",
+            "field": "total",
+            "transformations": [{"type": "DIRECT", "subtype": "IDENTITY"}],
+        }
+    ]
+    assert lineage["day"]["inputFields"][0]["field"] == "created_at"
+    assert lineage["day"]["inputFields"][0]["transformations"][0]["subtype"] == "TRANSFORMATION"
+    schema = {f["name"]: f["type"] for f in table["facets"]["schema"]["fields"]}
+    assert schema["order_id"] == "bigint" and schema["day"] == "date"
+    sink = events[-1]
+    assert sink["outputs"][0]["namespace"] == "delta" and sink["outputs"][0]["name"] == "out/lake"
+    assert sink["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 300
+
     again = rivc(root, "run", "--full-refresh")  # the gateway is gone now
     assert again.exit_code == 0 and "metrics: the push to" in again.output
+    assert "openlineage: sending to" in again.output
     assert samples((root / "metrics/rivc.prom").read_text())[("rivc_node_rows", "sink:lake")] == 300
