@@ -439,6 +439,16 @@ class SinkRetry(Spec):
     max_consecutive_failures: int = Field(3, ge=1)
 
 
+class StreamRestart(Spec):
+    """A stream that runs until stopped (`processing_time`) and fails is started again from its
+    checkpoint after a backoff that doubles from backoff_ms to max_backoff_ms (back to
+    backoff_ms once a restarted stream commits a batch); max_restarts in a row, then it stops."""
+
+    backoff_ms: int = Field(1_000, ge=0)
+    max_backoff_ms: int = Field(60_000, ge=0)
+    max_restarts: int | None = Field(None, ge=0)  # None: no limit
+
+
 class InlineSink(Spec):
     """A sink written only through another sink (a dead letter), declared in place."""
 
@@ -460,6 +470,7 @@ class SinkSpec(Spec):
     quality: tuple[Expectation, ...] = ()
     dead_letter: str | InlineSink | None = None
     retry: SinkRetry = SinkRetry()
+    restart: StreamRestart = StreamRestart()
     rate_limit: RateLimit | None = None
     health_check: bool = True
     shared: bool = False  # the sink's table may be written by other projects or checkouts too

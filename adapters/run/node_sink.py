@@ -3,9 +3,10 @@ tables), transform, check and write it in batches, or run it as a stream."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError, StateError
 from rivc.compiler.locate import STATE_DIR
@@ -227,8 +228,36 @@ def _stream(rt: Runtime, df: DataFrame, writer: SinkWriter, node: ManifestNode) 
         stream = stream.trigger(availableNow=True)
     elif isinstance(trigger, dict):
         stream = stream.trigger(processingTime=trigger["processing_time"])
-    query = stream.start()
-    shown = Batches(node.id, writer.base, rt.on_progress)
+    restart = rt.plan.project.sinks[node.name].spec.restart
+    delay, restarts = restart.backoff_ms / 1000, 0
+    while True:
+        query = stream.start()
+        shown = Batches(node.id, writer.base, rt.on_progress)
+        try:
+            _await(rt, query, shown, receipts)
+            break
+        except _stream_failed() as exc:
+            # a stream that runs until stopped is started again from its checkpoint: what its
+            # tables hold decides what it writes again (nothing twice)
+            follows = isinstance(trigger, dict) and not rt.interrupt.is_set()
+            if not follows or restarts == restart.max_restarts:
+                raise
+            if query.recentProgress:  # it committed batches since its last start
+                delay, restarts = restart.backoff_ms / 1000, 0
+            restarts += 1
+            rt.on_warning(
+                f"{node.id}: the stream stopped on an error ({_reason(exc, node.name)}); "
+                f"starting it again in {delay:g} s (restart {restarts}"
+                + (f" of {restart.max_restarts})" if restart.max_restarts is not None else ")")
+            )
+            if rt.interrupt.wait(delay):  # Ctrl-C while waiting: stopped
+                break
+            delay = min(delay * 2, restart.max_backoff_ms / 1000)
+    shown.report(query.recentProgress)
+
+
+def _await(rt: Runtime, query: Any, shown: Batches, receipts: tuple[str, Store] | None) -> None:
+    """Until the stream ends, or Ctrl-C lets its running batch finish and stops it."""
     try:
         while not query.awaitTermination(1):
             shown.report(query.recentProgress)
@@ -245,7 +274,19 @@ def _stream(rt: Runtime, df: DataFrame, writer: SinkWriter, node: ManifestNode) 
     finally:
         if receipts is not None:
             collect_receipts(rt.state, *receipts)
-    shown.report(query.recentProgress)
+
+
+def _stream_failed() -> type[BaseException]:
+    from pyspark.errors import StreamingQueryException
+
+    return StreamingQueryException
+
+
+def _reason(exc: BaseException, sink: str) -> str:
+    """The sink's own error inside Spark's, else Spark's first line."""
+    text = str(exc)
+    found = re.search(rf"sink {re.escape(sink)}\b[^\n]*", text)
+    return (found.group(0) if found else text.strip().splitlines()[0])[:300]
 
 
 def _move_old_checkpoint(old: Path, checkpoint: str) -> None:

@@ -364,3 +364,86 @@ sinks:
         line = next(x for x in refused.output.splitlines() if "NaN" in x)
         assert "sink edges_my" in line and "column dbl" in line, line
         assert pg_rows(db, "SELECT * FROM kept") == [(1, 2.5)]
+
+
+def test_a_failed_stream_starts_again_with_backoff_and_lands_every_row_once(tmp_path):
+    """A followed files stream into a postgres table that refuses its rows (a column of the
+    wrong type): the stream stops, is started again after 0.5, 1, 2 s ... from its checkpoint,
+    and once the table is fixed every row lands once; Ctrl-C then stops it."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    with database("postgres") as db:
+        db.execute("CREATE TABLE unused (x int)", "CREATE TABLE events (id bigint, kind integer)")
+        sinks = """
+sinks:
+  - name: events_pg
+    from: source:drop.events
+    connector: postgres
+    config: {connection: db, table: events}
+    trigger: {processing_time: "1 second"}
+    retry: {max_attempts: 1, max_consecutive_failures: 1}
+    restart: {backoff_ms: 500, max_backoff_ms: 2000}
+"""
+        root = project(tmp_path, db, "- {name: unused, table: unused}", {}, sinks)
+        (root / "sources/drop.yml").write_text(
+            "sources:\n  - name: drop\n    connector: files\n    tables:\n"
+            "      - name: events\n"
+            "        config: {path: inbox, format: jsonl, stream: true}\n"
+            "        columns: {id: bigint, kind: string}\n"
+        )
+        (root / "inbox").mkdir()
+        (root / "inbox/0.json").write_text(
+            "".join(f'{{"id": {i}, "kind": "k{i}"}}\n' for i in range(6))
+        )
+        rivc_bin = Path(sys.executable).with_name("rivc")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("RIVC_FAULT", None)
+        proc = subprocess.Popen(
+            [str(rivc_bin), "run", "--select", "sink:events_pg+", "source:drop.events"],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and sum("restart 2" in x for x in lines) == 0:
+                time.sleep(0.2)
+            assert any("restart 2" in x for x in lines), "".join(lines)
+            assert pg_rows(db, "SELECT count(*) FROM events") == [(0,)]
+            db.execute("ALTER TABLE events ALTER COLUMN kind TYPE text")  # fixed
+            while time.monotonic() < deadline and pg_rows(db, "SELECT count(*) FROM events") != [
+                (6,)
+            ]:
+                time.sleep(0.2)
+            (root / "inbox/1.json").write_text('{"id": 6, "kind": "k6"}\n')  # after the fix
+            while time.monotonic() < deadline and pg_rows(db, "SELECT count(*) FROM events") != [
+                (7,)
+            ]:
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        reader.join(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        output = "".join(lines)
+        assert proc.returncode == 130, output
+        refusal = next(x for x in lines if "restart 1" in x)
+        assert "stream stopped on an error (sink events_pg" in refusal, refusal
+        assert "invalid input syntax for type integer" in refusal and "in 0.5 s" in refusal
+        assert any("restart 2" in x and "in 1 s" in x for x in lines), output
+        assert sorted(pg_rows(db, "SELECT id, kind FROM events")) == [
+            (i, f"k{i}") for i in range(7)
+        ]
