@@ -15,6 +15,7 @@ rows (pgsink.py: COPY; mysqlsink.py: multi-row INSERTs).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import time
@@ -398,6 +399,13 @@ def one_line(exc: Exception) -> str:
     text = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     where = getattr(diag, "context", None)
     return text + (f" ({where.strip().splitlines()[0]})" if where else "")
+
+
+def nonempty(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch] | None:
+    """The batches that hold rows; None when none does (a partition that never connects)."""
+    given = (b for b in batches if b.num_rows)
+    first = next(given, None)
+    return None if first is None else itertools.chain((first,), given)
 
 
 def partition_column(batch: pa.RecordBatch, part: int) -> pa.Array:

@@ -20,7 +20,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
-from .dbsink import PART, REFUSED, DatabaseSink, one_line
+from .dbsink import PART, REFUSED, DatabaseSink, nonempty, one_line
 from .dbvalues import hex_text, json_text
 from .relational import Conn
 
@@ -81,9 +81,8 @@ def insert_rows(
     attempt of the same partition loaded, in one transaction. Returns (rows, statement bytes)."""
     import pymysql
 
-    given = (b for b in batches if b.num_rows)
-    first = next(given, None)
-    if first is None:  # an empty partition never connects
+    given = nonempty(batches)
+    if given is None:
         return 0, 0
     rows = size = 0
     head = f"INSERT INTO {stage} ({', '.join(q(c) for c in columns)}, {PART}) VALUES "
@@ -95,7 +94,7 @@ def insert_rows(
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 cur.execute("SELECT GET_LOCK(%s, 600)", (f"{stage}:{part}"[-64:],))
                 cur.execute(f"DELETE FROM {stage} WHERE {PART} = %s", (part,))
-                for batch in _chain(first, given):
+                for batch in given:
                     for values in statements(batch, part):
                         cur.execute(head + values)  # no parameters: nothing is %-formatted
                         size += len(head) + len(values)
@@ -106,11 +105,6 @@ def insert_rows(
     except pymysql.Error as exc:
         raise ConnectorError(f"{REFUSED} {one_line(exc)}") from exc
     return rows, size
-
-
-def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    yield first
-    yield from rest
 
 
 def statements(batch: pa.RecordBatch, part: int) -> Iterator[str]:

@@ -11,7 +11,6 @@ PostgreSQL, and the refusal names the table, the column and the value.
 from __future__ import annotations
 
 import io
-import itertools
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -23,7 +22,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
-from .dbsink import PART, REFUSED, DatabaseSink, one_line, partition_column
+from .dbsink import PART, REFUSED, DatabaseSink, nonempty, one_line, partition_column
 from .dbvalues import float_text, hex_text, json_text
 from .relational import Conn
 
@@ -78,9 +77,8 @@ def copy_in(
     import psycopg
     import pyarrow.csv as csv
 
-    given = (b for b in batches if b.num_rows)
-    first = next(given, None)
-    if first is None:  # an empty partition never connects
+    given = nonempty(batches)
+    if given is None:
         return 0, 0
     rows = size = 0
     options = csv.WriteOptions(include_header=False, quoting_style="needed")
@@ -91,7 +89,7 @@ def copy_in(
             conn.execute(f"DELETE FROM {stage} WHERE {PART} = %s", (part,))
             sql = f"COPY {stage} ({names}, {PART}) FROM STDIN (FORMAT csv)"
             with conn.cursor().copy(sql) as copy:
-                for batch in itertools.chain((first,), given):
+                for batch in given:
                     out = io.BytesIO()
                     csv.write_csv(encode(batch, kinds, part), out, options)
                     copy.write(out.getbuffer())
