@@ -442,8 +442,14 @@ def test_retention_folds_what_every_consumer_took_and_a_rewind_takes_it_again(sp
         # replay: the sink takes every batch the landing table holds again
         out = ok(root, "state", "rewind", "b_merge", "--to", "start")
         assert "sink:b_merge: source:src.orders from its first batch" in out, out
+        out = ok(root, "state", "rewind", "f_pg_upsert", "--to", "start")  # in _rivc_commits
+        assert "sink:f_pg_upsert: source:src.orders from its first batch" in out, out
         shop.insert(1)
         ok(root, "run")
+        ran = json.loads((root / "target/run_results.json").read_text())["results"]
+        retaken = next(r for r in ran if r["node"] == "sink:f_pg_upsert")
+        assert retaken["rows"] == len(shop.rows())  # every key again, not the one new row
+        assert dict(shop.query("SELECT id, amount FROM out.upserted")) == shop.rows()
         merged = DeltaTable(str(root / "out/merge")).to_pyarrow_table()
         assert (
             dict(
