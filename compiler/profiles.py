@@ -11,7 +11,7 @@ from .errors import ProjectError, did_you_mean
 from .locate import TARGET_ENV, find_profiles, read_project_file
 from .specbase import is_uri
 from .specs import ProfileSpec, validate_doc
-from .yamlio import YamlPath, parse_yaml
+from .yamlio import YamlDoc, YamlPath, parse_yaml
 
 DEFAULT_TARGET = "default"  # the name of a profile without outputs:
 
@@ -98,3 +98,27 @@ def remote_spark(profile: ProfileSpec, env: Mapping[str, str]) -> str | None:
     if s.master and not s.master.startswith("local"):
         return f"the cluster at {s.master}"
     return None
+
+
+def check_connection(
+    profile: ProfileSpec,
+    profile_path: Path | None,
+    name: str,
+    kind: str,
+    doc: YamlDoc,
+    at: YamlPath,
+) -> None:
+    """A source's or sink's `connection` names one of the profile's, of its database."""
+    if profile_path is None:
+        return
+    given = profile.connections.get(name)
+    if given is None:
+        raise ProjectError(
+            f"connection {name!r} is not in {profile_path}"
+            f"{did_you_mean(name, profile.connections)}",
+            doc.location(at),
+        )
+    if given.type != kind:
+        raise ProjectError(
+            f"connection {name!r} is a {given.type} connection, not {kind}", doc.location(at)
+        )

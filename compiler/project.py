@@ -25,7 +25,7 @@ from .locate import (
 )
 from .migrate import refuse_foreign
 from .packages import Installed, check_installed, installed
-from .profiles import URI_HINT, load_profile, remote_spark
+from .profiles import URI_HINT, check_connection, load_profile, remote_spark
 from .property_specs import ModelProps, PropertiesFile, SeedProps, UnitTestSpec
 from .registry import ConnectorInfo, connector, unknown
 from .specbase import IDENT, Spec, is_uri, locations
@@ -381,12 +381,8 @@ def _add_source(
                 f"source {source.name!r}: connector {source.connector} needs connection",
                 doc.location((*at, "connector")),
             )
-        if profile_path is not None and source.connection not in profile.connections:
-            raise ProjectError(
-                f"connection {source.connection!r} is not in {profile_path}"
-                f"{did_you_mean(source.connection, profile.connections)}",
-                doc.location((*at, "connection")),
-            )
+        kind = source.connector.removesuffix("-cdc")
+        check_connection(profile, profile_path, source.connection, kind, doc, (*at, "connection"))
 
     def add_table(j: int, table: SourceTable) -> None:
         tat: YamlPath = (*at, "tables", j)
@@ -483,16 +479,9 @@ def _add_sink(
         raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
     config = _config(info, "sink", sink.connector, doc, (*at, "config"), sink.config)
     connection = getattr(config, "connection", None)
-    if connection is not None and profile_path is not None:
-        given = profile.connections.get(connection)
-        if given is None or given.type != sink.connector:
-            why = (
-                f"connection {connection!r} is not in {profile_path}"
-                f"{did_you_mean(connection, profile.connections)}"
-                if given is None
-                else f"connection {connection!r} is a {given.type} connection, not {sink.connector}"
-            )
-            raise ProjectError(why, doc.location((*at, "config", "connection")))
+    if connection is not None:  # a database sink's
+        where: YamlPath = (*at, "config", "connection")
+        check_connection(profile, profile_path, connection, sink.connector, doc, where)
     out[sink.name] = SinkDef(sink, info, config, Located(doc, at))
     if isinstance(sink.dead_letter, InlineSink):
         dat: YamlPath = (*at, "dead_letter")

@@ -315,3 +315,25 @@ def test_a_database_sink_names_a_connection_of_its_kind(make_project, connection
     line = one_line_error(out)
     assert line.startswith("sinks/out.yml:6:7: error: " + message), line
     assert not (root / "target").exists()
+
+
+def test_a_source_names_a_connection_of_its_database(make_project):
+    root = make_project(
+        {
+            "profiles.yml": "default:\n  connections:\n    my: {type: mysql}\n",
+            "sources/shop.yml": """
+                sources:
+                  - name: shop
+                    connector: postgres-cdc
+                    connection: my
+                    tables:
+                      - {name: orders, table: public.orders}
+            """,
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith("sources/shop.yml:"), line
+    assert line.endswith("error: connection 'my' is a mysql connection, not postgres"), line
+    assert not (root / "target").exists()
