@@ -28,19 +28,20 @@ select * from values
    'comma, "quote", back\\\\slash, new\nline', X'00FF10', date'0001-01-01',
    timestamp'2026-03-29 01:30:00.000001', timestamp_ntz'9999-12-31 23:59:59.999999',
    array(1, null, 3), array('a"b', null, 'c\\\\d', ''), named_struct('x', 1.10bd, 'y', 2.5d),
-   map('k', 1), true),
+   map('k', 1), true, 'NULL'),
   (2, cast(-9223372036854775808 as bigint), cast(-2147483648 as int), cast(32767 as smallint),
    cast(127 as tinyint), cast('-Infinity' as double), cast(-0.0 as float),
    cast('-0.000000000000000001' as decimal(38,18)),
    '', X'', date'9999-12-31', timestamp'1970-01-01 00:00:00', timestamp_ntz'0001-01-01 00:00:00',
-   array(), array(), named_struct('x', null, 'y', cast('NaN' as double)), map(), false),
+   array(), array(), named_struct('x', null, 'y', cast('NaN' as double)), map(), false, '\\\\N'),
   (3, null, null, null, null, 4.9e-324d, cast(3.4028235e38 as float), null, null, null, null,
-   null, null, null, null, null, null, null),
+   null, null, null, null, null, null, null, null),
   (4, 0, 0, cast(0 as smallint), cast(0 as tinyint), 0.1d + 0.2d, cast(1.1 as float), 0.000000000000000001bd,
    'unicode: żółw 🐢', X'61', date'2000-02-29', timestamp'2026-01-01 12:00:00',
    timestamp_ntz'2026-01-01 12:00:00', array(-1), array('x'), named_struct('x', 0.00bd, 'y', 0d),
-   map('a"b', 2), null)
-  as t(id, big, i, small, tiny, dbl, flt, dec, txt, bin, d, ts, ts_ntz, ints, texts, obj, m, flag)
+   map('a"b', 2), null, '""')
+  as t(id, big, i, small, tiny, dbl, flt, dec, txt, bin, d, ts, ts_ntz, ints, texts, obj, m, flag,
+       word)
 """
 
 
@@ -101,6 +102,7 @@ sinks:
             "obj": "jsonb",
             "m": "jsonb",
             "flag": "boolean",
+            "word": "text",
         }
         got = {r[0]: r for r in pg_rows(db, "SELECT * FROM out.edges ORDER BY id")}
         model = DeltaTable(str(root / "warehouse/edges")).to_pyarrow_table().to_pylist()
@@ -130,6 +132,9 @@ sinks:
             (True, True)
         ]
         assert pg_rows(db, "SELECT dbl FROM out.edges WHERE id = 3") == [(5e-324,)]
+        # text that looks like a NULL marker stays text; only the NULL is NULL
+        words = pg_rows(db, "SELECT word FROM out.edges ORDER BY id")
+        assert words == [("NULL",), ("\\N",), (None,), ('""',)]
         # the batch id and the model batch it consumed, beside the table
         commits = dict(pg_rows(db, "SELECT id, version FROM out._rivc_commits"))
         assert commits["rivc:rel:edges_pg"] == 0
@@ -325,7 +330,10 @@ sinks:
             "obj": "longtext",
             "m": "longtext",
             "flag": "tinyint(1)",
+            "word": "longtext",
         }
+        words = pg_rows(db, "SELECT word FROM edges ORDER BY id")
+        assert words == [("NULL",), ("\\N",), (None,), ('""',)]
         # MariaDB prints a FLOAT with 6 digits: its double is the stored value exactly
         listed = ", ".join("CAST(flt AS DOUBLE)" if c == "flt" else f"`{c}`" for c in types)
         got = {r[0]: r for r in pg_rows(db, f"SELECT {listed} FROM edges ORDER BY id")}
