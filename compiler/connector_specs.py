@@ -130,6 +130,51 @@ class KafkaSourceConfig(Spec):
         return self
 
 
+class NatsServer(Spec):
+    """A NATS server with JetStream, and how to authenticate to it."""
+
+    url: str  # nats://host:4222 (tls://host:4222 for TLS); several, comma-separated
+    stream: str = Field(pattern=r"^[A-Za-z0-9_-]+$")  # the JetStream stream
+    username: str | None = None
+    password: str | None = None
+    password_env: str | None = None
+    token_env: str | None = None  # an auth token, from the environment
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        for one in value.split(","):
+            if not re.match(r"^(nats|tls)://[^/:,\s]+(:\d+)?/?$", one.strip()):
+                raise ValueError(f"{one.strip()!r} is not nats://host[:port] or tls://host[:port]")
+        return value
+
+
+_SUBJECT = r"^[^.\s*>]+(\.[^.\s*>]+)*$"  # tokens, no wildcards
+_FILTER = r"^[^.\s]+(\.[^.\s]+)*$"  # tokens; * and > allowed
+
+
+class NatsSourceConfig(NatsServer):
+    """A JetStream stream read by sequence: a stream's messages stay on the server, so a
+    failed batch is read again from it; the server's durable consumer follows the commits."""
+
+    subjects: StrList = ()  # filters (with * and >); default: every subject of the stream
+    durable: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$")  # default rivc-<project>-<table>
+    start: Literal["first", "new"] = "first"  # where a stream with no checkpoint starts
+    metadata_columns: bool = False  # adds nats_subject, nats_seq, nats_time
+    max_messages_per_trigger: int = Field(10_000, gt=0)
+
+    _tuple = field_validator("subjects", mode="before")(_as_tuple)
+
+    @field_validator("subjects")
+    @classmethod
+    def _filters(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for one in value:
+            if not re.match(_FILTER, one):
+                raise ValueError(f"subject filter {one!r} is not tokens separated by dots")
+        return value
+
+
+NATS_METADATA = {"nats_subject": "string", "nats_seq": "bigint", "nats_time": "timestamp"}
 MQTT_METADATA = {"mqtt_topic": "string", "mqtt_qos": "int", "mqtt_received_at": "timestamp"}
 KAFKA_METADATA = {
     "kafka_key": "string",
@@ -498,6 +543,14 @@ class PostgresSinkConfig(DatabaseSinkConfig):
 
 class MysqlSinkConfig(DatabaseSinkConfig):
     """A MySQL or MariaDB table (a table without a database is in the connection's)."""
+
+
+class NatsSinkConfig(SinkConfig, NatsServer):
+    """Each row a JSON message on `subject` of a JetStream stream, exactly once per batch: the
+    batch id is committed in the server's `rivc_commits` key-value bucket (docs/sinks.md)."""
+
+    subject: str = Field(pattern=_SUBJECT)
+    auto_create_stream: bool = True  # a missing stream is created with `subject` (else refused)
 
 
 def merge_keys_of(config: Any) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from .aliases import Translator
 from .connector_specs import (
     KAFKA_METADATA,
     MQTT_METADATA,
+    NATS_METADATA,
     DatagenConfig,
     DeltaSinkConfig,
     DeltaSourceConfig,
@@ -36,6 +37,8 @@ from .connector_specs import (
     MqttSourceConfig,
     MysqlCdcConfig,
     MysqlSinkConfig,
+    NatsSinkConfig,
+    NatsSourceConfig,
     PostgresCdcConfig,
     PostgresSinkConfig,
     RelationalConfig,
@@ -94,8 +97,9 @@ class ConnectorInfo:
     aliases: Translator | None = None
     # "module:attribute": doctor's reach check, (config, root, storage) -> (ok, detail)
     probe: str | None = None
-    # a stream whose broker keeps nothing once delivered (MQTT): one consumer holds its session
-    replayable: bool = True
+    # a stream whose place is held on the broker for one consumer (an MQTT session and spool, a
+    # NATS durable consumer): one sink reads it
+    single_consumer: bool = False
 
     def key_columns(self, config: Any) -> dict[str, tuple[str, ...]]:
         """Config fields that name input columns, for compile-time checks (a sink's spec says
@@ -197,7 +201,18 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             columns=_with_metadata(MQTT_METADATA),
             probe=f"{_RUNTIME}.mqtt:probe",
             aliases=aliases.mqtt_source,
-            replayable=False,
+            single_consumer=True,
+        ),
+        ConnectorInfo(
+            "nats",
+            "source",
+            "stream",
+            NatsSourceConfig,
+            "a NATS JetStream stream (JSON payloads), read by sequence; streaming",
+            f"{_RUNTIME}.jetstream_source:read",
+            columns=_with_metadata(NATS_METADATA),
+            probe=f"{_RUNTIME}.jetstream:probe",
+            single_consumer=True,
         ),
         ConnectorInfo(
             "kafka",
@@ -257,6 +272,16 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "MySQL and MariaDB tables (multi-row INSERTs by Spark's tasks), exactly-once per batch",
             f"{_RUNTIME}.mysqlsink:MysqlSink",
             holds="table",
+        ),
+        ConnectorInfo(
+            "nats",
+            "sink",
+            "message",
+            NatsSinkConfig,
+            "JSON messages on a NATS JetStream subject, exactly-once per batch",
+            f"{_RUNTIME}.jetstream:JetStreamSink",
+            probe=f"{_RUNTIME}.jetstream:probe",
+            holds="files",
         ),
         ConnectorInfo(
             "stdout",

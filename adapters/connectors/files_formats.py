@@ -8,6 +8,7 @@ import io
 import json
 import math
 from datetime import date, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connector_specs import FilesSinkConfig
@@ -187,25 +188,25 @@ class _TextFile:
                 batch = batch.set_column(i, name, pa.array(cells, pa.string()))
             self.arrow.write_batch(batch)
             return
-        rows = batch.to_pylist()
-        if self.floats:
+        fmt = self.config.format
+        if fmt == "csv":
+            rows = batch.to_pylist()
             for r in rows:
                 for name in self.floats:
                     value = r[name]
                     if value is not None and not math.isfinite(value):
                         r[name] = _NON_FINITE[str(value)]
-        fmt = self.config.format
-        if fmt == "csv":
             self._emit([[self._cell(r[n]) for n in self.names] for r in rows])
             return
+        objects = json_objects(batch)
         text = "".join(
             ("" if fmt == "jsonl" or (self.rows == 0 and i == 0) else ",")
             + ("\n" if fmt == "json" else "")
-            + json.dumps(r, default=_jsonable, ensure_ascii=False)
+            + o
             + ("\n" if fmt == "jsonl" else "")
-            for i, r in enumerate(rows)
+            for i, o in enumerate(objects)
         )
-        self.rows += len(rows)
+        self.rows += len(objects)
         self.out.write(text.encode())
 
     def _cell(self, value: Any) -> Any:
@@ -253,9 +254,57 @@ def _float_text(values: Any) -> Any:
     return text
 
 
+def json_objects(batch: Any) -> list[str]:
+    """Each row of an Arrow record batch as the JSON object a jsonl file holds (docs/types.md):
+    decimals as their exact text, times ISO 8601, bytes as hex, NaN and ±Infinity as words,
+    maps as objects."""
+    schema = batch.schema
+    maps = "map<" in str(schema)
+    out = []
+    for row in batch.to_pylist():
+        text = None if maps else _strict(row)
+        if text is None:  # a map, or a non-finite float at the top or nested
+            plain = {f.name: _plain(row[f.name], f.type) for f in schema}
+            text = json.dumps(plain, default=_jsonable, ensure_ascii=False)
+        out.append(text)
+    return out
+
+
+def _strict(row: dict[str, Any]) -> str | None:
+    """The row's JSON; None when it holds a non-finite float."""
+    try:
+        return json.dumps(row, default=_jsonable, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return None
+
+
+def _plain(value: Any, t: Any) -> Any:
+    """A value as JSON holds it, by its Arrow type."""
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_floating(t):
+        return value if math.isfinite(value) else _NON_FINITE[str(value)]
+    if pa.types.is_struct(t):
+        return {
+            t.field(i).name: _plain(value[t.field(i).name], t.field(i).type)
+            for i in range(t.num_fields)
+        }
+    if pa.types.is_map(t):
+        return {
+            k if isinstance(k, str) else str(_jsonable(k)): _plain(v, t.item_type) for k, v in value
+        }
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_plain(v, t.value_type) for v in value]
+    return value
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, bytes):
         return value.hex()
-    return str(value)  # Decimal and the rest: their exact text
+    if isinstance(value, Decimal):
+        return format(value, "f")  # its exact digits at the column's scale, never 1E-18
+    return str(value)

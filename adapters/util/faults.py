@@ -11,6 +11,8 @@ Points (docs/running.md, "What a rerun after a crash does"):
     before-commit    Spark's tasks wrote a Delta or Iceberg batch's files, or `rivc maintain`
                      an Iceberg table's compacted files, before the commit (named by the
                      table: its directory name, or the Iceberg table's name)
+    mid-publish      the nats sink published part of a batch from rivc's process, before the rest
+                     (named by the stream)
     after-commit     a sink's or model's table commit landed, before the state store records it
     between-sinks    a sink node finished and was recorded, before the next node starts
     mid-retention    `rivc maintain` folded a landing table's old batches, before removing
@@ -29,6 +31,7 @@ POINTS = frozenset(
         "between-chunks",
         "after-landing",
         "before-commit",
+        "mid-publish",
         "after-commit",
         "between-sinks",
         "mid-retention",

@@ -35,13 +35,15 @@ def source_role(project: Project, node: Node) -> str:
         return "log"
     if table.connector.relational:
         return "log" if table.table.mode == "incremental" else "snapshot"
-    return "stream" if getattr(table.config, "stream", False) else "untracked"
+    if table.connector.category == "stream" or getattr(table.config, "stream", None) is True:
+        return "stream"
+    return "untracked"
 
 
 def sink_inputs(project: Project, graph: ProjectGraph, findings: list[Finding]) -> None:
     """Set every sink's `input` in its facts (and, for new batches, its `sql_batches`).
-    A stream that cannot be replayed (MQTT: its broker keeps nothing once delivered) feeds one
-    sink: two would share one broker session and one spool, and each take the other's rows."""
+    A stream whose place is held on the broker (an MQTT session, a NATS durable consumer)
+    feeds one sink: two would share that place, and each take or acknowledge the other's rows."""
     held: dict[str, str] = {}
     for node in sorted(graph.nodes.values(), key=lambda n: n.id):
         if node.kind != "sink" or not node.depends_on:
@@ -51,16 +53,16 @@ def sink_inputs(project: Project, graph: ProjectGraph, findings: list[Finding]) 
         node.facts = replace(node.facts, input=given)
         for nid in sorted(graph.upstream(node.id)):
             up = graph.nodes[nid]
-            if up.kind != "source" or project.sources[up.name].connector.replayable:
+            if up.kind != "source" or not project.sources[up.name].connector.single_consumer:
                 continue
             first = held.setdefault(up.name, node.name)
             if first != node.name:
                 findings.append(
                     spec_finding(
                         f"sink {node.name!r} reads stream source {up.name!r}, which sink "
-                        f"{first!r} reads too: its broker delivers each message once, to one "
-                        "consumer; deliver it with one sink (to a Delta table, say) and read "
-                        "that table",
+                        f"{first!r} reads too: the broker holds one place for it (an MQTT session, "
+                        "a NATS durable consumer); deliver it with one sink (to a Delta table, "
+                        "say) and read that table, or declare a second table of the stream",
                         project.sinks[node.name].where,
                         "from",
                     )

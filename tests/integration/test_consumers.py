@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -23,10 +24,12 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from rivc_dbs import Db, database, project
+from rivc_nats import drop_stream, messages
 
 from rivc_testing import iceberg_catalog, rivc, run_rivc
 
 pytestmark = pytest.mark.integration
+STREAM = "RIVC_TEST_CONSUMERS"
 
 TABLES = """
 - {name: orders, table: orders, mode: incremental, cursor_column: updated_at, unique_key: id}
@@ -58,6 +61,8 @@ sinks:
      config: {connection: db, table: out.appended}}
   - {name: f_pg_upsert, from: source:src.orders, connector: postgres,
      config: {connection: db, table: out.upserted, mode: upsert, key_columns: [id]}}
+  - {name: g_nats, from: source:src.orders, connector: nats,
+     config: {url: "nats://127.0.0.1:4222", stream: RIVC_TEST_CONSUMERS, subject: shop.orders}}
 """
 
 
@@ -109,6 +114,23 @@ def landed(root: Path) -> Counter[tuple[int, Decimal]]:
     )
 
 
+@pytest.fixture(autouse=True)
+def nats_stream() -> Iterator[None]:
+    """The nats sinks' stream, new for each test and dropped after."""
+    drop_stream(STREAM)
+    yield
+    drop_stream(STREAM)
+
+
+def published() -> Counter[tuple[int, Decimal]]:
+    """Every message the nats sinks published, as (id, amount)."""
+    return Counter(
+        (p["id"], Decimal(p["amount"]))
+        for subject, _, p in messages(STREAM)
+        if subject == "shop.orders"
+    )
+
+
 def check(root: Path, shop: Shop) -> None:
     """Each append sink holds every landed row version once; the merged sinks, the database."""
     truth = shop.rows()
@@ -142,6 +164,7 @@ def check(root: Path, shop: Shop) -> None:
     )
     assert ice.num_rows == len(truth)
     assert Counter(shop.query("SELECT id, amount FROM out.appended")) == versions
+    assert published() == versions
     upserted = shop.query("SELECT id, amount FROM out.upserted")
     assert dict(upserted) == truth and len(upserted) == len(truth)
 
@@ -193,7 +216,7 @@ def test_partial_selections_then_a_full_run_deliver_every_row_once(spark, tmp_pa
         check(root, shop)
         models_match(root, shop)
         again = ok(root, "run")  # nothing new: no sink writes
-        assert again.count("nothing new to deliver") == 6, again
+        assert again.count("nothing new to deliver") == 7, again
         check(root, shop)
 
 
@@ -227,6 +250,8 @@ sinks:
      config: {path: out/files, format: parquet}}
   - {name: c_pg, from: source:src.orders, connector: postgres,
      config: {connection: db, table: out.appended}}
+  - {name: d_nats, from: source:src.orders, connector: nats,
+     config: {url: "nats://127.0.0.1:4222", stream: RIVC_TEST_CONSUMERS, subject: shop.orders}}
 """
 
 
@@ -259,6 +284,7 @@ def test_a_kill_after_landing_or_between_consumers_loses_and_doubles_nothing(tmp
         ]
         assert Counter((r["id"], r["amount"]) for r in rows) == versions
         assert Counter(shop.query("SELECT id, amount FROM out.appended")) == versions
+        assert published() == versions
         newest = {
             r["id"]: r["amount"] for r in sorted(landed_rows(root), key=lambda r: r["_rivc_batch"])
         }

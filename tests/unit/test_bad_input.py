@@ -337,3 +337,25 @@ def test_a_source_names_a_connection_of_its_database(make_project):
     assert line.startswith("sources/shop.yml:"), line
     assert line.endswith("error: connection 'my' is a mysql connection, not postgres"), line
     assert not (root / "target").exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "message"),
+    [
+        ('{url: "http://x:4222", stream: S, subject: a.b}', "url", "is not nats://host"),
+        ('{url: "nats://x:4222", stream: "my stream", subject: a.b}', "stream", "pattern"),
+        ('{url: "nats://x:4222", stream: S, subject: "a.*"}', "subject", "pattern"),
+    ],
+)
+def test_a_nats_sink_config_is_checked_at_compile_time(make_project, config, field, message):
+    root = make_project(
+        {
+            "models/stg.sql": "select 1 as id\n",
+            "sinks/out.yml": f"sinks:\n  - {{name: out, from: stg, connector: nats, config: {config}}}\n",
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith("sinks/out.yml:2:") and field in line and message in line, line
+    assert not (root / "target").exists()

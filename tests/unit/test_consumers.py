@@ -115,23 +115,29 @@ def test_an_append_sink_past_an_aggregating_view_is_refused_at_its_from(make_pro
     assert merged.kind == "whole" and merged.through == "daily"
 
 
-def test_a_stream_that_cannot_be_replayed_feeds_one_sink(make_project):
-    mqtt = """
+@pytest.mark.parametrize(
+    "config",
+    [
+        'connector: mqtt\n    tables:\n      - {name: readings, config: {url: "mqtt://127.0.0.1:1883", topics: [t]},',
+        'connector: nats\n    tables:\n      - {name: readings, config: {url: "nats://127.0.0.1:4222", stream: S},',
+    ],
+)
+def test_a_stream_whose_place_the_broker_holds_feeds_one_sink(make_project, config):
+    source = f"""
 sources:
   - name: iot
-    connector: mqtt
-    tables:
-      - {name: readings, config: {url: "mqtt://127.0.0.1:1883", topics: [t]},
-         columns: {v: bigint}}
+    {config}
+         columns: {{v: bigint}}}}
 """
     sinks = "sinks:\n" + "".join(
         f"  - {{name: {n}, from: source:iot.readings, connector: delta,\n"
         f"     config: {{table_uri: out/{n}}}}}\n"
         for n in ("first", "second")
     )
-    root = make_project({"sources/iot.yml": mqtt, "sinks/out.yml": sinks})
+    root = make_project({"sources/iot.yml": source, "sinks/out.yml": sinks})
     (error,) = analyze_dir(root).errors
     assert "'second' reads stream source 'iot.readings'" in str(error)
+    assert "declare a second table of the stream" in str(error)
 
 
 def landed(*ids: int, keyed: bool = True) -> Landed:
