@@ -167,7 +167,10 @@ def test_the_warm_server_sees_every_new_row_and_every_new_or_rewritten_file(tmp_
     (in rivc's process and in Spark) and by JDBC, and a files source's new and rewritten files,
     all reach their sinks on the next run."""
     from rivc_dbs import database, project
+    from rivc_nats import URL, drop_stream, messages
 
+    stream = "RIVC_TEST_WARM"
+    drop_stream(stream)
     with database("postgres") as db:
         db.execute(
             "CREATE TABLE ev (id int PRIMARY KEY, v text, at timestamp)",
@@ -204,9 +207,15 @@ def test_the_warm_server_sees_every_new_row_and_every_new_or_rewritten_file(tmp_
             + (
                 "  - {name: files, from: source:inbox.ev, connector: delta,\n"
                 "     config: {table_uri: out/files, mode: overwrite}}\n"
+                # a view's batches, written by the server's Spark tasks into a table and a stream
+                "  - {name: pg, from: p1_rows, connector: postgres,\n"
+                "     config: {connection: db, table: out.p1}}\n"
+                f"  - {{name: bus, from: p1_rows, connector: nats,\n"
+                f'     config: {{url: "{URL}", stream: {stream}, subject: warm.p1}}}}\n'
             )
         )
-        root = project(tmp_path, db, tables, {}, sinks)
+        view = {"p1_rows": "select id, v from {{ source('src', 'p1') }}"}
+        root = project(tmp_path, db, tables, view, sinks)
         inbox = root / "inbox"
         inbox.mkdir()
         (root / "sources/inbox.yml").write_text(
@@ -238,6 +247,15 @@ def test_the_warm_server_sees_every_new_row_and_every_new_or_rewritten_file(tmp_
             assert sorted(ids) == list(range(1, 10011)), name
         files = DeltaTable(str(root / "out/files")).to_pyarrow_table()
         assert files.num_rows == 5100 + 3 + 3
+        conn = db.connect()
+        try:
+            held = [r[0] for r in conn.execute("SELECT id FROM out.p1").fetchall()]
+        finally:
+            conn.close()
+        assert sorted(held) == list(range(1, 10011))
+        published = sorted(p["id"] for _, _, p in messages(stream))
+        drop_stream(stream)
+        assert published == list(range(1, 10011))
 
 
 def test_server_auto_starts_with_the_first_run_serves_the_next_and_stops_when_idle(
