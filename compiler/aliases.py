@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-CONNECTORS = {"delta-lake": "delta"}  # Rivven's connector names -> rivc's
+CONNECTORS = {"delta-lake": "delta", "http-webhook": "webhook"}  # Rivven's names -> rivc's
 
 # Rivven's transform types -> rivc's (docs/transforms.md), named in the refusal of the type
 TRANSFORMS = {
@@ -200,6 +200,23 @@ def iceberg_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
             )
     _rename(out, refusals, "target_file_size_mb", "target_file_size", _mib)
     _lakehouse(out, refusals)
+
+
+def webhook_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    _rename(out, refusals, "timeout_secs", "timeout_s")
+    retry = out.pop("retry", None)
+    if isinstance(retry, dict):
+        for key, value in retry.items():
+            if key in ("max_attempts", "initial_backoff_ms", "max_backoff_ms"):
+                out.setdefault(key, value)
+            else:
+                refusals.append(
+                    (
+                        ("retry", key),
+                        f"unknown key 'retry.{key}' (known: max_attempts, initial_backoff_ms, "
+                        "max_backoff_ms)",
+                    )
+                )
 
 
 def mqtt_source(out: dict[str, Any], refusals: list[Refusal]) -> None:

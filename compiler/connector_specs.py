@@ -422,6 +422,22 @@ class StdoutSinkConfig(SinkConfig):
     limit: int | None = Field(None, gt=0)
 
 
+class WebhookSinkConfig(SinkConfig):
+    """Rows as JSON to an HTTP endpoint, each request with an `Idempotency-Key` that a retry or
+    a rerun sends again unchanged (docs/sinks.md)."""
+
+    url: str = Field(pattern=r"^https?://[^\s/]+")
+    method: Literal["POST", "PUT", "PATCH"] = "POST"
+    headers: dict[str, str] = {}
+    headers_env: dict[str, str] = {}  # header -> the environment variable holding its value
+    batch_size: int = Field(1, ge=1, le=10_000)  # rows per request; above 1 a JSON array
+    timeout_s: float = Field(30, gt=0)
+    max_in_flight: int = Field(4, ge=1, le=64)  # requests at once
+    max_attempts: int = Field(5, ge=1)  # per request: 408, 429, 5xx, timeouts, lost connections
+    initial_backoff_ms: int = Field(500, ge=0)
+    max_backoff_ms: int = Field(30_000, ge=0)
+
+
 class IcebergCatalog(Spec):
     type: Literal["sql", "rest", "glue"] = "sql"
     name: str = "rivc"  # a SQL catalog keeps its tables under its name (Spark's catalog name)

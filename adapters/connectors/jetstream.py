@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connector_specs import NatsServer, NatsSinkConfig
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..plane.base import Sink, WriteResult, stream
 from ..util.faults import fault
@@ -171,8 +170,7 @@ class JetStreamSink(Sink):
         if begun is None:
             return WriteResult()
         record, sent = begun
-        names = [f.name for f in df.schema.fields]
-        encoded = df.mapInArrow(_encode_task(names), "payload binary, deleted boolean")
+        encoded = df.mapInArrow(_encode_task, "payload binary")
         hashed = encoded.withColumn("h", F.sha2("payload", 256))
         numbered = hashed.withColumn("n", F.row_number().over(Window.partitionBy("h").orderBy("h")))
         task = _publish_task(
@@ -201,12 +199,12 @@ class JetStreamSink(Sink):
         counts: Counter[str] = Counter()
         prefix = self.id_prefix(record[0])
 
-        def messages() -> Iterator[tuple[str, bytes, bool]]:
+        def messages() -> Iterator[tuple[str, bytes]]:
             for batch in stream(data):
-                for payload, deleted in _encode(batch):
+                for payload in _encode(batch):
                     h = hashlib.sha256(payload).hexdigest()
                     counts[h] += 1
-                    yield f"{prefix}{h[:32]}-{counts[h]}", payload, deleted
+                    yield f"{prefix}{h[:32]}-{counts[h]}", payload
 
         try:
             rows, size = run(
@@ -402,34 +400,19 @@ async def _published(js: Any, stream_name: str, subject: str, start: int, prefix
     return found
 
 
-def _encode(batch: pa.RecordBatch) -> Iterator[tuple[bytes, bool]]:
-    """(the row as a JSON object, whether unwrap_cdc marked it a delete)."""
-    names = batch.schema.names
-    deleted = (
-        batch.column(names.index(DELETE_COLUMN)).to_pylist()
-        if DELETE_COLUMN in names
-        else [False] * batch.num_rows
-    )
-    if DELETE_COLUMN in names:
-        batch = batch.drop_columns([DELETE_COLUMN])
-    for text, flag in zip(json_objects(batch), deleted, strict=True):
-        yield text.encode(), bool(flag)
+def _encode(batch: pa.RecordBatch) -> list[bytes]:
+    """Each row as a JSON object."""
+    return [text.encode() for text in json_objects(batch)]
 
 
-def _encode_task(
-    names: list[str],
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
+def _encode_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow's function: each row as its JSON payload."""
+    import pyarrow as pa
 
-        for batch in batches:
-            pairs = list(_encode(batch))
-            yield pa.RecordBatch.from_pydict(
-                {"payload": [p for p, _ in pairs], "deleted": [d for _, d in pairs]},
-                schema=pa.schema([("payload", pa.binary()), ("deleted", pa.bool_())]),
-            )
-
-    return encode
+    for batch in batches:
+        yield pa.RecordBatch.from_pydict(
+            {"payload": _encode(batch)}, schema=pa.schema([("payload", pa.binary())])
+        )
 
 
 def _publish_task(
@@ -437,12 +420,12 @@ def _publish_task(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """mapInArrow's function: a task publishes its rows and yields (rows, bytes)."""
 
-    def messages(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, bytes, bool]]:
+    def messages(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, bytes]]:
         for batch in batches:
-            payload, deleted = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-            h, n = batch.column(2).to_pylist(), batch.column(3).to_pylist()
+            payload = batch.column(0).to_pylist()
+            h, n = batch.column(1).to_pylist(), batch.column(2).to_pylist()
             for i in range(batch.num_rows):
-                yield f"{prefix}{h[i][:32]}-{n[i]}", payload[i], bool(deleted[i])
+                yield f"{prefix}{h[i][:32]}-{n[i]}", payload[i]
 
     def go(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -457,7 +440,7 @@ async def _publish(
     params: dict[str, Any],
     subject: str,
     stream_name: str,
-    messages: Iterable[tuple[str, bytes, bool]],
+    messages: Iterable[tuple[str, bytes]],
     sent: frozenset[str],
     in_process: bool = False,
 ) -> tuple[int, int]:
@@ -480,7 +463,7 @@ async def _publish(
         return sum(1 for a in acks if not a.duplicate)
 
     try:
-        for mid, payload, deleted in messages:
+        for mid, payload in messages:
             if mid in sent:
                 continue
             if len(payload) > nc.max_payload:
@@ -488,7 +471,7 @@ async def _publish(
                     f"{REFUSED} a row of {len(payload)} bytes is larger than the server's "
                     f"max_payload ({nc.max_payload} bytes)"
                 )
-            headers = {"Nats-Msg-Id": mid, **({"Rivc-Op": "delete"} if deleted else {})}
+            headers = {"Nats-Msg-Id": mid}
             future = await js.publish_async(subject, payload, stream=stream_name, headers=headers)
             pending.append(future)
             size += len(payload)

@@ -79,6 +79,9 @@ class SinkContext:
     places: Mapping[str, int] = field(default_factory=dict)
     # the profile's connections, for sinks that write a database (`connection:` names one)
     connections: Mapping[str, ConnectionSpec] = field(default_factory=dict)
+    # the project's warehouse (a path or URI): where a sink whose target cannot hold its commits
+    # (a webhook) keeps them
+    warehouse: str = ""
 
     def path(self, value: str) -> str:
         """A local path relative to the project (file:// dropped), or a URI (s3://...) as it is."""

@@ -194,6 +194,7 @@ class Runtime:
                 self.writer,
                 d.spec.shared,
                 connections=self.plan.profile.connections,
+                warehouse=self.plan.warehouse,
             )
             return BatchWriter(
                 f"sink:{sink}", d.spec.connector, d.config, ctx, self.run_id, self.state.path

@@ -215,3 +215,35 @@ def test_each_rivven_transform_type_points_to_rivcs(make_project):
         assert code == 2
         assert "sinks/t.yml:6:" in out and f"transform type '{rivven}' is Rivven's" in out
         assert f"rivc's is {rivc_name.split(' ')[0]}" in out
+
+
+def test_a_rivven_http_webhook_sink_is_a_webhook_sink(make_project):
+    root = make_project(
+        {
+            "sinks/hook.yml": """
+                sinks:
+                  - name: alerts
+                    from: stg
+                    connector: http-webhook
+                    config:
+                      url: https://api.example.com/webhook
+                      method: POST
+                      headers: {Content-Type: application/json}
+                      batch_size: 100
+                      timeout_secs: 30
+                      retry: {max_attempts: 3, initial_backoff_ms: 1000, max_backoff_ms: 30000}
+            """
+        }
+    )
+    code, out = compile_(root)
+    assert code == 0, out
+    sink = load_project(root).sinks["alerts"]
+    c = sink.config
+    assert sink.spec.connector == "webhook"
+    assert (c.batch_size, c.timeout_s, c.max_attempts) == (100, 30, 3)
+    assert (c.initial_backoff_ms, c.max_backoff_ms) == (1000, 30000)
+    (root / "sinks/hook.yml").write_text(
+        (root / "sinks/hook.yml").read_text().replace("max_backoff_ms: 30000", "jitter: true")
+    )
+    code, out = compile_(root)
+    assert code == 2 and "unknown key 'retry.jitter'" in out, out

@@ -345,13 +345,16 @@ def test_a_source_names_a_connection_of_its_database(make_project):
         ('{url: "http://x:4222", stream: S, subject: a.b}', "url", "is not nats://host"),
         ('{url: "nats://x:4222", stream: "my stream", subject: a.b}', "stream", "pattern"),
         ('{url: "nats://x:4222", stream: S, subject: "a.*"}', "subject", "pattern"),
+        ('{url: "ftp://x/hook"}', "url", "pattern"),
+        ('{url: "http://x/hook", batch_size: 0}', "batch_size", "greater than or equal to 1"),
     ],
 )
-def test_a_nats_sink_config_is_checked_at_compile_time(make_project, config, field, message):
+def test_a_message_sink_config_is_checked_at_compile_time(make_project, config, field, message):
+    kind = "webhook" if "hook" in config else "nats"
     root = make_project(
         {
             "models/stg.sql": "select 1 as id\n",
-            "sinks/out.yml": f"sinks:\n  - {{name: out, from: stg, connector: nats, config: {config}}}\n",
+            "sinks/out.yml": f"sinks:\n  - {{name: out, from: stg, connector: {kind}, config: {config}}}\n",
         }
     )
     code, out = run(root, "compile")
