@@ -205,6 +205,10 @@ class MetricsSpec(Spec):
 
     textfile: str | None = None
     pushgateway: str | None = None  # its URL; the push goes to /metrics/job/rivc/project/<name>
+    # while a run lasts (a stream: until Ctrl-C), GET /metrics on this port of `listen` answers
+    # with each sink's totals so far
+    port: int | None = Field(None, ge=1, le=65535)
+    listen: str = "127.0.0.1"
 
 
 class OpenLineageSpec(Spec):

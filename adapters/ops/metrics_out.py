@@ -84,6 +84,67 @@ def export(
             warn(f"metrics: the push to {settings.pushgateway} failed ({e}); the run is unaffected")
 
 
+# name, help, the StateStore.batch_totals field it reports
+LIVE_METRICS = (
+    ("rivc_sink_batches_total", "batches the sink took in this run, replays included", "batches"),
+    ("rivc_sink_replayed_total", "replayed batches the target already held (skipped)", "replayed"),
+    ("rivc_sink_rows_total", "rows the sink wrote in this run", "rows"),
+    ("rivc_sink_bytes_total", "bytes the sink wrote in this run", "bytes"),
+    ("rivc_sink_files_total", "data files the sink wrote in this run", "files"),
+    ("rivc_sink_commits_total", "commits the sink made in this run", "commits"),
+    ("rivc_sink_commit_seconds_total", "time the sink spent committing in this run", "commit_ms"),
+    ("rivc_sink_retries_total", "write attempts the sink retried in this run", "retries"),
+)
+
+
+def live_text(project: str, run_id: str, totals: dict[str, dict[str, int]]) -> str:
+    """The running run's sinks (node id -> StateStore.batch_totals), in Prometheus's format."""
+    lines = [
+        "# HELP rivc_run_info the run being served",
+        "# TYPE rivc_run_info gauge",
+        f"rivc_run_info{_labels({'project': project, 'run_id': run_id})} 1",
+    ]
+    for name, help_, key in LIVE_METRICS:
+        lines.extend((f"# HELP {name} {help_}", f"# TYPE {name} counter"))
+        for node, t in sorted(totals.items()):
+            value = t[key] / 1000 if key == "commit_ms" else t[key]
+            lines.append(f"{name}{_labels({'project': project, 'node': node})} {_number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def serve(settings: MetricsSpec, text: Callable[[], str], warn: Callable[[str], None]) -> Any:
+    """A thread answering GET /metrics with `text()` on the profile's port, until its
+    `shutdown()`; None when none is asked for (or the port is taken: a warning)."""
+    if settings.port is None:
+        return None
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    try:
+        server = ThreadingHTTPServer((settings.listen, settings.port), Handler)
+    except OSError as e:
+        warn(f"metrics: cannot listen on {settings.listen}:{settings.port} ({e}); no endpoint")
+        return None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="rivc-metrics", daemon=True).start()
+    return server
+
+
 def _labels(labels: dict[str, str]) -> str:
     def esc(v: str) -> str:
         return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

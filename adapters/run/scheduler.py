@@ -168,6 +168,7 @@ def execute(
             after: list[NodeResult] = []
             hooks = plan.manifest.hooks if todo else {}
             interrupted = runtime.interrupt
+            endpoint = _serve_metrics(plan, state, run_id, todo, on_warning)
             try:
                 needed = compiled.graph.with_upstream(todo)  # `rivc seed`: the seeds alone
                 bind_upstream(runtime, [n for n in compiled.selected if n in needed], todo)
@@ -192,6 +193,9 @@ def execute(
                             results = follow(runtime, results, *stream, run_pass)
                     after = operations(runtime, "on_run_end", hooks.get("on_run_end", ()))
             finally:
+                if endpoint is not None:
+                    endpoint.shutdown()
+                    endpoint.server_close()
                 ended = before + results + after
                 status = "error" if any(r.status in FAILED for r in ended) else "success"
                 status = "interrupted" if interrupted.is_set() and status == "success" else status
@@ -215,6 +219,22 @@ def execute(
     metrics_out.export(plan.profile.metrics, root, plan.project.spec.name, report, on_warning)
     lineage_out.export(plan.profile.openlineage, root, plan.manifest, report, on_warning)
     return report
+
+
+def _serve_metrics(
+    plan: Plan, state: StateStore, run_id: str, todo: list[str], warn: Callable[[str], None]
+) -> Any:
+    """The profile's scrape endpoint for this run: each selected sink's totals so far."""
+    from ..ops import metrics_out
+
+    sinks = [n for n in todo if n.startswith("sink:")]
+    project = plan.project.spec.name
+
+    def text() -> str:
+        totals = {n: state.batch_totals(n, run_id) for n in sinks}
+        return metrics_out.live_text(project, run_id, totals)
+
+    return metrics_out.serve(plan.profile.metrics, text, warn)
 
 
 def _deferred_warehouse(options: RunOptions) -> str | None:

@@ -7,9 +7,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -127,6 +129,10 @@ def test_ctrl_c_stops_after_the_batch_and_restart_continues(spark, tmp_path, ses
     root = mqtt_project(tmp_path / "c", topic, client_id)
     assert rivc(root, "run").exit_code == 0  # the broker keeps this session from now on
     set_trigger(root, '{processing_time: "1 second"}')
+    with socket.socket() as s:  # a free port for the scrape endpoint
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (root / "profiles.yml").write_text(f"default:\n  metrics: {{port: {port}}}\n")
     rivc_bin = Path(sys.executable).with_name("rivc")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -146,12 +152,18 @@ def test_ctrl_c_stops_after_the_batch_and_restart_continues(spark, tmp_path, ses
             if (root / "out/readings/_delta_log").exists() and len(seqs(root)) >= 20:
                 break
         assert proc.poll() is None, proc.communicate()[0]
+        scraped = [scrape(port), scrape(port)]  # what Prometheus reads while the stream runs
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, output
+    rows = [m["rivc_sink_rows_total"][("sink:readings",)] for m in scraped]
+    assert 0 < rows[0] <= rows[1] <= len(seqs(root))
+    assert scraped[1]["rivc_sink_batches_total"][("sink:readings",)] >= 1
+    with pytest.raises(OSError):  # the endpoint lives as long as the run
+        scrape(port)
     assert "stopping after the current batch" in output and "stopped by Ctrl-C" in output
     before = seqs(root)
     assert before == sorted(set(before))  # no duplicates so far
@@ -162,6 +174,20 @@ def test_ctrl_c_stops_after_the_batch_and_restart_continues(spark, tmp_path, ses
     result = rivc(root, "run")
     assert result.exit_code == 0, result.output
     assert seqs(root) == list(range(sent))
+
+
+def scrape(port: int) -> dict[str, dict[tuple[str, ...], float]]:
+    """GET /metrics, parsed as Prometheus does: metric -> (node,) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    out: dict[str, dict[tuple[str, ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            node = (sample.labels["node"],) if "node" in sample.labels else ()
+            out.setdefault(sample.name, {})[node] = sample.value
+    return out
 
 
 def test_kafka_spec_compiles_and_run_names_the_missing_jar(spark, tmp_path):
