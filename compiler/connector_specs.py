@@ -487,7 +487,7 @@ class IcebergSinkConfig(SinkConfig):
     scd2: Scd2Columns = Scd2Columns()
     partitioning: tuple[IcebergPartition, ...] = ()
     schema_evolution: Literal["strict", "add_columns", "full"] = "strict"
-    compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+    compression: Literal["zstd", "snappy", "gzip", "lz4", "brotli", "none"] = "zstd"
     target_file_size: int | None = Field(None, gt=0)  # bytes a data file rolls over at
     storage_options: dict[str, str] = {}  # as for delta: on top of the profile's storage:
     spark_write_threshold: int | str = "64MB"  # as for delta

@@ -17,7 +17,14 @@ if TYPE_CHECKING:
     pass
 
 
-CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "none": "uncompressed"}
+CODECS = {
+    "zstd": "zstd",
+    "snappy": "snappy",
+    "gzip": "gzip",
+    "lz4": "lz4",
+    "brotli": "brotli",
+    "none": "uncompressed",
+}
 
 
 # rivc's storage options (the stores' environment-variable names) as pyiceberg's FileIO properties

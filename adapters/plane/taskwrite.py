@@ -65,8 +65,9 @@ def write_parquet(
     measured 2-4x faster for small batches on a fresh session) unless files roll at
     `max_bytes` (Spark's writer rolls by rows only); everything else runs rivc's task, which
     reaches any store and rolls a file once it reaches `max_bytes` (checked after each Arrow
-    batch Spark hands it, up to 10,000 rows)."""
-    if is_local(uri) and shares_disk(df) and not max_bytes:
+    batch Spark hands it, up to 10,000 rows). Brotli always takes rivc's task: Spark's writer
+    has no brotli codec without Hadoop's native library."""
+    if is_local(uri) and shares_disk(df) and not max_bytes and codec != "brotli":
         target = Path(uri) / where
         try:
             files = spark_write(df, target, codec, list(partition_by))

@@ -341,6 +341,41 @@ where {{ var('where', 'true') }}
 """
 
 
+def test_brotli_iceberg_files_on_both_paths(spark, tmp_path):
+    """Brotli, as the seed's Iceberg sink writes it: by Spark's tasks (through rivc's task, since
+    Spark's own writer has no brotli codec) and by pyiceberg on rivc's side."""
+    root = project(
+        tmp_path / "b",
+        """
+sinks:
+  - {name: tasks, from: orders, connector: iceberg,
+     config: {namespace: shop, table: tasks, compression: brotli, spark_write_threshold: 0}}
+  - {name: streamed, from: orders, connector: iceberg,
+     config: {namespace: shop, table: streamed, compression: brotli}}
+""",
+    )
+    result = rivc(root, "run")
+    assert result.exit_code == 0, result.output
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    home = root / ".rivc/iceberg"
+    catalog = SqlCatalog(
+        "rivc", uri=f"sqlite:///{home / 'catalog.db'}", warehouse=(home / "warehouse").as_uri()
+    )
+    model = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table()
+    for name, written_by in (("tasks", "/data/rivc-batch-"), ("streamed", "/data/")):
+        table = catalog.load_table(f"shop.{name}")
+        files = [f["file_path"] for f in table.inspect.files().to_pylist()]
+        assert files and all(written_by in f for f in files), files
+        for f in files:
+            meta = pq.ParquetFile(f.removeprefix("file://")).metadata
+            assert meta.row_group(0).column(0).compression == "BROTLI", name
+        rows = table.scan().to_arrow().sort_by("order_id")
+        assert rows.select(model.column_names).equals(
+            model.sort_by("order_id").cast(rows.select(model.column_names).schema)
+        )
+
+
 def test_iceberg_overwrite_of_partitions_replaces_only_those_the_batch_writes(spark, tmp_path):
     """overwrite_scope partitions (the seed's overwrite): a batch of the paid orders replaces
     the paid partition and keeps the others, on a day-and-status partitioned table too; the
