@@ -438,6 +438,18 @@ class WebhookSinkConfig(SinkConfig):
     max_backoff_ms: int = Field(30_000, ge=0)
 
 
+class RabbitmqSinkConfig(SinkConfig):
+    """Rows as persistent JSON messages to a RabbitMQ exchange, confirmed by the broker, each with
+    a `message_id` that reruns send unchanged (docs/sinks.md)."""
+
+    url: str = Field(pattern=r"^amqps?://")  # amqp://user@host:5672/vhost (vhost / is %2F)
+    password_env: str | None = None  # the password, from the environment (not in the url)
+    exchange: str = ""  # "" is the default exchange: routing_key names the queue
+    routing_key: str
+    queue: str | None = None  # declared durable (and bound to the exchange) before publishing
+    max_in_flight: int = Field(1_000, ge=1, le=100_000)  # messages awaiting the broker's confirm
+
+
 class IcebergCatalog(Spec):
     type: Literal["sql", "rest", "glue"] = "sql"
     name: str = "rivc"  # a SQL catalog keeps its tables under its name (Spark's catalog name)

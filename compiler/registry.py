@@ -41,6 +41,7 @@ from .connector_specs import (
     NatsSourceConfig,
     PostgresCdcConfig,
     PostgresSinkConfig,
+    RabbitmqSinkConfig,
     RelationalConfig,
     SinkConfig,
     StdoutSinkConfig,
@@ -282,6 +283,16 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "JSON messages on a NATS JetStream subject, exactly-once per batch",
             f"{_RUNTIME}.jetstream:JetStreamSink",
             probe=f"{_RUNTIME}.jetstream:probe",
+            holds="files",
+        ),
+        ConnectorInfo(
+            "rabbitmq",
+            "sink",
+            "message",
+            RabbitmqSinkConfig,
+            "JSON messages to a RabbitMQ exchange, publisher confirms, stable message ids; "
+            "at least once",
+            f"{_RUNTIME}.rabbitmq:RabbitmqSink",
             holds="files",
         ),
         ConnectorInfo(

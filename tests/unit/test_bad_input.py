@@ -340,17 +340,20 @@ def test_a_source_names_a_connection_of_its_database(make_project):
 
 
 @pytest.mark.parametrize(
-    ("config", "field", "message"),
+    ("kind", "config", "field", "message"),
     [
-        ('{url: "http://x:4222", stream: S, subject: a.b}', "url", "is not nats://host"),
-        ('{url: "nats://x:4222", stream: "my stream", subject: a.b}', "stream", "pattern"),
-        ('{url: "nats://x:4222", stream: S, subject: "a.*"}', "subject", "pattern"),
-        ('{url: "ftp://x/hook"}', "url", "pattern"),
-        ('{url: "http://x/hook", batch_size: 0}', "batch_size", "greater than or equal to 1"),
+        ("nats", '{url: "http://x:4222", stream: S, subject: a.b}', "url", "is not nats://host"),
+        ("nats", '{url: "nats://x:4222", stream: "my stream", subject: a.b}', "stream", "pattern"),
+        ("nats", '{url: "nats://x:4222", stream: S, subject: "a.*"}', "subject", "pattern"),
+        ("webhook", '{url: "ftp://x/hook"}', "url", "pattern"),
+        ("webhook", '{url: "http://x/hook", batch_size: 0}', "batch_size", "greater than or equal"),
+        ("rabbitmq", '{url: "http://x", routing_key: q}', "url", "pattern"),
+        ("rabbitmq", '{url: "amqp://x"}', "routing_key", "required"),
     ],
 )
-def test_a_message_sink_config_is_checked_at_compile_time(make_project, config, field, message):
-    kind = "webhook" if "hook" in config else "nats"
+def test_a_message_sink_config_is_checked_at_compile_time(
+    make_project, kind, config, field, message
+):
     root = make_project(
         {
             "models/stg.sql": "select 1 as id\n",

@@ -1,0 +1,134 @@
+"""The `rabbitmq` sink: each row a persistent JSON message to an exchange, at least once.
+
+Every message is published mandatory with publisher confirms, `max_in_flight` awaiting their
+confirm at once: a message the broker cannot route (no queue bound for its routing key) or
+refuses (a nack) stops the sink by name, and the batch is committed only when every message was
+confirmed. A queue is consumed by others, so nothing can be read back: the commits and the ids
+confirmed so far are in the warehouse (sentlog.py), and each message carries its row's id as its
+AMQP `message_id`, the same on every rerun, for consumers to deduplicate by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from rivc.compiler.connector_specs import RabbitmqSinkConfig
+from rivc.compiler.errors import ConnectorError
+
+from ..plane.base import WriteResult
+from ..util.faults import fault
+from .sentlog import LoggedSink, Progress
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as pads
+
+
+class RabbitmqSink(LoggedSink):
+    config: RabbitmqSinkConfig
+
+    def url(self) -> str:
+        """The config's url with the password from `password_env`, if set."""
+        cfg = self.config
+        if not cfg.password_env:
+            return cfg.url
+        parts = urlsplit(cfg.url)
+        password = quote(os.environ.get(cfg.password_env, ""), safe="")
+        host = parts.netloc.rsplit("@", 1)[-1]
+        user = parts.username or "guest"
+        return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}:{password}@{host}"))
+
+    def where_to(self) -> str:
+        """The target as the messages name it (never the password)."""
+        parts = urlsplit(self.config.url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        exchange = self.config.exchange or "(default exchange)"
+        return f"rabbitmq {host} {exchange} {self.config.routing_key}"
+
+    def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
+        begun = self.begin(data, batch_id, self.where_to())
+        if begun is None:
+            return WriteResult()
+        record, rows, progress = begun
+        todo = [r for r in rows if r[0] not in progress.sent]
+        started = time.perf_counter()
+        try:
+            asyncio.run(self._publish(todo, progress))
+        except ConnectorError:
+            raise
+        except Exception as exc:  # aio-pika's and the socket's errors
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            raise ConnectorError(f"sink {self.ctx.sink}: {self.where_to()}: {text}") from exc
+        fault("before-commit", self.ctx.sink)  # every message confirmed; the commit not made
+        self.commit(record, batch_id)
+        return WriteResult(
+            rows=len(todo),
+            bytes=sum(len(p) for _, p in todo),
+            commits=1,
+            commit_s=time.perf_counter() - started,
+        )
+
+    async def _publish(self, todo: list[tuple[str, bytes]], progress: Progress) -> None:
+        import aio_pika
+        from aio_pika.exceptions import DeliveryError, PublishError
+
+        cfg = self.config
+        conn = await aio_pika.connect(self.url(), timeout=10)
+        try:
+            channel = await conn.channel(publisher_confirms=True, on_return_raises=True)
+            exchange = (
+                await channel.get_exchange(cfg.exchange)
+                if cfg.exchange
+                else channel.default_exchange
+            )
+            if cfg.queue:
+                queue = await channel.declare_queue(cfg.queue, durable=True)
+                if cfg.exchange:
+                    await queue.bind(exchange, routing_key=cfg.routing_key)
+            window: list[tuple[str, Any]] = []
+
+            async def settle() -> None:
+                results = await asyncio.gather(*(f for _, f in window), return_exceptions=True)
+                for (mid, _), result in zip(window, results, strict=True):
+                    if isinstance(result, PublishError | DeliveryError):
+                        raise ConnectorError(
+                            f"sink {self.ctx.sink}: {self.where_to()}: the broker did not take "
+                            f"message {mid}: {_why(result)}"
+                        )
+                    if isinstance(result, BaseException):
+                        raise result
+                    progress.sent.add(mid)
+                window.clear()
+                progress.save(now=False)
+
+            half = len(todo) // 2
+            for i, (mid, payload) in enumerate(todo):
+                message = aio_pika.Message(
+                    payload,
+                    content_type="application/json",
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                    message_id=mid,
+                )
+                window.append((mid, exchange.publish(message, cfg.routing_key, mandatory=True)))
+                if len(window) >= cfg.max_in_flight:
+                    await settle()
+                if i == half and half:
+                    await settle()
+                    progress.save()
+                    fault("mid-publish", self.ctx.sink)  # half of the messages confirmed
+            await settle()
+            progress.save()
+        finally:
+            await conn.close()
+
+
+def _why(exc: BaseException) -> str:
+    """A broker's return (NO_ROUTE) or nack, in its words."""
+    delivery = getattr(getattr(exc, "message", None), "delivery", None)
+    text = getattr(delivery, "reply_text", None)
+    if text == "NO_ROUTE":
+        return "no queue is bound for its routing key (declare one, or set queue:)"
+    return str(text or exc)
