@@ -41,7 +41,7 @@ from .specs import (
     dead_letter_name,
     validate_doc,
 )
-from .yamlio import YamlDoc, YamlPath, load_yaml
+from .yamlio import AnyEnv, YamlDoc, YamlPath, load_yaml
 
 __all__ = ["Located", "Project", "SinkDef", "SourceTableDef", "SqlFile", "load_project"]
 
@@ -152,7 +152,8 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
             and top in (p.sources, p.sinks, p.models, p.seeds, p.snapshots)
             and len(rel.parts) > 1
         ):
-            doc = attempt(load_yaml, root, rel, env)
+            kind = {p.sources: "sources", p.sinks: "sinks"}.get(top)
+            doc = attempt(_load_spec_file, root, rel, env, kind)
             if doc is None:
                 continue
             env_used.update(doc.env_used)
@@ -342,6 +343,17 @@ def _each(items: Any, add: Any) -> None:
             errors.append(exc)
     if errors:
         raise CompileFailed(errors)
+
+
+def _load_spec_file(root: Path, rel: Path, env: Mapping[str, str], kind: str | None) -> YamlDoc:
+    """A YAML file of the project; a Rivet or Rivven file in sources/ or sinks/ is refused as
+    one before any ${VAR} of it is missed."""
+    try:
+        return load_yaml(root, rel, env)
+    except ProjectError:
+        if kind is not None:
+            refuse_foreign(load_yaml(root, rel, AnyEnv()), kind)
+        raise
 
 
 def _add_sources(

@@ -42,6 +42,14 @@ class YamlDoc:
         return SourceLocation(self.path, line, col)
 
 
+class AnyEnv(dict[str, str]):
+    """An environment in which every variable is set (to ""): a file whose ${VAR} values do not
+    matter parses whatever the environment holds."""
+
+    def get(self, key: str, default: object = None) -> str:
+        return ""
+
+
 def load_yaml(root: Path, rel: Path, env: Mapping[str, str] | None = None) -> YamlDoc:
     """Parse `root/rel`; raise ProjectError with file:line on bad YAML or a missing ${VAR}."""
     text = read_project_file(root, rel)

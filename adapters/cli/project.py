@@ -109,14 +109,48 @@ def import_cmd() -> None:
 @handle_errors
 def import_rivet(config: str, name: str, project_dir: str) -> None:
     """A Rivet config (rivet.yaml): a connection, a source of its exports, a files sink each."""
-    from rivc.compiler.errors import ProjectError
     from rivc.compiler.migrate import import_rivet as convert
     from rivc.compiler.yamlio import load_yaml
 
     path = Path(config).resolve()
     doc = load_yaml(path.parent, Path(path.name), env=os.environ)
-    imported = convert(doc, name)
-    root = Path(project_dir)
+    _write_imported(convert(doc, name), Path(project_dir), path.name, name)
+
+
+@import_cmd.command("rivven")
+@click.argument("config", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False),
+    default=".",
+    help="Where the project's files go (created if missing).",
+)
+@handle_errors
+def import_rivven(config: str, project_dir: str) -> None:
+    """A Rivven Connect file: connections and sources of its CDC sources, a sink per source
+    table each sink's topics carry."""
+    from rivc.compiler.migrate import import_rivven as convert
+
+    path = Path(config).resolve()
+    doc = read_verbatim(path)
+    _write_imported(convert(doc), Path(project_dir), path.name, "rivven")
+
+
+def read_verbatim(path: Path) -> Any:
+    """A YAML file with its lines, and ${VAR} kept as written (an import writes it as it is)."""
+    import yaml
+
+    from rivc.compiler.yamlio import AnyEnv, parse_yaml
+
+    text = path.read_text()
+    doc = parse_yaml(text, Path(path.name), env=AnyEnv())  # for the marks
+    doc.data = yaml.safe_load(text)  # the data read again, ${VAR} as written
+    return doc
+
+
+def _write_imported(imported: Any, root: Path, source: str, name: str) -> None:
+    from rivc.compiler.errors import ProjectError
+
     files = dict(imported.files)
     if not (root / "rivc_project.yml").exists():
         files["rivc_project.yml"] = f"name: {name}\n"
@@ -129,7 +163,7 @@ def import_rivet(config: str, name: str, project_dir: str) -> None:
         click.echo(f"  created {root / rel}")
     for line in imported.unmapped:
         click.echo(f"  no equivalent: {line}")
-    click.echo(f"Imported {path.name}. Next: rivc compile --project-dir {root}")
+    click.echo(f"Imported {source}. Next: rivc compile --project-dir {root}")
 
 
 @click.command("compile")

@@ -84,3 +84,75 @@ def test_a_seed_format_file_in_the_project_is_refused_with_a_pointer(make_projec
     code, out = run("compile", "--project-dir", str(root))
     assert code == 2 and "rivc import rivet <file>" in out, out
     assert out.startswith("sources/rivet.yml:7:1: error: this is a Rivet config"), out
+
+
+RIVVEN = Path(__file__).parents[1] / "fixtures/rivven/connect.yaml"
+
+
+def test_a_rivven_connect_file_becomes_a_project_and_lists_what_it_could_not_carry(tmp_path):
+    root = tmp_path / "proj"
+    code, out = run("import", "rivven", str(RIVVEN), "--project-dir", str(root))
+    assert code == 0, out
+    profile = yaml.safe_load((root / "profiles.yml").read_text())["default"]["connections"]
+    assert profile["shop"] == {
+        "type": "postgres",
+        "host": "db.internal",
+        "port": 5432,
+        "database": "shop",
+        "user": "replicator",
+        "password_env": "POSTGRES_PASSWORD",  # ${POSTGRES_PASSWORD}: never expanded, never written
+        "sslmode": "require",
+    }
+    sources = {
+        s["name"]: s for s in yaml.safe_load((root / "sources/rivven.yml").read_text())["sources"]
+    }
+    assert sources["shop"]["config"] == {
+        "slot_name": "rivven_slot",
+        "publication_name": "rivven_pub",
+    }
+    assert [t["table"] for t in sources["shop"]["tables"]] == ["public.orders", "public.customers"]
+    assert sources["legacy"]["config"] == {"server_id": 12345}
+    sinks = {s["name"]: s for s in yaml.safe_load((root / "sinks/rivven.yml").read_text())["sinks"]}
+    # the topic cdc.shop carries two tables: one sink each, each its own Delta table
+    assert sinks["lake_orders"]["from"] == "source:shop.orders"
+    assert sinks["lake_customers"]["config"]["table_uri"] == "s3://lake/cdc/customers"
+    assert (
+        sinks["alerts"]["connector"] == "webhook"
+        and sinks["alerts"]["from"] == "source:legacy.invoices"
+    )
+    assert sinks["debug"]["from"] == "source:sensors.sensors"
+    assert "warehouse" not in sinks
+    for line in (
+        "no equivalent: broker: rivc has no broker",
+        "no equivalent: sources.shop.dead_letter_topic:",
+        "no equivalent: sources.legacy.config.password: written into profiles.yml as it is",
+        "no equivalent: sources.sensors: declare the columns",
+        "no equivalent: sources.audit: connector sqlserver-cdc: rivc has no such source",
+        "no equivalent: sinks.lake.consumer_group:",
+        "no equivalent: sinks.lake.transforms MaskField: write it as rivc's mask",
+        "no equivalent: sinks.debug.topics nowhere: no source in this file publishes it",
+        "no equivalent: sinks.warehouse: connector snowflake: rivc has no such sink",
+    ):
+        assert line in out, (line, out)
+
+    # what the listing asks for: the MQTT table's columns; then the project compiles as it is
+    text = (root / "sources/rivven.yml").read_text()
+    (root / "sources/rivven.yml").write_text(
+        text.replace("columns: {}", "columns: {device: string, temp: double}")
+    )
+    code, out = run("compile", "--project-dir", str(root))
+    assert code == 0, out
+
+    again, out = run("import", "rivven", str(RIVVEN), "--project-dir", str(root))
+    assert again == 2 and "exists: import into a project without it" in out
+
+
+def test_a_rivven_file_in_sinks_points_to_the_import(tmp_path):
+    root = tmp_path / "p"
+    (root / "sinks").mkdir(parents=True)
+    (root / "rivc_project.yml").write_text("name: p\n")
+    (root / "sinks/connect.yml").write_text(RIVVEN.read_text())
+    code, out = run("compile", "--project-dir", str(root))
+    assert code == 2
+    assert "sinks/connect.yml:2:1: error: this looks like a Rivven Connect file (`version:`)" in out
+    assert "`rivc import rivven <file>`" in out
