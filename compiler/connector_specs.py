@@ -174,6 +174,25 @@ class NatsSourceConfig(NatsServer):
         return value
 
 
+class RabbitmqSourceConfig(Spec):
+    """A RabbitMQ queue, consumed by rivc: a message is acknowledged once the sink committed the
+    batch that holds it (docs/streaming.md)."""
+
+    url: str = Field(pattern=r"^amqps?://")  # amqp://user@host:5672/vhost (vhost / is %2F)
+    password_env: str | None = None
+    queue: str = Field(min_length=1)  # an existing queue
+    metadata_columns: bool = False  # adds rabbitmq_routing_key, _message_id, _redelivered, ...
+    max_messages_per_trigger: int = Field(10_000, gt=0)
+    stream: Literal[True] = True
+
+
+RABBITMQ_METADATA = {
+    "rabbitmq_exchange": "string",
+    "rabbitmq_routing_key": "string",
+    "rabbitmq_message_id": "string",
+    "rabbitmq_redelivered": "boolean",
+    "rabbitmq_timestamp": "timestamp",
+}
 NATS_METADATA = {"nats_subject": "string", "nats_seq": "bigint", "nats_time": "timestamp"}
 MQTT_METADATA = {"mqtt_topic": "string", "mqtt_qos": "int", "mqtt_received_at": "timestamp"}
 KAFKA_METADATA = {

@@ -30,17 +30,6 @@ if TYPE_CHECKING:
 class RabbitmqSink(LoggedSink):
     config: RabbitmqSinkConfig
 
-    def url(self) -> str:
-        """The config's url with the password from `password_env`, if set."""
-        cfg = self.config
-        if not cfg.password_env:
-            return cfg.url
-        parts = urlsplit(cfg.url)
-        password = quote(os.environ.get(cfg.password_env, ""), safe="")
-        host = parts.netloc.rsplit("@", 1)[-1]
-        user = parts.username or "guest"
-        return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}:{password}@{host}"))
-
     def where_to(self) -> str:
         """The target as the messages name it (never the password)."""
         parts = urlsplit(self.config.url)
@@ -76,7 +65,7 @@ class RabbitmqSink(LoggedSink):
         from aio_pika.exceptions import DeliveryError, PublishError
 
         cfg = self.config
-        conn = await aio_pika.connect(self.url(), timeout=10)
+        conn = await aio_pika.connect(url_with_password(cfg.url, cfg.password_env), timeout=10)
         try:
             channel = await conn.channel(publisher_confirms=True, on_return_raises=True)
             exchange = (
@@ -123,6 +112,17 @@ class RabbitmqSink(LoggedSink):
             progress.save()
         finally:
             await conn.close()
+
+
+def url_with_password(url: str, password_env: str | None) -> str:
+    """`url` with the password from the variable `password_env`, if one is named."""
+    if not password_env:
+        return url
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    user = quote(parts.username or "guest", safe="")
+    password = quote(os.environ.get(password_env, ""), safe="")
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
 
 
 def _why(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ import json
 import secrets
 import shutil
 import signal
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -148,3 +149,88 @@ sinks:
             (7, "0.00"),
             (3001, "1.00"),
         ]
+
+
+def test_rabbitmq_source_acknowledges_after_the_commit_and_a_kill_loses_and_doubles_nothing(
+    spark, tmp_path, queue, monkeypatch
+):
+    from deltalake import DeltaTable
+
+    conn = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:5672/%2F"))
+    channel = conn.channel()
+    channel.queue_declare(queue, durable=True)
+
+    def publish(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            props = pika.BasicProperties(message_id=f"m{i}", delivery_mode=2, timestamp=1767225600)
+            body = json.dumps({"device": f"d{i % 3}", "seq": i, "temp": i / 4})
+            channel.basic_publish("", queue, body.encode(), props)
+
+    def waiting() -> tuple[int, int]:
+        """(ready, unacknowledged) messages of the queue."""
+        out = subprocess.run(
+            [
+                "rabbitmqctl",
+                "-q",
+                "list_queues",
+                "name",
+                "messages_ready",
+                "messages_unacknowledged",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        line = next(r for r in out.splitlines() if r.split()[0] == queue)
+        return int(line.split()[1]), int(line.split()[2])
+
+    try:
+        publish(0, 1500)
+        root = write_files(
+            tmp_path / "s",
+            {
+                "rivc_project.yml": "name: mqsrc\n",
+                "sources/mq.yml": f"""
+sources:
+  - name: mq
+    connector: rabbitmq
+    tables:
+      - name: readings
+        config: {{url: "{URL}", password_env: MQ_PASSWORD, queue: {queue},
+                  metadata_columns: true, max_messages_per_trigger: 400}}
+        columns: {{device: string, seq: bigint, temp: double}}
+""",
+                "sinks/lake.yml": """
+sinks:
+  - {name: lake, from: source:mq.readings, connector: delta,
+     config: {table_uri: out/readings}}
+""",
+            },
+        )
+        monkeypatch.setenv("MQ_PASSWORD", "guest")
+
+        def seqs() -> list[int]:
+            table = DeltaTable(str(root / "out/readings")).to_pyarrow_table()
+            return sorted(table.column("seq").to_pylist())
+
+        done = rivc(root, "run")
+        assert done.exit_code == 0, done.output
+        assert seqs() == list(range(1500))
+        rows = DeltaTable(str(root / "out/readings")).to_pyarrow_table().to_pylist()
+        assert all(r["rabbitmq_message_id"] == f"m{r['seq']}" for r in rows)
+        assert all(
+            r["rabbitmq_routing_key"] == queue and not r["rabbitmq_redelivered"] for r in rows
+        )
+        assert all(r["temp"] == r["seq"] / 4 for r in rows)
+        assert waiting() == (0, 0)  # every message acknowledged once the sink held it
+
+        publish(1500, 900)
+        killed = run_rivc(root, "after-commit:lake")  # a Delta commit landed, Spark's did not
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert sum(waiting()) > 0  # what the killed run held went back to the queue
+        done = rivc(root, "run")
+        assert done.exit_code == 0, done.output
+        assert seqs() == list(range(2400))
+        assert waiting() == (0, 0)
+    finally:
+        conn.close()

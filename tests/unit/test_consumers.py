@@ -120,6 +120,7 @@ def test_an_append_sink_past_an_aggregating_view_is_refused_at_its_from(make_pro
     [
         'connector: mqtt\n    tables:\n      - {name: readings, config: {url: "mqtt://127.0.0.1:1883", topics: [t]},',
         'connector: nats\n    tables:\n      - {name: readings, config: {url: "nats://127.0.0.1:4222", stream: S},',
+        'connector: rabbitmq\n    tables:\n      - {name: readings, config: {url: "amqp://h", queue: q},',
     ],
 )
 def test_a_stream_whose_place_the_broker_holds_feeds_one_sink(make_project, config):
