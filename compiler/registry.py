@@ -8,7 +8,7 @@ needs it, so compile never imports Spark or an adapter, and nothing registers by
 effect of an import.
 
 Adding a connector takes three pieces (docs/architecture.md): a spec class in
-connector_specs.py, a runtime module under adapters/connectors/ (a `Sink` subclass, or a
+connector_specs.py (message_specs.py), a runtime module under adapters/connectors/ (a `Sink` subclass, or a
 `read(spark, ctx)` function for a source) and one entry in CONNECTORS. Connectors are not
 loaded from Python entry points: a connector changes what compile accepts, so it ships with
 rivc.
@@ -25,8 +25,6 @@ from .aliases import Translator
 from .connector_specs import (
     KAFKA_METADATA,
     MQTT_METADATA,
-    NATS_METADATA,
-    RABBITMQ_METADATA,
     DatagenConfig,
     DeltaSinkConfig,
     DeltaSourceConfig,
@@ -38,22 +36,26 @@ from .connector_specs import (
     MqttSourceConfig,
     MysqlCdcConfig,
     MysqlSinkConfig,
-    NatsSinkConfig,
-    NatsSourceConfig,
     PostgresCdcConfig,
     PostgresSinkConfig,
-    RabbitmqSinkConfig,
-    RabbitmqSourceConfig,
     RelationalConfig,
     SinkConfig,
     StdoutSinkConfig,
     TableSourceConfig,
-    WebhookSinkConfig,
     cdc_columns,
     datagen_columns,
     mysql_cdc_columns,
 )
 from .errors import did_you_mean
+from .message_specs import (
+    NATS_METADATA,
+    RABBITMQ_METADATA,
+    NatsSinkConfig,
+    NatsSourceConfig,
+    RabbitmqSinkConfig,
+    RabbitmqSourceConfig,
+    WebhookSinkConfig,
+)
 from .specbase import Spec
 
 Columns = Callable[[Any, Mapping[str, str]], "dict[str, str] | None"]

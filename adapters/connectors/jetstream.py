@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connector_specs import NatsServer, NatsSinkConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.message_specs import NatsServer, NatsSinkConfig
 
 from ..plane.base import Sink, WriteResult, stream
 from ..util.faults import fault

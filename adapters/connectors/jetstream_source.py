@@ -21,8 +21,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from rivc.compiler.connector_specs import NatsSourceConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.message_specs import NatsSourceConfig
 from rivc.compiler.sql import quote
 
 from ..plane.base import JSON_OPTIONS_SQL, SourceContext, register_data_source

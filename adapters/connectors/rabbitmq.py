@@ -16,8 +16,8 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from rivc.compiler.connector_specs import RabbitmqSinkConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.message_specs import RabbitmqSinkConfig
 
 from ..plane.base import WriteResult
 from ..util.faults import fault

@@ -27,8 +27,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from rivc.compiler.connector_specs import RabbitmqSourceConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.message_specs import RabbitmqSourceConfig
 from rivc.compiler.sql import quote as q
 
 from ..plane.base import JSON_OPTIONS_SQL, SourceContext, register_data_source

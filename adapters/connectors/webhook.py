@@ -18,8 +18,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from rivc.compiler.connector_specs import WebhookSinkConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.message_specs import WebhookSinkConfig
 
 from ..plane.base import WriteResult
 from ..util.faults import fault
