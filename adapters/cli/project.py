@@ -92,6 +92,14 @@ def init(directory: str | None, template: str) -> None:
     click.echo(f"Project ready in {target}/. Next: cd {target} && rivc run")
 
 
+import_dir_option = click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False),
+    default=".",
+    help="Where the project's files go (created if missing).",
+)
+
+
 @click.group("import")
 def import_cmd() -> None:
     """Write a rivc project's files from another tool's config (docs/migrate.md)."""
@@ -100,12 +108,7 @@ def import_cmd() -> None:
 @import_cmd.command("rivet")
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
 @click.option("--name", default="rivet", show_default=True, help="The source and connection.")
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False),
-    default=".",
-    help="Where the project's files go (created if missing).",
-)
+@import_dir_option
 @handle_errors
 def import_rivet(config: str, name: str, project_dir: str) -> None:
     """A Rivet config (rivet.yaml): a connection, a source of its exports, a files sink each."""
@@ -119,12 +122,7 @@ def import_rivet(config: str, name: str, project_dir: str) -> None:
 
 @import_cmd.command("rivven")
 @click.argument("config", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False),
-    default=".",
-    help="Where the project's files go (created if missing).",
-)
+@import_dir_option
 @handle_errors
 def import_rivven(config: str, project_dir: str) -> None:
     """A Rivven Connect file: connections and sources of its CDC sources, a sink per source

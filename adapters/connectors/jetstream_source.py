@@ -23,14 +23,12 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import NatsSourceConfig
-from rivc.compiler.sql import quote
 
-from ..plane.base import JSON_OPTIONS_SQL, SourceContext, register_data_source
+from ..plane.base import SourceContext, json_stream, register_data_source
 from .jetstream import connect, run, server_params, subject_matches
 
 NAME = "rivc_nats"
 SCHEMA = "payload string, subject string, seq bigint, time timestamp"
-METADATA = ("nats_subject", "nats_seq", "nats_time")
 PARTITION_SEQS = 50_000  # sequences read by one Spark task
 WAIT_S = 5.0  # a message the stream holds arrives in this time
 
@@ -266,12 +264,5 @@ def read(spark: Any, ctx: SourceContext) -> Any:
         .option("token", token or "")
         .load()
     )
-    declared = {k: v for k, v in ctx.columns.items() if k not in METADATA}
-    ddl = ", ".join(f"{quote(k)} {v}" for k, v in declared.items())
-    parsed = raw.selectExpr(
-        f"from_json(payload, '{ddl}', {JSON_OPTIONS_SQL}) AS data", "subject", "seq", "time"
-    )
-    select = [f"data.{quote(k)} AS {quote(k)}" for k in declared]
-    if cfg.metadata_columns:
-        select += ["subject AS nats_subject", "seq AS nats_seq", "time AS nats_time"]
-    return parsed.selectExpr(*select)
+    metadata = {"nats_subject": "subject", "nats_seq": "seq", "nats_time": "time"}
+    return json_stream(raw, "payload", ctx.columns, metadata if cfg.metadata_columns else None)

@@ -11,9 +11,8 @@ from typing import Any
 
 from rivc.compiler.connector_specs import KafkaSourceConfig
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.sql import quote
 
-from ..plane.base import JSON_OPTIONS_SQL, SourceContext
+from ..plane.base import SourceContext, json_stream
 from ..util.errortext import missing_data_source
 
 JARS_HINT = (
@@ -74,22 +73,13 @@ def read_stream(spark: Any, cfg: KafkaSourceConfig, columns: dict[str, str]) -> 
         if missing_data_source(exc):
             raise ConnectorError(JARS_HINT.format(v=spark.version)) from None
         raise
-    declared = {k: v for k, v in columns.items() if not k.startswith("kafka_")}
-    ddl = ", ".join(f"{quote(k)} {v}" for k, v in declared.items())
-    select = [f"data.{quote(k)} AS {quote(k)}" for k in declared]
-    if cfg.metadata_columns:
-        select += [
-            "CAST(key AS STRING) AS kafka_key",
-            "topic AS kafka_topic",
-            "partition AS kafka_partition",
-            "offset AS kafka_offset",
-            "timestamp AS kafka_timestamp",
-        ]
-    return raw.selectExpr(
-        f"from_json(CAST(value AS STRING), '{ddl}', {JSON_OPTIONS_SQL}) AS data",
-        "key",
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-    ).selectExpr(*select)
+    metadata = {
+        "kafka_key": "CAST(key AS STRING)",
+        "kafka_topic": "topic",
+        "kafka_partition": "partition",
+        "kafka_offset": "offset",
+        "kafka_timestamp": "timestamp",
+    }
+    return json_stream(
+        raw, "CAST(value AS STRING)", columns, metadata if cfg.metadata_columns else None
+    )

@@ -25,9 +25,8 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from rivc.compiler.connector_specs import MqttSourceConfig
 from rivc.compiler.locate import STATE_DIR
-from rivc.compiler.sql import quote
 
-from ..plane.base import JSON_OPTIONS_SQL, SourceContext, register_data_source
+from ..plane.base import SourceContext, json_stream, register_data_source
 
 NAME = "rivc_mqtt"
 SCHEMA = "payload string, topic string, qos int, received_at timestamp"
@@ -35,7 +34,6 @@ SEGMENT_MESSAGES = 10_000  # a spool segment is closed after this many messages
 FSYNC_EVERY_S = 0.02  # received messages are made durable (then acknowledged) this often
 CONNECT_TIMEOUT_S = 10.0
 DRAIN_LIMIT_S = 30.0  # available_now waits at most this long for the broker's queue
-METADATA = ("mqtt_topic", "mqtt_qos", "mqtt_received_at")
 
 
 class Spool:
@@ -364,15 +362,8 @@ def read_stream(
         .option("password", password or "")
         .load()
     )
-    declared = {k: v for k, v in columns.items() if k not in METADATA}
-    ddl = ", ".join(f"{quote(k)} {v}" for k, v in declared.items())
-    parsed = raw.selectExpr(
-        f"from_json(payload, '{ddl}', {JSON_OPTIONS_SQL}) AS data", "topic", "qos", "received_at"
-    )
-    select = [f"data.{quote(k)} AS {quote(k)}" for k in declared]
-    if cfg.metadata_columns:
-        select += ["topic AS mqtt_topic", "qos AS mqtt_qos", "received_at AS mqtt_received_at"]
-    return parsed.selectExpr(*select)
+    metadata = {"mqtt_topic": "topic", "mqtt_qos": "qos", "mqtt_received_at": "received_at"}
+    return json_stream(raw, "payload", columns, metadata if cfg.metadata_columns else None)
 
 
 def probe(cfg: MqttSourceConfig, _root: Path, _storage: Mapping[str, str]) -> tuple[bool, str]:

@@ -29,22 +29,14 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import RabbitmqSourceConfig
-from rivc.compiler.sql import quote as q
 
-from ..plane.base import JSON_OPTIONS_SQL, SourceContext, register_data_source
+from ..plane.base import SourceContext, json_stream, register_data_source
 from .rabbitmq import url_with_password
 
 NAME = "rivc_rabbitmq"
 SCHEMA = (
     "payload string, exchange string, routing_key string, message_id string, "
     "redelivered boolean, ts timestamp"
-)
-METADATA = (
-    "rabbitmq_exchange",
-    "rabbitmq_routing_key",
-    "rabbitmq_message_id",
-    "rabbitmq_redelivered",
-    "rabbitmq_timestamp",
 )
 REDELIVERY_WAIT_S = 10.0  # the queue gives unacknowledged messages back in this time
 
@@ -206,23 +198,11 @@ def read(spark: Any, ctx: SourceContext) -> Any:
         .option("url", url_with_password(cfg.url, cfg.password_env))
         .load()
     )
-    declared = {k: v for k, v in ctx.columns.items() if k not in METADATA}
-    ddl = ", ".join(f"{q(k)} {v}" for k, v in declared.items())
-    parsed = raw.selectExpr(
-        f"from_json(payload, '{ddl}', {JSON_OPTIONS_SQL}) AS data",
-        "exchange",
-        "routing_key",
-        "message_id",
-        "redelivered",
-        "ts",
-    )
-    select = [f"data.{q(k)} AS {q(k)}" for k in declared]
-    if cfg.metadata_columns:
-        select += [
-            "exchange AS rabbitmq_exchange",
-            "routing_key AS rabbitmq_routing_key",
-            "message_id AS rabbitmq_message_id",
-            "redelivered AS rabbitmq_redelivered",
-            "ts AS rabbitmq_timestamp",
-        ]
-    return parsed.selectExpr(*select)
+    metadata = {
+        "rabbitmq_exchange": "exchange",
+        "rabbitmq_routing_key": "routing_key",
+        "rabbitmq_message_id": "message_id",
+        "rabbitmq_redelivered": "redelivered",
+        "rabbitmq_timestamp": "ts",
+    }
+    return json_stream(raw, "payload", ctx.columns, metadata if cfg.metadata_columns else None)

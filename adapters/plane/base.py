@@ -35,6 +35,24 @@ _registered: set[tuple[int, str]] = set()
 _registering = threading.Lock()
 
 
+def json_stream(
+    raw: Any, payload: str, columns: dict[str, str], metadata: dict[str, str] | None
+) -> Any:
+    """A stream's JSON payloads (the SQL expression `payload`) parsed into the declared
+    `columns`, then each metadata column (name -> the SQL expression of the raw stream), when
+    the source adds them (None: it does not). A payload that is not JSON, or lacks a field,
+    gives NULLs."""
+    from rivc.compiler.sql import quote
+
+    declared = {k: v for k, v in columns.items() if k not in (metadata or {})}
+    ddl = ", ".join(f"{quote(k)} {v}" for k, v in declared.items())
+    meta = [f"{expr} AS {quote(name)}" for name, expr in (metadata or {}).items()]
+    parsed = raw.selectExpr(f"from_json({payload}, '{ddl}', {JSON_OPTIONS_SQL}) AS data", *meta)
+    return parsed.selectExpr(
+        *(f"data.{quote(k)} AS {quote(k)}" for k in declared), *(quote(n) for n in metadata or {})
+    )
+
+
 def register_data_source(spark: Any, source: Any) -> None:
     """Register a Python data source once per session. Sinks on several threads ask at once,
     and Spark refuses a second registration (DATA_SOURCE_ALREADY_EXISTS)."""

@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pika
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -30,6 +31,8 @@ from rivc_testing import iceberg_catalog, rivc, run_rivc
 
 pytestmark = pytest.mark.integration
 STREAM = "RIVC_TEST_CONSUMERS"
+QUEUE = "rivc_test_consumers"
+AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 TABLES = """
 - {name: orders, table: orders, mode: incremental, cursor_column: updated_at, unique_key: id}
@@ -63,6 +66,9 @@ sinks:
      config: {connection: db, table: out.upserted, mode: upsert, key_columns: [id]}}
   - {name: g_nats, from: source:src.orders, connector: nats,
      config: {url: "nats://127.0.0.1:4222", stream: RIVC_TEST_CONSUMERS, subject: shop.orders}}
+  - {name: h_mq, from: source:src.orders, connector: rabbitmq,
+     config: {url: "amqp://guest:guest@127.0.0.1:5672/%2F", routing_key: rivc_test_consumers,
+              queue: rivc_test_consumers}}
 """
 
 
@@ -115,11 +121,38 @@ def landed(root: Path) -> Counter[tuple[int, Decimal]]:
 
 
 @pytest.fixture(autouse=True)
-def nats_stream() -> Iterator[None]:
-    """The nats sinks' stream, new for each test and dropped after."""
+def message_targets() -> Iterator[None]:
+    """The nats sinks' stream and the rabbitmq sinks' queue, new for each test, dropped after."""
     drop_stream(STREAM)
+    drop_queue(QUEUE)
     yield
     drop_stream(STREAM)
+    drop_queue(QUEUE)
+
+
+def drop_queue(name: str) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    try:
+        conn.channel().queue_delete(name)
+    finally:
+        conn.close()
+
+
+def queued() -> Counter[tuple[int, Decimal]]:
+    """Every message the rabbitmq sinks published, as (id, amount), left in the queue: read
+    unacknowledged, and given back when the connection closes."""
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP))
+    out: Counter[tuple[int, Decimal]] = Counter()
+    try:
+        channel = conn.channel()
+        while True:
+            method, _, body = channel.basic_get(QUEUE, auto_ack=False)
+            if method is None:
+                return out
+            row = json.loads(body)
+            out[(row["id"], Decimal(row["amount"]))] += 1
+    finally:
+        conn.close()
 
 
 def published() -> Counter[tuple[int, Decimal]]:
@@ -165,6 +198,7 @@ def check(root: Path, shop: Shop) -> None:
     assert ice.num_rows == len(truth)
     assert Counter(shop.query("SELECT id, amount FROM out.appended")) == versions
     assert published() == versions
+    assert queued() == versions
     upserted = shop.query("SELECT id, amount FROM out.upserted")
     assert dict(upserted) == truth and len(upserted) == len(truth)
 
@@ -216,7 +250,7 @@ def test_partial_selections_then_a_full_run_deliver_every_row_once(spark, tmp_pa
         check(root, shop)
         models_match(root, shop)
         again = ok(root, "run")  # nothing new: no sink writes
-        assert again.count("nothing new to deliver") == 7, again
+        assert again.count("nothing new to deliver") == 8, again
         check(root, shop)
 
 
@@ -252,6 +286,9 @@ sinks:
      config: {connection: db, table: out.appended}}
   - {name: d_nats, from: source:src.orders, connector: nats,
      config: {url: "nats://127.0.0.1:4222", stream: RIVC_TEST_CONSUMERS, subject: shop.orders}}
+  - {name: e_mq, from: source:src.orders, connector: rabbitmq,
+     config: {url: "amqp://guest:guest@127.0.0.1:5672/%2F", routing_key: rivc_test_consumers,
+              queue: rivc_test_consumers}}
 """
 
 
@@ -285,6 +322,7 @@ def test_a_kill_after_landing_or_between_consumers_loses_and_doubles_nothing(tmp
         assert Counter((r["id"], r["amount"]) for r in rows) == versions
         assert Counter(shop.query("SELECT id, amount FROM out.appended")) == versions
         assert published() == versions
+        assert queued() == versions
         newest = {
             r["id"]: r["amount"] for r in sorted(landed_rows(root), key=lambda r: r["_rivc_batch"])
         }
