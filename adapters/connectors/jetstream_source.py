@@ -95,7 +95,10 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 state = (await jsm.stream_info(self.cfg.stream)).state
                 try:
                     held = await jsm.consumer_info(self.cfg.stream, self.durable)
-                    return int(held.ack_floor.stream_seq) + 1
+                    # after its acknowledged messages (where it was made to start, before
+                    # any), and never before what the stream still holds
+                    after = int(held.ack_floor.stream_seq) + 1
+                    return max(after, held.config.opt_start_seq or 1, int(state.first_seq))
                 except NotFoundError:
                     pass
                 first = state.first_seq if self.cfg.start == "first" else state.last_seq + 1
@@ -140,8 +143,8 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ConnectorError(
                 f"NATS stream {self.cfg.stream} no longer holds messages {lo}..{first - 1} "
                 "(its limits or retention removed them before this source read them): they are "
-                "lost to the sink; remove the sink's checkpoint to start again from the stream's "
-                "first message"
+                "lost to the sink; to accept it, remove the sink's checkpoint and the stream goes "
+                "on from the first message the stream still holds"
             )
         return [SeqRange(s, min(s + PARTITION_SEQS, hi)) for s in range(lo, hi, PARTITION_SEQS)]
 

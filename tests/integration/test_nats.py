@@ -10,6 +10,7 @@ import base64
 import json
 import math
 import secrets
+import shutil
 import signal
 import time
 from collections import Counter
@@ -257,6 +258,12 @@ sinks:
     assert lost.exit_code != 0
     assert f"NATS stream {stream} no longer holds messages 2401..2419" in lost.output, lost.output
     assert len(rows()) == 1600
+    # the loss accepted: a new checkpoint goes on from what the stream still holds
+    shutil.rmtree(root / "warehouse/_rivc_checkpoints/readings")
+    done = rivc(root, "run")
+    assert done.exit_code == 0, done.output
+    kept = [i for i in range(2419, 2430) if i % 3 != 2]  # stream sequences 2420..2430
+    assert [r["seq"] for r in rows()] == [i for i in range(2400) if i % 3 != 2] + kept
 
 
 def test_nats_refusals_name_the_sink(spark, tmp_path, stream):
