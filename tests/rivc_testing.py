@@ -288,3 +288,19 @@ def landed_versions(root: Path, landing: str, values: Any) -> set[tuple[Any, ...
                 until = mine[n + 1][0] if n + 1 < len(mine) else None
                 out.add((key, values(image), seq, until, until is None))
     return out
+
+
+def scrape(port: int) -> dict[str, dict[tuple[str, ...], float]]:
+    """GET /metrics, parsed as Prometheus does: metric -> (node,) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    out: dict[str, dict[tuple[str, ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            node = (sample.labels["node"],) if "node" in sample.labels else ()
+            out.setdefault(sample.name, {})[node] = sample.value
+    return out

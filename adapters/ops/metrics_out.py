@@ -94,6 +94,11 @@ LIVE_METRICS = (
     ("rivc_sink_commits_total", "commits the sink made in this run", "commits"),
     ("rivc_sink_commit_seconds_total", "time the sink spent committing in this run", "commit_ms"),
     ("rivc_sink_retries_total", "write attempts the sink retried in this run", "retries"),
+    (
+        "rivc_sink_restarts_total",
+        "times the sink's stream failed and was started again",
+        "restarts",
+    ),
 )
 
 

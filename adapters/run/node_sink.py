@@ -245,6 +245,7 @@ def _stream(rt: Runtime, df: DataFrame, writer: SinkWriter, node: ManifestNode) 
             if query.recentProgress:  # it committed batches since its last start
                 delay, restarts = restart.backoff_ms / 1000, 0
             restarts += 1
+            rt.restarts[node.id] = rt.restarts.get(node.id, 0) + 1
             rt.on_warning(
                 f"{node.id}: the stream stopped on an error ({_reason(exc, node.name)}); "
                 f"starting it again in {delay:g} s (restart {restarts}"

@@ -168,7 +168,7 @@ def execute(
             after: list[NodeResult] = []
             hooks = plan.manifest.hooks if todo else {}
             interrupted = runtime.interrupt
-            endpoint = _serve_metrics(plan, state, run_id, todo, on_warning)
+            endpoint = _serve_metrics(runtime, todo, on_warning)
             try:
                 needed = compiled.graph.with_upstream(todo)  # `rivc seed`: the seeds alone
                 bind_upstream(runtime, [n for n in compiled.selected if n in needed], todo)
@@ -221,18 +221,19 @@ def execute(
     return report
 
 
-def _serve_metrics(
-    plan: Plan, state: StateStore, run_id: str, todo: list[str], warn: Callable[[str], None]
-) -> Any:
+def _serve_metrics(runtime: Runtime, todo: list[str], warn: Callable[[str], None]) -> Any:
     """The profile's scrape endpoint for this run: each selected sink's totals so far."""
     from ..ops import metrics_out
 
     sinks = [n for n in todo if n.startswith("sink:")]
-    project = plan.project.spec.name
+    plan, state, run_id = runtime.plan, runtime.state, runtime.run_id
 
     def text() -> str:
-        totals = {n: state.batch_totals(n, run_id) for n in sinks}
-        return metrics_out.live_text(project, run_id, totals)
+        totals = {
+            n: {**state.batch_totals(n, run_id), "restarts": runtime.restarts.get(n, 0)}
+            for n in sinks
+        }
+        return metrics_out.live_text(plan.project.spec.name, run_id, totals)
 
     return metrics_out.serve(plan.profile.metrics, text, warn)
 

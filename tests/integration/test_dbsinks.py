@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import Db, database, project
 
-from rivc_testing import rivc, run_rivc
+from rivc_testing import free_port, rivc, run_rivc, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -404,6 +404,9 @@ sinks:
             "        config: {path: inbox, format: jsonl, stream: true}\n"
             "        columns: {id: bigint, kind: string}\n"
         )
+        port = free_port()
+        with open(root / "profiles.yml", "a") as profile:
+            profile.write(f"  metrics: {{port: {port}}}\n")
         (root / "inbox").mkdir()
         (root / "inbox/0.json").write_text(
             "".join(f'{{"id": {i}, "kind": "k{i}"}}\n' for i in range(6))
@@ -427,6 +430,8 @@ sinks:
             while time.monotonic() < deadline and sum("restart 2" in x for x in lines) == 0:
                 time.sleep(0.2)
             assert any("restart 2" in x for x in lines), "".join(lines)
+            restarts = scrape(port)["rivc_sink_restarts_total"][("sink:events_pg",)]
+            assert restarts >= 2  # as Prometheus sees them
             assert pg_rows(db, "SELECT count(*) FROM events") == [(0,)]
             db.execute("ALTER TABLE events ALTER COLUMN kind TYPE text")  # fixed
             while time.monotonic() < deadline and pg_rows(db, "SELECT count(*) FROM events") != [

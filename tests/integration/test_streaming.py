@@ -7,11 +7,9 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc, write_files
+from rivc_testing import free_port, rivc, scrape, write_files
 
 pytestmark = pytest.mark.integration
 BROKER = ("127.0.0.1", 1883)
@@ -129,9 +127,7 @@ def test_ctrl_c_stops_after_the_batch_and_restart_continues(spark, tmp_path, ses
     root = mqtt_project(tmp_path / "c", topic, client_id)
     assert rivc(root, "run").exit_code == 0  # the broker keeps this session from now on
     set_trigger(root, '{processing_time: "1 second"}')
-    with socket.socket() as s:  # a free port for the scrape endpoint
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     (root / "profiles.yml").write_text(f"default:\n  metrics: {{port: {port}}}\n")
     rivc_bin = Path(sys.executable).with_name("rivc")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -174,20 +170,6 @@ def test_ctrl_c_stops_after_the_batch_and_restart_continues(spark, tmp_path, ses
     result = rivc(root, "run")
     assert result.exit_code == 0, result.output
     assert seqs(root) == list(range(sent))
-
-
-def scrape(port: int) -> dict[str, dict[tuple[str, ...], float]]:
-    """GET /metrics, parsed as Prometheus does: metric -> (node,) -> value."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    out: dict[str, dict[tuple[str, ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            node = (sample.labels["node"],) if "node" in sample.labels else ()
-            out.setdefault(sample.name, {})[node] = sample.value
-    return out
 
 
 def test_kafka_spec_compiles_and_run_names_the_missing_jar(spark, tmp_path):
