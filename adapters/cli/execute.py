@@ -87,6 +87,7 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
         kw["fail_fast"],
         kw["state"],
         kw["defer"],
+        kw.get("validate", False),
     )
     _run(root, options)
 
@@ -123,6 +124,11 @@ def _run(root: Path, options: Any) -> None:
 full_refresh = click.option(
     "--full-refresh", is_flag=True, help="Rebuild incremental models from scratch."
 )
+validate = click.option(
+    "--validate",
+    is_flag=True,
+    help="Count each extraction's window again in its database; a difference fails it.",
+)
 
 
 def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], click.Command]:
@@ -150,7 +156,7 @@ def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], click.Co
     )
 
 
-@runner_command([full_refresh])
+@runner_command([full_refresh, validate])
 def run(selection: tuple[str, ...], **kw: Any) -> None:
     """Run sources, models and sinks of the selection on Spark, in DAG order."""
     _execute("run", selection, **kw)
@@ -174,7 +180,7 @@ def snapshot(selection: tuple[str, ...], **kw: Any) -> None:
     _execute("snapshot", selection, **kw)
 
 
-@runner_command([full_refresh])
+@runner_command([full_refresh, validate])
 def build(selection: tuple[str, ...], **kw: Any) -> None:
     """Run and test in DAG order: a failing test skips what depends on its model."""
     _execute("build", selection, **kw)

@@ -36,6 +36,7 @@ from ..connectors.relational import (
     plan_window,
     probe,
     read_query,
+    scalar,
     session_init,
     with_retries,
 )
@@ -70,6 +71,7 @@ class ExtractContext:
     full_refresh: bool
     resume_from: str | None  # a killed run this one resumes
     spark: Callable[[], SparkSession]  # started on first use: `parallel: 1` COPY needs none
+    validate: bool = False  # --validate: the window counted again in the database
 
 
 @dataclass
@@ -166,6 +168,14 @@ def extract(ctx: ExtractContext) -> Extraction:
         if fail_on_change:
             return ended("error", error=f"schema changed and on_schema_change is fail: {diff}")
         notes.append(f"schema changed: {diff}")
+    if ctx.validate:
+        if chunked:
+            notes.append("not validated: a chunked pass lands across runs")
+        else:
+            held = with_retries(lambda: count_window(conn, base, window), tuning, _errors())[0]
+            if held != rows:
+                return ended("error", error=validation_error(held, rows))
+            notes.append(f"validated: the database holds the same {rows} rows")
     problems, warnings = _quality(files, store, table, rows)
     notes += warnings
     if problems:
@@ -201,6 +211,21 @@ def extract(ctx: ExtractContext) -> Extraction:
         ctx.state.forget_legacy_cursor(nid)
     fault("after-landing", ctx.name)
     return ended("success", message="; ".join([f"batch {batch}", *notes]), landed=batch)
+
+
+def count_window(conn: Conn, base: str, window: Window) -> int:
+    """The rows the database holds in an extraction's window, counted again."""
+    where = f" WHERE {window.predicate}" if window.predicate else ""
+    with connection(conn) as db:
+        return int(scalar(db, f"SELECT COUNT(*) FROM ({base}) AS _rivc{where}") or 0)
+
+
+def validation_error(held: int, landed: int) -> str:
+    return (
+        f"validate: the database holds {held} rows in this window, {landed} were read: rows "
+        "changed while they were read (a write inside the window, or a non-deterministic "
+        "query); nothing landed"
+    )
 
 
 def _last_id(at: Position) -> int | None:

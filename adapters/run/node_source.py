@@ -54,6 +54,7 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
                 full_refresh=rt.full_refresh,
                 resume_from=rt.resume_from,
                 spark=lambda: rt.spark,
+                validate=rt.validate,
             )
         )
         if done.result.status == "success" and done.batch is not None:

@@ -59,6 +59,7 @@ class Runtime:
     full_refresh: bool = False
     resume_from: str | None = None  # a killed run this one resumes (state.start_run)
     defer_to: str | None = None  # --defer: the warehouse unselected tables are read from
+    validate: bool = False  # --validate: extractions counted again in their database
     interrupt: threading.Event = field(default_factory=threading.Event)  # set by the first Ctrl-C
     deferred: dict[str, Callable[[SparkSession], None]] = field(default_factory=dict)
     on_progress: Callable[[str, str], None] = lambda nid, text: None  # a node's progress line

@@ -61,6 +61,7 @@ class RunOptions:
     fail_fast: bool = False
     state: str | None = None  # --state: an earlier target/
     defer: bool = False  # --defer: unselected tables this warehouse lacks are read from --state's
+    validate: bool = False  # --validate: each extraction's window counted again in its database
 
 
 @dataclass
@@ -157,6 +158,7 @@ def execute(
                 on_warning=on_warning,
                 tracker=tracker or SparkProgress(),
                 defer_to=defer_to,
+                validate=options.validate,
             )
             if options.command in ("run", "build"):  # what the selection reads from a database
                 chosen = set(todo)
