@@ -103,6 +103,9 @@ class ConnectorInfo:
     aliases: Translator | None = None
     # "module:attribute": doctor's reach check, (config, root, storage) -> (ok, detail)
     probe: str | None = None
+    # "module:attribute": a stream source's messages waiting for its sink, read from the broker
+    # for the scrape endpoint, (config, project, "source.table") -> count or None
+    lag: str | None = None
     # a stream whose place is held on the broker for one consumer (an MQTT session and spool, a
     # NATS durable consumer): one sink reads it
     single_consumer: bool = False
@@ -218,6 +221,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             f"{_RUNTIME}.jetstream_source:read",
             columns=_with_metadata(NATS_METADATA),
             probe=f"{_RUNTIME}.jetstream:probe",
+            lag=f"{_RUNTIME}.jetstream:lag",
             single_consumer=True,
         ),
         ConnectorInfo(
@@ -228,6 +232,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "a RabbitMQ queue (JSON payloads), acknowledged after the sink commits; streaming",
             f"{_RUNTIME}.rabbitmq_source:read",
             columns=_with_metadata(RABBITMQ_METADATA),
+            lag=f"{_RUNTIME}.rabbitmq:lag",
             single_consumer=True,
         ),
         ConnectorInfo(

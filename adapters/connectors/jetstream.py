@@ -486,6 +486,31 @@ async def _publish(
     return rows, size
 
 
+def durable_name(cfg: Any, project: str, name: str) -> str:
+    """The source's durable consumer: its config's, else rivc-<project>-<source>-<table>."""
+    source, _, table = name.partition(".")
+    return cfg.durable or re.sub(r"[^A-Za-z0-9_-]", "_", f"rivc-{project}-{source}-{table}")
+
+
+def lag(cfg: Any, project: str, name: str) -> int | None:
+    """Messages of the stream the durable consumer has not had acknowledged: not yet in the
+    sink. None when the consumer does not exist yet."""
+    from nats.js.errors import NotFoundError
+
+    async def go() -> int | None:
+        nc = await connect({**server_params(cfg), "max_reconnect_attempts": 0})
+        try:
+            info = await nc.jetstream().consumer_info(cfg.stream, durable_name(cfg, project, name))
+            return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+        except NotFoundError:
+            return None
+        finally:
+            await nc.close()
+
+    found: int | None = run(go())
+    return found
+
+
 def probe(cfg: NatsServer, _root: Any, _storage: Any) -> tuple[bool, str]:
     """Connect and read the stream's info."""
     from nats.js.errors import NotFoundError

@@ -25,7 +25,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import NatsSourceConfig
 
 from ..plane.base import SourceContext, json_stream, register_data_source
-from .jetstream import connect, run, server_params, subject_matches
+from .jetstream import connect, durable_name, run, server_params, subject_matches
 
 NAME = "rivc_nats"
 SCHEMA = "payload string, subject string, seq bigint, time timestamp"
@@ -249,13 +249,9 @@ def _text(data: bytes) -> str | None:
 def read(spark: Any, ctx: SourceContext) -> Any:
     """The registry's entry point: the stream of `ctx.name` as the declared columns."""
     import os
-    import re
 
     cfg: NatsSourceConfig = ctx.config
-    source_name, table_name = ctx.name.split(".", 1)
-    durable = cfg.durable or re.sub(
-        r"[^A-Za-z0-9_-]", "_", f"rivc-{ctx.project}-{source_name}-{table_name}"
-    )
+    durable = durable_name(cfg, ctx.project, ctx.name)
     password = cfg.password or (os.environ.get(cfg.password_env) if cfg.password_env else None)
     token = os.environ.get(cfg.token_env) if cfg.token_env else None
     register_data_source(spark, NatsSource)

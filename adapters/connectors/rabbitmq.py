@@ -125,6 +125,19 @@ def url_with_password(url: str, password_env: str | None) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
 
 
+def lag(cfg: Any, _project: str, _name: str) -> int | None:
+    """Messages ready in the source's queue: not yet taken for the sink (the ones a batch holds
+    unacknowledged are not counted)."""
+    import pika
+
+    params = pika.URLParameters(url_with_password(cfg.url, cfg.password_env))
+    conn = pika.BlockingConnection(params)
+    try:
+        return int(conn.channel().queue_declare(cfg.queue, passive=True).method.message_count)
+    finally:
+        conn.close()
+
+
 def _why(exc: BaseException) -> str:
     """A broker's return (NO_ROUTE) or nack, in its words."""
     delivery = getattr(getattr(exc, "message", None), "delivery", None)

@@ -102,8 +102,15 @@ LIVE_METRICS = (
 )
 
 
-def live_text(project: str, run_id: str, totals: dict[str, dict[str, int]]) -> str:
-    """The running run's sinks (node id -> StateStore.batch_totals), in Prometheus's format."""
+def live_text(
+    project: str,
+    run_id: str,
+    totals: dict[str, dict[str, int]],
+    lags: dict[str, int | None],
+) -> str:
+    """The running run's sinks (node id -> StateStore.batch_totals) and its stream sources'
+    messages waiting for their sink (node id -> count, None when unknown), in Prometheus's
+    format."""
     lines = [
         "# HELP rivc_run_info the run being served",
         "# TYPE rivc_run_info gauge",
@@ -114,6 +121,14 @@ def live_text(project: str, run_id: str, totals: dict[str, dict[str, int]]) -> s
         for node, t in sorted(totals.items()):
             value = t[key] / 1000 if key == "commit_ms" else t[key]
             lines.append(f"{name}{_labels({'project': project, 'node': node})} {_number(value)}")
+    known = {n: v for n, v in sorted(lags.items()) if v is not None}
+    if known:
+        name = "rivc_source_lag_messages"
+        lines.append(f"# HELP {name} messages the broker holds that the source's sink has not")
+        lines.append(f"# TYPE {name} gauge")
+        lines.extend(
+            f"{name}{_labels({'project': project, 'node': n})} {v}" for n, v in known.items()
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -35,6 +35,14 @@ def read_source(spark: SparkSession, info: ConnectorInfo, ctx: SourceContext) ->
     return df
 
 
+def lag(info: ConnectorInfo, config: Any, project: str, name: str) -> int | None:
+    """A stream source's messages waiting for its sink, when its connector can tell."""
+    if info.lag is None:
+        return None
+    found: int | None = _load(info.lag)(config, project, name)
+    return found
+
+
 def probe(
     info: ConnectorInfo, config: Any, root: Path, storage: Mapping[str, str]
 ) -> tuple[bool, str] | None:

@@ -226,16 +226,30 @@ def execute(
 def _serve_metrics(runtime: Runtime, todo: list[str], warn: Callable[[str], None]) -> Any:
     """The profile's scrape endpoint for this run: each selected sink's totals so far."""
     from ..ops import metrics_out
+    from ..plane.registry import lag
 
     sinks = [n for n in todo if n.startswith("sink:")]
     plan, state, run_id = runtime.plan, runtime.state, runtime.run_id
+    project = plan.project.spec.name
+    streams = {
+        n: plan.project.sources[plan.nodes[n].name]
+        for n in todo
+        if n.startswith("source:") and plan.project.sources[plan.nodes[n].name].connector.lag
+    }
+
+    def waiting(nid: str) -> int | None:
+        source = streams[nid]
+        try:
+            return lag(source.connector, source.config, project, plan.nodes[nid].name)
+        except Exception:  # noqa: BLE001  (an unreachable broker: no sample, the scrape goes on)
+            return None
 
     def text() -> str:
         totals = {
             n: {**state.batch_totals(n, run_id), "restarts": runtime.restarts.get(n, 0)}
             for n in sinks
         }
-        return metrics_out.live_text(plan.project.spec.name, run_id, totals)
+        return metrics_out.live_text(project, run_id, totals, {n: waiting(n) for n in streams})
 
     return metrics_out.serve(plan.profile.metrics, text, warn)
 

@@ -296,3 +296,71 @@ sinks:
     assert messages(stream) == []
     doctor = rivc(root, "doctor")
     assert "sink wrong_subject (nats" in doctor.output, doctor.output
+
+
+def test_nats_lag_is_scraped_while_the_stream_runs(tmp_path, stream):
+    """`rivc_source_lag_messages`: what the stream holds that the sink has not had
+    acknowledged, read from the durable consumer while a followed stream runs."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from rivc_testing import free_port, scrape
+
+    create_stream(stream, ["lag.>"], window_s=120)
+
+    def publish(start: int, n: int) -> None:
+        async def work(j: Any) -> None:
+            for i in range(start, start + n):
+                await j.publish("lag.x", json.dumps({"seq": i}).encode())
+
+        js(work)
+
+    publish(0, 20)
+    port = free_port()
+    root = write_files(
+        tmp_path / "l",
+        {
+            "rivc_project.yml": "name: lag\n",
+            "profiles.yml": f"default:\n  metrics: {{port: {port}}}\n",
+            "sources/bus.yml": f"""
+sources:
+  - name: bus
+    connector: nats
+    tables:
+      - {{name: ev, config: {{url: "{URL}", stream: {stream}}}, columns: {{seq: bigint}}}}
+""",
+            "sinks/lake.yml": """
+sinks:
+  - {name: lake, from: source:bus.ev, connector: delta, config: {table_uri: out/ev},
+     trigger: {processing_time: "15 seconds"}}
+""",
+        },
+    )
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("rivc")), "run"],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    node = ("source:bus.ev",)
+    try:
+        deadline = time.monotonic() + 120
+        lag = None
+        while time.monotonic() < deadline:  # the first batch committed and acknowledged
+            try:
+                lag = scrape(port).get("rivc_source_lag_messages", {}).get(node)
+            except OSError:
+                lag = None
+            if lag == 0:
+                break
+            time.sleep(0.5)
+        assert lag == 0, lag
+        publish(20, 7)  # right after a trigger: the next is seconds away
+        assert scrape(port)["rivc_source_lag_messages"][node] == 7
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
