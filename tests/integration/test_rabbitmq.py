@@ -208,6 +208,11 @@ sinks:
             },
         )
         monkeypatch.setenv("MQ_PASSWORD", "guest")
+        from rivc.adapters.plane.registry import lag
+        from rivc.compiler.project import load_project
+
+        source = load_project(root).sources["mq.readings"]
+        assert lag(source.connector, source.config, "mqsrc", "mq.readings") == 1500  # all ready
 
         def seqs() -> list[int]:
             table = DeltaTable(str(root / "out/readings")).to_pyarrow_table()
@@ -223,6 +228,7 @@ sinks:
         )
         assert all(r["temp"] == r["seq"] / 4 for r in rows)
         assert waiting() == (0, 0)  # every message acknowledged once the sink held it
+        assert lag(source.connector, source.config, "mqsrc", "mq.readings") == 0
 
         publish(1500, 900)
         killed = run_rivc(root, "after-commit:lake")  # a Delta commit landed, Spark's did not
