@@ -73,6 +73,9 @@ class WebhookSinkConfig(SinkConfig):
     headers: dict[str, str] = {}
     headers_env: dict[str, str] = {}  # header -> the environment variable holding its value
     batch_size: int = Field(1, ge=1, le=10_000)  # rows per request; above 1 a JSON array
+    # each row's own id (its idempotency key) under this field of its JSON object; none: only
+    # the request's Idempotency-Key header
+    id_field: str | None = Field(None, min_length=1)
     timeout_s: float = Field(30, gt=0)
     max_in_flight: int = Field(4, ge=1, le=64)  # requests at once
     max_attempts: int = Field(5, ge=1)  # per request: 408, 429, 5xx, timeouts, lost connections

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import threading
 import time
@@ -37,11 +38,18 @@ class WebhookSink(LoggedSink):
     # ------------------------------------------------------------------ a batch
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
+        if self.config.id_field in data.schema.names:
+            raise ConnectorError(
+                f"sink {self.ctx.sink}: id_field {self.config.id_field!r} is a column of its "
+                "input: name another field, or drop the column"
+            )
         begun = self.begin(data, batch_id, f"webhook {self.config.url}")
         if begun is None:
             return WriteResult()
         record, rows, progress = begun
-        size = self.config.batch_size
+        size, field = self.config.batch_size, self.config.id_field
+        if field is not None:
+            rows = [(key, _with_id(payload, field, key)) for key, payload in rows]
         requests = [_request(rows[i : i + size], size > 1) for i in range(0, len(rows), size)]
         todo = [r for r in requests if r[0] not in progress.sent]
         started = time.perf_counter()
@@ -144,6 +152,12 @@ class WebhookSink(LoggedSink):
             time.sleep(max(delay, wait_s))
             delay = min(delay * 2 or 0.1, cfg.max_backoff_ms / 1000)
         raise AssertionError("unreachable")
+
+
+def _with_id(payload: bytes, field: str, key: str) -> bytes:
+    """The row's JSON object with its id under `field`, first."""
+    body = b"{" + json.dumps(field).encode() + b": " + json.dumps(key).encode()
+    return body + (b", " + payload[1:] if payload != b"{}" else b"}")
 
 
 def _request(rows: list[tuple[str, bytes]], array: bool) -> tuple[str, bytes, int]:

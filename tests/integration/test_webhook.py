@@ -104,7 +104,7 @@ sinks:
      config: {{url: "{receiver.url}/one", headers: {{X-Source: rivc}},
                headers_env: {{Authorization: HOOK_TOKEN}}, initial_backoff_ms: 10}}}}
   - {{name: in_arrays, from: edges, connector: webhook,
-     config: {{url: "{receiver.url}/arrays", batch_size: 3, max_in_flight: 1}}}}
+     config: {{url: "{receiver.url}/arrays", batch_size: 3, max_in_flight: 1, id_field: _key}}}}
 """,
         },
     )
@@ -119,8 +119,11 @@ sinks:
         {"id": 3, "dec": None, "dbl": None, "m": None, "bin": None},
     ]
     key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
-    for path in ("/one", "/arrays"):
-        assert sorted(receiver.rows(path), key=key) == sorted(want, key=key), path
+    in_arrays = receiver.rows("/arrays")
+    ids = [r.pop("_key") for r in in_arrays]  # each row's own idempotency key, in the row
+    assert len(set(ids)) == 4 and all(i.count("-") == 3 for i in ids)
+    for path, got in (("/one", receiver.rows("/one")), ("/arrays", in_arrays)):
+        assert sorted(got, key=key) == sorted(want, key=key), path
     one = [r for r in receiver.requests if r[0] == "/one"]
     assert len(one) == 4 and len({k for _, k, _, _ in one}) == 4  # the two equal rows: two keys
     assert all(
