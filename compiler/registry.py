@@ -232,6 +232,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "a RabbitMQ queue (JSON payloads), acknowledged after the sink commits; streaming",
             f"{_RUNTIME}.rabbitmq_source:read",
             columns=_with_metadata(RABBITMQ_METADATA),
+            probe=f"{_RUNTIME}.rabbitmq:probe",
             lag=f"{_RUNTIME}.rabbitmq:lag",
             single_consumer=True,
         ),
@@ -313,6 +314,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "at least once",
             f"{_RUNTIME}.rabbitmq:RabbitmqSink",
             holds="files",
+            probe=f"{_RUNTIME}.rabbitmq:probe",
         ),
         ConnectorInfo(
             "webhook",

@@ -138,6 +138,38 @@ def lag(cfg: Any, _project: str, _name: str) -> int | None:
         conn.close()
 
 
+def probe(cfg: Any, _root: Any, _storage: Any) -> tuple[bool, str]:
+    """Connect and log in; a source's queue and a sink's exchange must exist (a sink's `queue:`
+    is declared when it first publishes)."""
+    import pika
+    from pika.exceptions import ChannelClosedByBroker, ProbableAuthenticationError
+
+    host = urlsplit(cfg.url).netloc.rsplit("@", 1)[-1]
+    params = pika.URLParameters(url_with_password(cfg.url, cfg.password_env))
+    params.socket_timeout = params.blocked_connection_timeout = 5
+    params.connection_attempts = 1
+    try:
+        conn = pika.BlockingConnection(params)
+    except ProbableAuthenticationError as exc:
+        return False, f"auth error: {host}: {' '.join(str(exc).split())[:200]}"
+    except Exception as exc:  # noqa: BLE001  (any failure to reach the broker is the answer)
+        return False, f"connectivity error: {host}: {type(exc).__name__} {exc}".strip()
+    try:
+        channel = conn.channel()
+        source_queue = None if isinstance(cfg, RabbitmqSinkConfig) else cfg.queue
+        if source_queue:
+            ready = channel.queue_declare(source_queue, passive=True).method.message_count
+            return True, f"{host} queue {source_queue}: {ready} ready"
+        if cfg.exchange:
+            channel.exchange_declare(cfg.exchange, passive=True)
+        return True, f"{host} exchange {cfg.exchange or '(default)'}"
+    except ChannelClosedByBroker as exc:
+        return False, f"not found: {exc.reply_text}"
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
 def _why(exc: BaseException) -> str:
     """A broker's return (NO_ROUTE) or nack, in its words."""
     delivery = getattr(getattr(exc, "message", None), "delivery", None)

@@ -213,6 +213,22 @@ sinks:
 
         source = load_project(root).sources["mq.readings"]
         assert lag(source.connector, source.config, "mqsrc", "mq.readings") == 1500  # all ready
+        doctor = rivc(root, "doctor")
+        assert (
+            f"[OK] source mq.readings (rabbitmq {URL}): 127.0.0.1:5672 queue {queue}: 1500 ready"
+            in doctor.output
+        ), doctor.output
+        (root / "sources/mq.yml").write_text(
+            (root / "sources/mq.yml").read_text().replace(f"queue: {queue},", f"queue: {queue}_no,")
+        )
+        missing = rivc(root, "doctor")
+        assert (
+            f"[FAIL] source mq.readings (rabbitmq {URL}): not found: NOT_FOUND - no queue '{queue}_no'"
+            in missing.output
+        ), missing.output
+        (root / "sources/mq.yml").write_text(
+            (root / "sources/mq.yml").read_text().replace(f"queue: {queue}_no,", f"queue: {queue},")
+        )
 
         def seqs() -> list[int]:
             table = DeltaTable(str(root / "out/readings")).to_pyarrow_table()
