@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import NatsSourceConfig
 
-from ..plane.base import SourceContext, json_stream, register_data_source
+from ..plane.base import SourceContext, json_stream, payload_text, register_data_source
 from .jetstream import connect, durable_name, run, server_params, subject_matches
 
 NAME = "rivc_nats"
@@ -168,7 +168,9 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             meta = msg.metadata
             seq = int(meta.sequence.stream)
             if seq < end and self._wanted(msg.subject):
-                out.append((_text(msg.data), msg.subject, seq, meta.timestamp.astimezone(UTC)))
+                out.append(
+                    (payload_text(msg.data), msg.subject, seq, meta.timestamp.astimezone(UTC))
+                )
             if seq >= end - 1 or meta.num_pending == 0:
                 done.set()
 
@@ -235,15 +237,6 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 await nc.close()
 
         run(go())
-
-
-def _text(data: bytes) -> str | None:
-    """A payload as text; one that is not UTF-8 is NULL (its row's columns are NULL, as for a
-    payload that is not JSON), never changed."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def read(spark: Any, ctx: SourceContext) -> Any:

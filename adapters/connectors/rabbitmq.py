@@ -20,7 +20,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import RabbitmqSinkConfig
 
 from ..plane.base import WriteResult
-from ..util.faults import fault
+from ..util.faults import armed, fault
 from .sentlog import LoggedSink, Progress
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class RabbitmqSink(LoggedSink):
                 window.append((mid, exchange.publish(message, cfg.routing_key, mandatory=True)))
                 if len(window) >= cfg.max_in_flight:
                     await settle()
-                if i == half and half:
+                if i == half and half and armed("mid-publish", self.ctx.sink):
                     await settle()
                     progress.save()
                     fault("mid-publish", self.ctx.sink)  # half of the messages confirmed

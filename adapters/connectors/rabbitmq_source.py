@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import RabbitmqSourceConfig
 
-from ..plane.base import SourceContext, json_stream, register_data_source
+from ..plane.base import SourceContext, json_stream, payload_text, register_data_source
 from .rabbitmq import url_with_password
 
 NAME = "rivc_rabbitmq"
@@ -101,7 +101,7 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 (
                     method.delivery_tag,
                     (
-                        _text(body),
+                        payload_text(body),
                         method.exchange,
                         method.routing_key,
                         props.message_id,
@@ -179,13 +179,6 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.conn is not None and self.conn.is_open:
             self.conn.close()  # what is kept goes back to the queue, unacknowledged
         self.conn = self.channel = None
-
-
-def _text(body: bytes) -> str | None:
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def read(spark: Any, ctx: SourceContext) -> Any:

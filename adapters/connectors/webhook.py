@@ -23,7 +23,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import WebhookSinkConfig
 
 from ..plane.base import WriteResult
-from ..util.faults import fault
+from ..util.faults import armed, fault
 from .sentlog import LoggedSink, Progress
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class WebhookSink(LoggedSink):
                     self._raise(done, pending)
                     with lock:
                         progress.save(now=False)
-                if i == len(todo) // 2 and i:
+                if i == len(todo) // 2 and i and armed("mid-publish", self.ctx.sink):
                     done, pending = wait(pending)
                     self._raise(done, pending)
                     with lock:

@@ -35,6 +35,15 @@ _registered: set[tuple[int, str]] = set()
 _registering = threading.Lock()
 
 
+def payload_text(data: bytes) -> str | None:
+    """A message's payload as text; one that is not UTF-8 is NULL (its row's columns are NULL,
+    as for a payload that is not JSON), never changed."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def json_stream(
     raw: Any, payload: str, columns: dict[str, str], metadata: dict[str, str] | None
 ) -> Any:

@@ -46,11 +46,16 @@ def carried() -> dict[str, str]:
     return {"RIVC_FAULT": wanted} if wanted else {}
 
 
-def fault(point: str, node: str = "") -> None:
-    """Die here if RIVC_FAULT names this point (and, when it names one, this node)."""
+def armed(point: str, node: str = "") -> bool:
+    """Whether RIVC_FAULT names this point (and, when it names one, this node)."""
     wanted = os.environ.get("RIVC_FAULT")
     if not wanted:
-        return
+        return False
     name, _, only = wanted.partition(":")
-    if name == point and (not only or only == node):
+    return name == point and (not only or only == node)
+
+
+def fault(point: str, node: str = "") -> None:
+    """Die here if RIVC_FAULT names this point (and, when it names one, this node)."""
+    if armed(point, node):
         os.kill(os.getpid(), signal.SIGKILL)
