@@ -21,7 +21,7 @@ up to what every table of the source holds.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,7 +48,6 @@ from .changes import (
     ROWS_PER_FILE,
     BatchParts,
     check_shape,
-    dataset,
     deletes,
     history,
     newest,
@@ -89,12 +88,23 @@ class _Rows:
     seq: list[int] = field(default_factory=list)
     txid: list[int | None] = field(default_factory=list)
     time: list[Any] = field(default_factory=list)
+    # the row image an insert half of a moved key came from (its TOASTed values are that row's)
+    origin: list[tuple[Value, ...] | None] = field(default_factory=list)
     base: int = 0  # the snapshot's seq: 0, or after the landed history for a new snapshot
 
-    def add(self, op: str, before: Any, after: Any, txn: Transaction | None, i: int) -> None:
+    def add(
+        self,
+        op: str,
+        before: Any,
+        after: Any,
+        txn: Transaction | None,
+        i: int,
+        origin: tuple[Value, ...] | None = None,
+    ) -> None:
         self.ops.append(op)
         self.before.append(before)
         self.after.append(after)
+        self.origin.append(origin)
         self.lsn.append(None if txn is None else txn.final_lsn)
         self.seq.append(self.base if txn is None else txn.final_lsn * SEQ + i)
         self.txid.append(None if txn is None else txn.xid)
@@ -104,8 +114,20 @@ class _Rows:
         return len(self.ops)
 
     def clear(self) -> None:
-        for name in ("ops", "before", "after", "lsn", "seq", "txid", "time"):
+        for name in ("ops", "before", "after", "lsn", "seq", "txid", "time", "origin"):
             getattr(self, name).clear()
+
+
+@dataclass(frozen=True)
+class _Last:
+    """A key's newest image among the changes at hand (None: none yet). Values still
+    UNCHANGED in it (all of them when there is no image) are those of the newest version of
+    key `landed` in the landed history and the batch's files written so far. A deleted key
+    keeps its last image for an insert half of a move from it."""
+
+    image: tuple[Value, ...] | None
+    landed: tuple[Value, ...] | None
+    deleted: bool = False
 
 
 def slot_names(project: str, source: str, config: PostgresCdcConfig) -> tuple[str, str]:
@@ -192,7 +214,7 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                     if any(r.qualified == _qualified(table) for r in change.relations):
                         # every row the table held goes: a delete for each, in its place
                         if len(rows):
-                            parts.write(_envelopes(ctx, plan, rows, label))
+                            parts.write(_envelopes(ctx, plan, rows, label, parts))
                             rows.clear()
                         held_rows = _newest(ctx, plan, history(ctx.landing) + parts.files())
                         taken_by = [v for k, v in held_rows.items() if not seen.holds(txn.xid, k)]
@@ -207,19 +229,20 @@ def extract_changes(ctx: CdcContext) -> Extraction:
                 before, image = _reshape(change.before, layout), _reshape(change.after, layout)
                 op = {"insert": "c", "update": "u", "delete": "d"}[change.op]
                 before = _image(before, change, plan)
-                halves = [(op, before, image)]
+                halves: list[tuple[str, Any, Any, Any]] = [(op, before, image, None)]
                 if op == "u" and before is not None:  # the key changed, or REPLICA IDENTITY FULL
                     keys = keys if keys is not None else _key_columns(ctx, plan)
                     if image is not None and any(before[j] != image[j] for j in keys):  # moved:
-                        halves = [("d", before, None), ("c", None, image)]  # old key out
-                for op, was, now in halves:
+                        # the old key goes; the new one comes with the old row's other values
+                        halves = [("d", before, None, None), ("c", None, image, before)]
+                for op, was, now, origin in halves:
                     if key_cols:  # a snapshot in parts: the part that read the key decides
                         op, was, now = seen.unread(txn.xid, key_cols, op, was, now)
                     if op:
-                        rows.add(op, was, now, txn, i)
+                        rows.add(op, was, now, txn, i, origin)
         reached = max(reached, upto)
     if len(rows):
-        parts.write(_envelopes(ctx, plan, rows, label))
+        parts.write(_envelopes(ctx, plan, rows, label, parts))
     fault("after-staging", ctx.name)
     if not parts.rows and not snapped:
         # nothing of this table: a new position only once the log moved a segment past the
@@ -375,7 +398,7 @@ def _snapshot(
     names = [plan[j].name for j in key]
 
     def flush() -> None:
-        envelopes = _envelopes(ctx, plan, rows, label)
+        envelopes = _envelopes(ctx, plan, rows, label, parts)
         if taken is not None and names:
             after = envelopes.column("after").combine_chunks()
             taken.update(zip(*(after.field(k).to_pylist() for k in names), strict=True))
@@ -431,7 +454,7 @@ def _column(d: Delivery, db_type: str, values: list[Any], plan: CopyPlan) -> Any
 
 
 def _images(
-    images: list[tuple[Value, ...] | None], plan: list[Delivery], types: list[str], cp: CopyPlan
+    images: Sequence[tuple[Value, ...] | None], plan: list[Delivery], types: list[str], cp: CopyPlan
 ) -> Any:
     """A struct array of row images (NULL where a change has none)."""
     import pyarrow as pa
@@ -447,9 +470,12 @@ def _images(
     return pa.StructArray.from_arrays(arrays, fields=fields, mask=mask)
 
 
-def _envelopes(ctx: CdcContext, plan: list[Delivery], rows: _Rows, label: str) -> Any:
+def _envelopes(
+    ctx: CdcContext, plan: list[Delivery], rows: _Rows, label: str, parts: BatchParts | None = None
+) -> Any:
     """`rows` as an Arrow table of change envelopes, values delivered as the `postgres` source
-    delivers them; untouched TOASTed values filled in from the row's last version."""
+    delivers them; untouched TOASTed values filled in from the row's last version (in `rows`,
+    the batch's `parts` written so far, or the landed history)."""
     import pyarrow as pa
 
     types = [_db_type(d) for d in plan]
@@ -457,7 +483,8 @@ def _envelopes(ctx: CdcContext, plan: list[Delivery], rows: _Rows, label: str) -
     key_cols, rest = _fill_unchanged(ctx, rows, plan)
     after = _images(rows.after, plan, types, cp)
     if rest:
-        after = _from_history(ctx, after, key_cols, rest, plan, label)
+        written = [] if parts is None else parts.files()
+        after = _from_history(ctx, after, key_cols, rest, plan, types, cp, written)
     before = _images(rows.before, plan, types, cp)
     return pa.table(
         {
@@ -499,33 +526,46 @@ def _db_type(d: Delivery) -> str:
 
 def _fill_unchanged(
     ctx: CdcContext, rows: _Rows, plan: list[Delivery]
-) -> tuple[list[int], dict[int, list[int]]]:
+) -> tuple[list[int], dict[int, tuple[tuple[Value, ...] | None, list[int]]]]:
     """Give every TOASTed value an update left alone the row's last value: its before-image's
-    (REPLICA IDENTITY FULL), or an earlier change's in this batch. Returns the key's columns
-    and the rest: change -> the columns whose last value is in the landed history
-    (`_from_history`)."""
+    (REPLICA IDENTITY FULL), or an earlier change's in this batch (the row's own, or for a
+    moved key the row's under the key it moved from). Returns the key's columns and the rest:
+    change -> the key whose newest landed version holds its values still unknown (None: no
+    version can), and their columns (`_from_history`)."""
     if not any(a is not None and UNCHANGED in a for a in rows.after):
         return [], {}
     key_cols = _key_columns(ctx, plan)
-    last: dict[tuple[Value, ...], tuple[Value, ...]] = {}
-    rest: dict[int, list[int]] = {}
-    for n, (before, after) in enumerate(zip(rows.before, rows.after, strict=True)):
+    last: dict[tuple[Value, ...], _Last] = {}
+    rest: dict[int, tuple[tuple[Value, ...] | None, list[int]]] = {}
+    for n, (before, after, origin) in enumerate(
+        zip(rows.before, rows.after, rows.origin, strict=True)
+    ):
         if after is None:
             if before is not None:
-                last.pop(tuple(before[j] for j in key_cols), None)
+                key = tuple(before[j] for j in key_cols)
+                was = last.get(key) or _Last(None, key)
+                last[key] = replace(was, deleted=True)
             continue
         key = tuple(after[j] for j in key_cols)
+        landed = None
         if UNCHANGED in after:
-            full = (
-                before is not None and UNCHANGED not in before and not _key_only(before, key_cols)
-            )
-            known = before if full else last.get(key)
-            if known is None:
-                rest[n] = [j for j, v in enumerate(after) if v is UNCHANGED]
+            if before is not None and UNCHANGED not in before and not _key_only(before, key_cols):
+                known = _Last(before, None)  # REPLICA IDENTITY FULL: the whole old row
+            elif origin is not None:  # a moved key: the row it moved from, deleted just now
+                came = tuple(origin[j] for j in key_cols)
+                known = last.get(came) or _Last(None, came)
             else:
-                after = tuple(known[j] if v is UNCHANGED else v for j, v in enumerate(after))
+                known = last.get(key) or _Last(None, key)
+                if known.deleted:  # an update of a key this batch deleted: unknown
+                    known = _Last(None, None)
+            if known.image is not None:
+                image = known.image
+                after = tuple(image[j] if v is UNCHANGED else v for j, v in enumerate(after))
                 rows.after[n] = after
-        last[key] = after
+            if UNCHANGED in after:
+                landed = known.landed
+                rest[n] = (landed, [j for j, v in enumerate(after) if v is UNCHANGED])
+        last[key] = _Last(after, landed)
     return key_cols, rest
 
 
@@ -533,38 +573,38 @@ def _from_history(
     ctx: CdcContext,
     after: Any,
     key_cols: list[int],
-    rest: dict[int, list[int]],
+    rest: dict[int, tuple[tuple[Value, ...] | None, list[int]]],
     plan: list[Delivery],
-    label: str,
+    types: list[str],
+    cp: CopyPlan,
+    written: list[str],
 ) -> Any:
-    """The after-images of `rest`'s changes with their untouched TOASTed values taken from the
-    row's newest landed version; refused by name when the history does not have it."""
+    """The after-images of `rest`'s changes with their untouched TOASTed values taken from
+    the newest version of the key each names in the landed history and the batch's files
+    `written` so far; refused by name when none has it (or its newest version is a
+    delete)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     names = [plan[j].name for j in key_cols]
     images = after.to_pylist()
-    wanted = {tuple(images[n][k] for k in names) for n in rest}
-    files = [f.uri for f in ctx.landing.files(None, ctx.landing.position().batch)]
-    newest: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
-    if files:
-        table = dataset(ctx.landing, files).to_table(columns=["op", "after", "seq"])
-        table = table.filter(pc.field("op") != "d")
-        for row in table.to_pylist():
-            image = row["after"]
-            key = tuple(image[k] for k in names)
-            if key in wanted and (key not in newest or row["seq"] > newest[key][0]):
-                newest[key] = (row["seq"], image)
-    for n, cols in rest.items():
-        key = tuple(images[n][k] for k in names)
-        if key not in newest:
+    order = [n for n in rest if rest[n][0] is not None]
+    # each landed key as the landed images hold it: its text delivered like any image's
+    keyed = [dict(zip(key_cols, rest[n][0] or (), strict=True)) for n in order]
+    shaped = [tuple(k.get(j) for j in range(len(plan))) for k in keyed]
+    converted = _images(shaped, plan, types, cp).to_pylist() if shaped else []
+    wanted = {n: tuple(c[k] for k in names) for n, c in zip(order, converted, strict=True)}
+    found = newest(ctx.landing, history(ctx.landing) + written, names, set(wanted.values()))
+    for n, (_, cols) in rest.items():
+        image = found.get(wanted[n]) if n in wanted else None
+        if image is None:
+            key = tuple(images[n][k] for k in names)
             raise ConnectorError(
-                f"{label}: an update of key {key} left a TOASTed column as it was, and the "
+                f"{cp.label}: an update of key {key} left a TOASTed column as it was, and the "
                 "row's last value was never landed; set REPLICA IDENTITY FULL on the table "
                 "(docs/cdc.md)"
             )
         for j in cols:
-            images[n][plan[j].name] = newest[key][1][plan[j].name]
+            images[n][plan[j].name] = image[plan[j].name]
     return pa.array(images, after.type)
 
 

@@ -127,16 +127,23 @@ def next_seq(landing: Landing, files: list[str]) -> int:
     return 0 if landed is None else int(landed) + 1
 
 
-def newest(landing: Landing, files: list[str], names: list[str]) -> dict[tuple[Any, ...], Any]:
-    """Each key (the values of `names`) with its newest image in the changes of `files`, for
-    the keys not deleted there."""
-    if not files or not names:
+def newest(
+    landing: Landing,
+    files: list[str],
+    names: list[str],
+    only: set[tuple[Any, ...]] | None = None,
+) -> dict[tuple[Any, ...], Any]:
+    """Each key (the values of `names`; those in `only` when given) with its newest image in
+    the changes of `files`, for the keys not deleted there."""
+    if not files or not names or only is not None and not only:
         return {}
     found: dict[tuple[Any, ...], tuple[Any, str, Any]] = {}
     columns = ["op", "before", "after", "seq"]
     for row in dataset(landing, files).to_table(columns=columns).to_pylist():
         image = row["after"] if row["op"] != "d" else row["before"]
         key = tuple(image[k] for k in names)
+        if only is not None and key not in only:
+            continue
         if key not in found or row["seq"] >= found[key][0]:
             found[key] = (row["seq"], row["op"], row["after"])
     return {key: image for key, (_, op, image) in found.items() if op != "d"}
