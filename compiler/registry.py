@@ -106,6 +106,9 @@ class ConnectorInfo:
     # "module:attribute": a stream source's messages waiting for its sink, read from the broker
     # for the scrape endpoint, (config, project, "source.table") -> count or None
     lag: str | None = None
+    # "module:attribute": `rivc check` of a change-log table, (conn, tables of its source,
+    # table) -> what stops it from running, each named (empty: ready)
+    preflight: str | None = None
     # a stream whose place is held on the broker for one consumer (an MQTT session and spool, a
     # NATS durable consumer): one sink reads it
     single_consumer: bool = False
@@ -148,6 +151,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             f"{_RUNTIME}.logsource:read",
             log=True,
             columns=cdc_columns,
+            preflight=f"{_RUNTIME}.pgslot:preflight",
         ),
         ConnectorInfo(
             "mysql-cdc",
@@ -158,6 +162,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             f"{_RUNTIME}.logsource:read",
             log=True,
             columns=mysql_cdc_columns,
+            preflight=f"{_RUNTIME}.binlog:preflight",
         ),
         ConnectorInfo(
             "datagen",

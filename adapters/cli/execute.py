@@ -285,7 +285,7 @@ def check(
 ) -> None:
     """Preflight: EXPLAIN every selected database extraction; verdict and advice. Exit 1 if
     a check failed or a verdict is UNSAFE."""
-    from ..ops.preflight import check_table, to_json
+    from ..ops.preflight import check_log, check_table, to_json
     from ..run.landing import Landing
     from ..run.warehouse import landing_uri
     from ..util.storage import Store, resolve
@@ -304,16 +304,21 @@ def check(
             landed = Landing(uri, Store.of(uri, dict(project.profile.storage)), "log")
             cursor = landed.position().cursor
             checks.append(check_table(project, node.name, node.sql or "", cursor))
+        elif node.kind == "source" and project.sources[node.name].connector.log:
+            checks.append(check_log(project, node.name))
     if fmt == "json":
         click.echo(to_json(checks))
     else:
         if not checks:
-            click.echo("No PostgreSQL or MySQL source tables in the selection.")
+            click.echo("No PostgreSQL or MySQL source tables (or change logs) in the selection.")
         for c in checks:
             click.echo(f"{c.table}")
             click.echo(f"  strategy:    {c.strategy}")
             if c.error:
                 click.echo(f"  verdict:     FAILED ({redact_text(c.error)})")
+                continue
+            if c.mode == "log":
+                click.echo(f"  verdict:     {c.verdict}")
                 continue
             click.echo(f"  rows (est.): {c.row_estimate:,}")
             click.echo(f"  window:      {c.cursor_range}")

@@ -39,6 +39,28 @@ def check_server(db: Any, label: str) -> bool:
     return "mariadb" in str(version).lower()
 
 
+def preflight(conn: Any, tables: list[str], table: str) -> list[str]:
+    """`rivc check` of a mysql-cdc table: what stops it from running (the server's log
+    settings, a missing table), each named."""
+    from .relational import connection
+
+    schema, _, name = table.rpartition(".")
+    with connection(conn) as db:
+        try:
+            check_server(db, f"table {table}")
+        except ConnectorError as exc:
+            return [exc.message]
+        with db.cursor() as cur:
+            cur.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name = %s",
+                ((schema or conn.database or "").strip("`"), name.strip("`")),
+            )
+            if cur.fetchone() is None:
+                return [f"table {table} does not exist"]
+    return []
+
+
 def binary_logs(db: Any) -> set[str]:
     with db.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")

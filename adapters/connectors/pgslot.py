@@ -2,7 +2,10 @@
 source's access to the log, with no streaming protocol.
 
 - `ensure` creates the publication and the slot when asked (the built-in `pgoutput` plugin: no
-  server extension) and refuses by name a server that cannot decode (`wal_level`).
+  server extension) and refuses by name a server that cannot decode (`wal_level`). A table
+  without a replica identity (`refusals`) is never published: the application's own updates
+  and deletes of it would fail. A publication dropped under a slot is refused, never made
+  again silently: the log since cannot be decoded through it (`Undecodable`).
 - `changes` peeks whole transactions past a position without consuming them:
   `pg_logical_slot_peek_binary_changes` stops only at a commit, so a transaction is never split.
 - `advance` moves the slot's confirmed position, and only forward: the source calls it once
@@ -130,13 +133,61 @@ class Parts:
         return cls(tuple(held["key"]), uptos, seen)
 
 
+class Undecodable(ConnectorError):
+    """The slot's log cannot be read through the publication: it was dropped (and perhaps made
+    again) after the slot began, and pgoutput looks it up as of each change."""
+
+
 class LogicalSlot:
     """One slot and its publication, over a psycopg connection in autocommit mode."""
 
     def __init__(self, con: Any, slot: str, publication: str) -> None:
         self.con, self.slot, self.publication = con, slot, publication
 
-    def ensure(self, tables: list[str], create_slot: bool, create_publication: bool) -> None:
+    def refusals(self, tables: list[str]) -> dict[str, str]:
+        """Each of `tables` that must not be published, with why: with no replica identity
+        (no primary key, a DEFERRABLE one, or REPLICA IDENTITY NOTHING), a published table's
+        own UPDATE and DELETE statements fail in PostgreSQL."""
+        out = {}
+        for table in tables:
+            row = self.con.execute(
+                "SELECT c.relreplident, (SELECT i.indimmediate FROM pg_index i "
+                "WHERE i.indrelid = c.oid AND i.indisprimary) "
+                "FROM pg_class c WHERE c.oid = to_regclass(%s)",
+                (table,),
+            ).fetchone()
+            if row is None:
+                out[table] = f"table {table} does not exist"
+                continue
+            identity, immediate = row
+            why = (
+                "has REPLICA IDENTITY NOTHING"
+                if identity == "n"
+                else "has no primary key"
+                if identity == "d" and immediate is None
+                else "has a DEFERRABLE primary key, which cannot identify its rows in the log"
+                if identity == "d" and not immediate
+                else None
+            )
+            if why:
+                out[table] = (
+                    f"table {table} {why}: published, its own UPDATE and DELETE statements "
+                    "would fail in PostgreSQL, so rivc does not publish it; give it a replica "
+                    f"identity with `ALTER TABLE {table} REPLICA IDENTITY FULL` or a primary "
+                    "key (docs/cdc.md)"
+                )
+        return out
+
+    def ensure(
+        self,
+        tables: list[str],
+        create_slot: bool,
+        create_publication: bool,
+        held: bool = False,
+    ) -> None:
+        """The slot and a publication of `tables`, made when missing (as allowed). `held`:
+        a table of the source holds a position in the slot's log, so a missing publication
+        was dropped under it: refused (`Undecodable`), never made again silently."""
         level = self.con.execute("SHOW wal_level").fetchone()[0]
         if level != "logical":
             raise ConnectorError(
@@ -150,7 +201,9 @@ class LogicalSlot:
         exists = self.con.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
         ).fetchone()
-        missing = [t for t in tables if t not in {r[0] for r in published}]
+        if not exists and held and self.confirmed() is not None:
+            raise Undecodable(f"publication {self.publication} was dropped")
+        missing = [t for t in tables if _qualified_name(t) not in {r[0] for r in published}]
         if missing:
             if not create_publication:
                 raise ConnectorError(
@@ -191,20 +244,81 @@ class LogicalSlot:
         """The server's log position now: where a batch read stops."""
         return lsn_int(self.con.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
 
+    def unpublish(self, tables: list[str]) -> list[str]:
+        """Remove those of `tables` the publication holds from it; returns them."""
+        published = {
+            r[0]
+            for r in self.con.execute(
+                "SELECT schemaname || '.' || tablename FROM pg_publication_tables "
+                "WHERE pubname = %s",
+                (self.publication,),
+            ).fetchall()
+        }
+        gone = [t for t in tables if _qualified_name(t) in published]
+        if gone:
+            names = ", ".join(_qualified(t) for t in gone)
+            self.con.execute(f"ALTER PUBLICATION {_ident(self.publication)} DROP TABLE {names}")
+        return gone
+
     def changes(self, after: int, upto: int) -> Iterator[Transaction]:
         """Whole transactions that commit before `upto` and end past `after` (an end LSN), in
         commit order, streamed from the server (a named cursor: a large backlog is never held
-        whole in memory)."""
-        with self.con.transaction(), self.con.cursor(name="rivc_changes") as cur:
-            cur.itersize = 2000
-            cur.execute(
-                "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
-                "'proto_version', '1', 'publication_names', %s)",
-                (self.slot, lsn_text(upto), self.publication),
+        whole in memory). A publication missing as of a change (dropped, perhaps made again,
+        after the slot began) or a slot dropped meanwhile raise `Undecodable`."""
+        from psycopg import errors
+
+        try:
+            with self.con.transaction(), self.con.cursor(name="rivc_changes") as cur:
+                cur.itersize = 2000
+                cur.execute(
+                    "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+                    "'proto_version', '1', 'publication_names', %s)",
+                    (self.slot, lsn_text(upto), self.publication),
+                )
+                for txn in Decoder().feed(bytes(r[0]) for r in cur):
+                    if txn.end_lsn > after:
+                        yield txn
+        except errors.UndefinedObject as exc:  # the publication, or the slot itself
+            raise Undecodable(str(exc.diag.message_primary or exc)) from None
+
+    def remake(self, tables: list[str]) -> None:
+        """A new slot after a publication of `tables`: for a log that cannot be decoded any
+        more (`Undecodable`), taken by a new snapshot of every table. Serialised on the server
+        with the source's other tables; a slot another table's run remade meanwhile (one that
+        decodes) is kept."""
+        key = f"rivc slot {self.slot}"
+        self.con.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+        try:
+            if self.decodes():
+                return
+            if self.confirmed() is not None:
+                self.con.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+            exists = self.con.execute(
+                "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
+            ).fetchone()
+            if exists:  # made again by someone: ours is made by what the source lists
+                self.con.execute(f"DROP PUBLICATION {_ident(self.publication)}")
+            names = ", ".join(_qualified(t) for t in tables)
+            self.con.execute(f"CREATE PUBLICATION {_ident(self.publication)} FOR TABLE {names}")
+            self.con.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,)
             )
-            for txn in Decoder().feed(bytes(r[0]) for r in cur):
-                if txn.end_lsn > after:
-                    yield txn
+        finally:
+            self.con.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+
+    def decodes(self) -> bool:
+        """Whether the slot's log up to now reads through the publication."""
+        exists = self.con.execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
+        ).fetchone()
+        if not exists or self.confirmed() is None:
+            return False
+        try:
+            for _ in self.changes(0, self.current()):
+                pass
+        except Undecodable:
+            return False
+        return True
 
     def advance(self, lsn: int) -> None:
         """Confirm everything up to `lsn`: the server may recycle the log before it."""
@@ -228,6 +342,20 @@ class LogicalSlot:
         self.con.execute(f"DROP PUBLICATION IF EXISTS {_ident(self.publication)}")
 
 
+def preflight(conn: Any, tables: list[str], table: str) -> list[str]:
+    """`rivc check` of a postgres-cdc table: what stops it from running (the server's
+    wal_level, a table that has no replica identity), each named."""
+    from .relational import connection
+
+    with connection(conn) as db:
+        level = db.execute("SHOW wal_level").fetchone()[0]
+        refused = LogicalSlot(db, "", "").refusals([table])
+    problems = list(refused.values())
+    if level != "logical":
+        problems.insert(0, f"wal_level is {level}: change data capture needs logical")
+    return problems
+
+
 def snapshot(con: Any, query: str) -> tuple[Visibility, list[tuple[Any, ...]]]:
     """`query`'s rows in a REPEATABLE READ transaction, with what that snapshot sees. Taken
     after the slot exists, every transaction is in the snapshot, in the stream, or (when
@@ -245,3 +373,8 @@ def _ident(name: str) -> str:
 
 def _qualified(table: str) -> str:
     return ".".join(_ident(p) for p in table.split(".", 1))
+
+
+def _qualified_name(table: str) -> str:
+    """`schema.name` as pg_publication_tables lists it."""
+    return table if "." in table else f"public.{table}"

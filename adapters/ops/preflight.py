@@ -30,6 +30,7 @@ from ..connectors.relational import (
     driver_errors,
     plan_window,
 )
+from ..plane.registry import preflight as log_preflight
 from ..plane.registry import probe
 from ..util.errortext import classify, doctor_category, root_cause
 from ..util.storage import Store, join
@@ -155,6 +156,36 @@ def check_table(project: Project, fqn: str, sql: str, stored: Cursor | None) -> 
             result.warnings.append(f"unindexed {column}: the plan scans the whole table; index it")
         # else: this window is (most of) the table, which a scan reads best; later ones use
         # the index
+    return result
+
+
+def check_log(project: Project, fqn: str) -> Check:
+    """`rivc check` of a change-log table: READY, or FAILED naming what stops it (a server
+    setting, a table the application's writes would fail on once published)."""
+    source = project.sources[fqn]
+    result = Check(fqn, f"change log ({source.connector.name})", "log")
+    spec = project.profile.connections.get(source.source.connection or "")
+    if spec is None:
+        result.verdict, result.error = "FAILED", "connection is not in the profile"
+        return result
+    tables = sorted(
+        {t.table.table or "" for t in project.sources.values() if t.source == source.source}
+    )
+    try:
+        problems = log_preflight(
+            source.connector, Conn.resolve(spec, os.environ), tables, source.table.table or ""
+        )
+    except ExtractError as exc:
+        result.verdict, result.error = "FAILED", exc.message
+        return result
+    except driver_errors() as exc:
+        result.verdict = "FAILED"
+        result.error = f"{classify(str(exc))} error: {root_cause(str(exc))}"
+        return result
+    if problems:
+        result.verdict, result.error = "FAILED", "; ".join(problems)
+    else:
+        result.verdict = "READY"
     return result
 
 

@@ -51,3 +51,11 @@ def probe(
         return None
     result: tuple[bool, str] = _load(info.probe)(config, root, storage)
     return result
+
+
+def preflight(info: ConnectorInfo, conn: Any, tables: list[str], table: str) -> list[str] | None:
+    """`rivc check` of a change-log table: what stops it from running (None: no check)."""
+    if info.preflight is None:
+        return None
+    found: list[str] = _load(info.preflight)(conn, tables, table)
+    return found

@@ -40,7 +40,7 @@ from ..connectors.pgoutput import (
     Value,
     lsn_text,
 )
-from ..connectors.pgslot import KEY_KINDS, LogicalSlot, Parts, Visibility
+from ..connectors.pgslot import KEY_KINDS, LogicalSlot, Parts, Undecodable, Visibility
 from ..connectors.relational import Conn, connection, deliveries, probe
 from ..state import NodeResult
 from ..util.faults import fault
@@ -137,6 +137,27 @@ def slot_names(project: str, source: str, config: PostgresCdcConfig) -> tuple[st
 
 
 def extract_changes(ctx: CdcContext) -> Extraction:
+    """The table's changes since its position, landed as one batch. A log the slot can no
+    longer decode (its publication dropped under it) is refused naming the full refresh
+    that recovers; that full refresh makes slot and publication again first."""
+    try:
+        return _extract(ctx)
+    except Undecodable as exc:
+        source = ctx.name.split(".")[0]
+        if not ctx.full_refresh:
+            raise ConnectorError(
+                f"source {ctx.name}: {exc.message} after slot {ctx.slot} began, so the log "
+                "since cannot be decoded through it: take a new snapshot of the source's "
+                f"tables with `rivc run --full-refresh --select source:{source}` (docs/cdc.md)"
+            ) from None
+    with connection(ctx.conn) as db:
+        db.execute("SET default_transaction_read_only = off")
+        slot = LogicalSlot(db, ctx.slot, ctx.publication)
+        slot.remake([t for t in ctx.tables if t not in slot.refusals(ctx.tables)])
+    return _extract(ctx)
+
+
+def _extract(ctx: CdcContext) -> Extraction:
     landing, label = ctx.landing, f"source {ctx.name}"
     at = landing.position()
     reading = bool((at.cdc or {}).get("reading"))  # a snapshot read in part
@@ -150,7 +171,18 @@ def extract_changes(ctx: CdcContext) -> Extraction:
     with connection(ctx.conn) as db:
         db.execute("SET default_transaction_read_only = off")  # the slot and publication
         slot = LogicalSlot(db, ctx.slot, ctx.publication)
-        slot.ensure(ctx.tables, ctx.config.auto_create_slot, ctx.config.auto_create_publication)
+        refused = slot.refusals(ctx.tables)
+        if refused and ctx.config.auto_create_publication:
+            slot.unpublish(list(refused))  # never left where the application's writes fail
+        if table in refused:
+            raise ConnectorError(f"{label}: {refused[table]}")
+        held_any = any(s.position().cdc for s in ctx.siblings)
+        slot.ensure(
+            [t for t in ctx.tables if t not in refused],
+            ctx.config.auto_create_slot,
+            ctx.config.auto_create_publication,
+            held=held_any and not ctx.full_refresh,
+        )
         confirmed = slot.confirmed() or 0
         if held is not None and confirmed > int(held["lsn"]):
             raise ConnectorError(
@@ -613,12 +645,16 @@ def _key_only(image: tuple[Value, ...], key_cols: list[int]) -> bool:
 
 
 def _key_columns(ctx: CdcContext, plan: list[Delivery]) -> list[int]:
+    """The columns that identify a row in the log: the replica identity's index (REPLICA
+    IDENTITY USING INDEX), else the primary key."""
     with connection(ctx.conn) as db:
         names = {
             r[0]
             for r in db.execute(
-                "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+                "SELECT a.attname FROM pg_class c JOIN pg_index i ON i.indrelid = c.oid "
+                "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) "
+                "WHERE c.oid = %s::regclass AND CASE WHEN c.relreplident = 'i' "
+                "THEN i.indisreplident ELSE i.indisprimary END",
                 (ctx.table.table,),
             ).fetchall()
         }
