@@ -259,6 +259,29 @@ class TransformError(ValueError):
         self.index, self.key = index, key
 
 
+def check_keys(transforms: tuple[Any, ...], keys: tuple[str, ...]) -> None:
+    """What the sink's keys decide whatever the input's columns: unwrap_cdc's `deletes:
+    apply` and `sequence_by` need a sink that merges by key. TransformError names the bad one."""
+    for i, t in enumerate(transforms):
+        if not isinstance(t, UnwrapCdc) or keys:
+            continue
+        if t.deletes == "apply":
+            raise TransformError(
+                i,
+                "deletes",
+                "unwrap_cdc: deletes: apply needs a sink that merges by key "
+                "(delta mode merge with merge_keys, iceberg mode upsert with key_fields)",
+            )
+        if t.sequence_by:
+            raise TransformError(
+                i,
+                "sequence_by",
+                "unwrap_cdc: sequence_by orders the changes of one key: the "
+                "sink needs keys (delta mode merge with merge_keys, iceberg mode upsert with "
+                "key_fields)",
+            )
+
+
 def plan(
     transforms: tuple[Any, ...],
     columns: Columns,
@@ -269,6 +292,7 @@ def plan(
     `keys` are the sink's merge or upsert keys, which unwrap_cdc's sequence_by orders by;
     `history`: the sink keeps every version of a key (mode scd2), so unwrap_cdc keeps every
     change, with its sequence_by value as the version's start."""
+    check_keys(transforms, keys)
     steps: list[Step] = []
     cols = dict(columns)
     route: Route | None = None
@@ -456,24 +480,9 @@ def _unwrap(i: int, t: UnwrapCdc, image: Columns, keys: tuple[str, ...]) -> list
         f"CASE lower({op}) WHEN 'c' THEN 'insert' WHEN 'r' THEN 'insert' WHEN 'u' THEN "
         f"'update' WHEN 'd' THEN 'delete' ELSE lower({op}) END"
     )
-    if t.deletes == "apply" and not keys:
-        raise TransformError(
-            i,
-            "deletes",
-            "unwrap_cdc: deletes: apply needs a sink that merges by key "
-            "(delta mode merge with merge_keys, iceberg mode upsert with key_fields)",
-        )
     seq = (f"{quote(t.sequence_by)} AS _rivc_seq",) if t.sequence_by else ()
     steps = [Step((f"{img} AS _rivc_image", f"{kind} AS _op", *seq))]
     if t.sequence_by:
-        if not keys:
-            raise TransformError(
-                i,
-                "sequence_by",
-                "unwrap_cdc: sequence_by orders the changes of one key: the "
-                "sink needs keys (delta mode merge with merge_keys, iceberg mode upsert with "
-                "key_fields)",
-            )
         _keys_in(i, t, image, keys, "sequence_by")
         by = ", ".join(f"_rivc_image.{quote(k)}" for k in keys)
         steps += [

@@ -42,9 +42,11 @@ def transformed(
     for i, t in enumerate(transforms):
         if kind == "source" and t.type == "route":
             findings.append(spec_finding("route is a sink transform", where, "transforms", i))
-    if columns is None:
-        return None
     try:
+        if kind == "sink":
+            tf.check_keys(transforms, keys)  # known whatever the columns
+        if columns is None:
+            return None
         return tf.plan(transforms, columns, keys, history).columns
     except tf.UnknownColumns:
         return None

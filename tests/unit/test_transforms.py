@@ -258,3 +258,27 @@ def test_compile_accepts_applied_deletes_only_on_a_merging_sink(make_project, co
         assert len(errors) == 1, [str(f) for f in errors]
         assert "deletes: apply needs a sink that merges by key" in errors[0].error.message
         assert errors[0].location.line == 5  # the transform's line in sinks/s.yml
+
+
+@pytest.mark.parametrize("applied", ["deletes: apply", "sequence_by: seq"])
+def test_a_change_log_of_unknown_columns_still_needs_a_merging_sink_at_compile(
+    make_project, applied
+):
+    """A postgres-cdc table with no declared columns (its envelope is learned at run time):
+    `deletes: apply` or `sequence_by` into an append sink is refused at the transform's line,
+    not at run time."""
+    found = findings(
+        make_project(
+            {
+                "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: h}\n",
+                "sources/pg.yml": "sources:\n  - name: pg\n    connector: postgres-cdc\n"
+                "    connection: db\n    tables:\n      - {name: t, table: public.t}\n",
+                "sinks/s.yml": "sinks:\n  - name: s\n    from: source:pg.t\n"
+                f"    transforms:\n      - {{type: unwrap_cdc, {applied}}}\n"
+                "    connector: delta\n    config: {table_uri: t, mode: append}\n",
+            }
+        )
+    )
+    errors = [f for f in found if f.severity == "error"]
+    assert len(errors) == 1, [str(f) for f in errors]
+    assert "needs" in errors[0].error.message and errors[0].location.line == 5
