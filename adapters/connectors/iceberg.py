@@ -395,20 +395,74 @@ class IcebergSink(Sink):
         return 2 if evolved else 1
 
     def _evolve(self, table: Any, incoming: Any) -> bool:
-        """Bring the table's schema up to the batch's; True if it changed."""
+        """Bring the table's schema up to the batch's; True if it changed. A column the batch
+        holds in a type the table's cannot take (a wider decimal, another type) is refused
+        naming the column and both types."""
         current = {f.name: f for f in table.schema().fields}
         new = [f.name for f in incoming if f.name not in current]
         mode = self.config.schema_evolution
-        if not new and mode != "full":
-            return False
         if new and mode == "strict":
             raise ConnectorError(
                 f"sink {self.ctx.sink}: new columns {new} and schema_evolution is strict"
             )
         before = table.schema()
-        with table.update_schema(allow_incompatible_changes=False) as update:
-            update.union_by_name(incoming)  # add columns; `full` also promotes types safely
-        return bool(table.refresh().schema() != before)
+        if new or mode == "full":
+            with table.update_schema(allow_incompatible_changes=False) as update:
+                update.union_by_name(incoming)  # add columns; `full` also promotes types safely
+            table = table.refresh()
+        held = table.schema().as_arrow()
+        for f in incoming:
+            if f.name in held.names and not _takes(held.field(f.name).type, f.type):
+                raise ConnectorError(
+                    f"sink {self.ctx.sink}: column {f.name} is {_type_name(f.type)} in the "
+                    f"batch, and {self.identifier} holds {_type_name(held.field(f.name).type)}"
+                    " there, which cannot take it"
+                    + (
+                        ""
+                        if mode == "full"
+                        else " (schema_evolution: full widens a column where Iceberg can)"
+                    )
+                )
+        return bool(table.schema() != before)
+
+
+def _takes(held: Any, incoming: Any) -> bool:
+    """Whether a table column of Arrow type `held` takes values of type `incoming` as
+    pyiceberg writes them: the same type, or one Iceberg promotes (int to long, float to
+    double, a decimal to a wider precision at its scale). Nested types are left to pyiceberg."""
+    import pyarrow as pa
+    import pyarrow.types as t
+
+    def plain(kind: Any) -> Any:
+        return {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}.get(kind, kind)
+
+    held, incoming = plain(held), plain(incoming)
+    if held == incoming or t.is_nested(held) or t.is_nested(incoming):
+        return True
+    if t.is_integer(held) and t.is_integer(incoming):
+        return bool(held.bit_width >= incoming.bit_width)
+    if t.is_floating(held) and t.is_floating(incoming):
+        return bool(held.bit_width >= incoming.bit_width)
+    if t.is_decimal(held) and t.is_decimal(incoming):
+        return bool(held.scale == incoming.scale and held.precision >= incoming.precision)
+    if t.is_timestamp(held) and t.is_timestamp(incoming):
+        return (held.tz is None) == (incoming.tz is None)
+    return False
+
+
+def _type_name(kind: Any) -> str:
+    """An Arrow type as Spark SQL names it, for messages."""
+    import pyarrow.types as t
+
+    if t.is_decimal(kind):
+        return f"decimal({kind.precision},{kind.scale})"
+    if t.is_timestamp(kind):
+        return "timestamp" if kind.tz else "timestamp_ntz"
+    names = {"int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint",
+             "float": "float", "double": "double", "bool": "boolean", "string": "string",
+             "large_string": "string", "binary": "binary", "large_binary": "binary",
+             "date32[day]": "date"}  # fmt: skip
+    return names.get(str(kind), str(kind))
 
 
 def _spec(table: Any) -> list[tuple[str, str]]:

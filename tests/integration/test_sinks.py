@@ -333,6 +333,45 @@ sinks:
     assert not (root / "out" / "delta").exists()
 
 
+def test_a_widened_column_is_refused_by_iceberg_naming_both_types_and_full_evolution_takes_it(
+    spark, tmp_path
+):
+    """A decimal(10,2) column becomes decimal(12,2) in the model: the Iceberg sink (strict)
+    refuses the batch naming the column and both types, as the Delta sink does, with the table
+    untouched; `schema_evolution: full` widens the column, and pyiceberg reads every value."""
+    from decimal import Decimal
+
+    model = """{{ config(materialized='table') }}
+select order_id, cast(total as decimal(PRECISION, 2)) as total from {{ source('gen', 'orders') }}
+"""
+    sinks = """
+sinks:
+  - {name: ice, from: orders, connector: iceberg, config: {namespace: w, table: t, mode: append}}
+  - {name: lake, from: orders, connector: delta, config: {table_uri: out/delta, mode: append}}
+"""
+    root = project(tmp_path / "p", sinks, model.replace("PRECISION", "10"))
+    assert rivc(root, "run").exit_code == 0
+    write_files(root, {"models/orders.sql": model.replace("PRECISION", "12")})
+    refused = rivc(root, "run")
+    assert refused.exit_code == 1
+    for node in ("sink:ice", "sink:lake"):
+        error = results(root)[node]["error"]
+        assert "amount" not in error and "total" in error, error
+        assert (
+            "decimal(12,2)" in error or "Decimal128(12, 2)" in error
+        ) and "unexpected" not in error
+    assert "holds decimal(10,2)" in results(root)["sink:ice"]["error"]
+    table = iceberg_catalog(root).load_table("w.t")
+    assert len(table.scan().to_arrow()) == 300  # untouched
+    write_files(
+        root, {"sinks/out.yml": sinks.replace("append}", "append, schema_evolution: full}", 1)}
+    )
+    assert rivc(root, "run", "--select", "ice").exit_code == 0
+    rows = iceberg_catalog(root).load_table("w.t").scan().to_arrow()
+    assert str(rows.schema.field("total").type) == "decimal128(12, 2)" and len(rows) == 600
+    assert all(isinstance(v, Decimal) for v in rows.column("total").to_pylist())
+
+
 UPSERTED = """{{ config(materialized='table') }}
 select order_id, customer_id, status, total + {{ var('bump', 0) }} as total, created_at,
        cast(created_at as date) as day
