@@ -6,6 +6,7 @@ import sqlglot
 from sqlglot import exp
 
 from .graph import Node, ProjectGraph
+from .materializations import of_node
 from .specs import NodeId
 
 
@@ -17,7 +18,7 @@ def ephemeral_parents(graph: ProjectGraph, nid: NodeId) -> list[Node]:
         parent = graph.nodes[stack.pop()]
         if (
             parent.kind == "model"
-            and parent.config.get("materialized") == "ephemeral"
+            and not of_node(parent.kind, parent.config).relation
             and parent.id not in found
         ):
             found.add(parent.id)
@@ -31,9 +32,7 @@ def compiled_sql(graph: ProjectGraph, node: Node, incremental: bool = False) -> 
     sql = node.sql_incremental if incremental else node.sql
     if sql is None:
         return None
-    as_is = (
-        node.config.get("materialized") == "ephemeral" or node.config.get("language") == "python"
-    )
+    as_is = not of_node(node.kind, node.config).relation or node.config.get("language") == "python"
     return sql if as_is and node.kind == "model" else final_sql(graph, node, sql)
 
 

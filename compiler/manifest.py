@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+from .materializations import Materialization, of_node
 from .specs import ModelConfig
 
 SCHEMA_VERSION = 2
@@ -184,14 +185,18 @@ class ManifestNode:
 
     @property
     def materialized(self) -> str:
-        if self.kind == "seed":
-            return "seed"
-        return self.model_config.materialized if self.kind == "model" else "view"
+        return self.materialization.name
+
+    @property
+    def materialization(self) -> Materialization:
+        """How it is built: its entry of the materialization table (a source or a sink is
+        read as a view)."""
+        return of_node(self.kind, self.config)
 
     @property
     def stored(self) -> bool:
-        """A table in the warehouse: a seed's, a table or incremental model's."""
-        return self.materialized in ("seed", "table", "incremental", "snapshot")
+        """A table in the warehouse (Materialization.stored)."""
+        return self.materialization.stored
 
     @property
     def unique_key(self) -> tuple[str, ...]:

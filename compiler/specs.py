@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from .aliases import TRANSFORMS, connector_name
 from .errors import CompileFailed, ProjectError, RivcError, did_you_mean
+from .materializations import check_materialized, check_strategy
 from .redact import is_secret_key
 from .specbase import Location, Name, Spec, StrList, _as_tuple, _hook_list, _identifier
 from .transforms import Expectation, Transform
@@ -25,10 +26,10 @@ NodeId = NewType("NodeId", str)  # "model:orders", "source:shop.orders", "sink:l
 class ModelConfig(Spec):
     """A model's configuration: project `defaults`, then properties YAML, then `config(...)`."""
 
-    materialized: Literal["view", "table", "incremental", "ephemeral", "snapshot"] = "view"
+    materialized: str = "view"  # a configurable entry of materializations.MATERIALIZATIONS
     unique_key: StrList = ()
     tags: StrList = ()
-    incremental_strategy: Literal["append", "merge"] | None = None
+    incremental_strategy: str | None = None  # one of its materialization's strategies
     partition_by: StrList = ()
     on_schema_change: Literal["ignore", "fail", "append_new_columns", "sync_all_columns"] = "ignore"
     enabled: bool = True
@@ -47,6 +48,8 @@ class ModelConfig(Spec):
 
     _tuple = field_validator("unique_key", "tags", "partition_by", mode="before")(_as_tuple)
     _hooks = field_validator("pre_hook", "post_hook", mode="before")(_hook_list)
+    _materialized = field_validator("materialized")(check_materialized)
+    _strategy = field_validator("incremental_strategy")(check_strategy)
 
     @field_validator("check_cols", mode="before")
     @classmethod
@@ -54,8 +57,8 @@ class ModelConfig(Spec):
         return value if value == "all" else _as_tuple(value)
 
     @property
-    def merge_strategy(self) -> Literal["append", "merge"]:
-        """An incremental model's: merge when a unique_key is set, unless append is asked for."""
+    def merge_strategy(self) -> str:
+        """An incremental model's: merge when a unique_key is set, unless another is asked for."""
         return self.incremental_strategy or ("merge" if self.unique_key else "append")
 
 

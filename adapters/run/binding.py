@@ -4,7 +4,7 @@ available to the selected nodes (node_source.bind, node_model's materializations
 from __future__ import annotations
 
 from . import node_source
-from .node_model import materialization
+from .node_model import builder
 from .runtime import Runtime
 
 
@@ -14,7 +14,7 @@ def bind(rt: Runtime, nid: str) -> None:
     if node.kind == "source":
         node_source.bind(rt, nid)
     elif node.kind in ("model", "seed"):
-        materialization(node).bind(rt, node)
+        builder(node).bind(rt, node)
 
 
 def bind_views(rt: Runtime, nid: str) -> None:

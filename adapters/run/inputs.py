@@ -111,7 +111,7 @@ def _relations(rt: Runtime, nid: str, versions: dict[str, str]) -> set[str]:
     for dep in rt.plan.nodes[nid].depends_on:
         parent = rt.plan.nodes[dep]
         names.add((parent.relation if parent.kind == "source" else parent.name).lower())
-        if parent.kind == "model" and parent.materialized == "ephemeral":
+        if parent.kind == "model" and not parent.materialization.relation:
             names |= _relations(rt, dep, versions)  # inlined: its SQL is in ours
         else:
             versions[dep] = _version(rt, dep)
@@ -128,7 +128,7 @@ def _version(rt: Runtime, nid: str) -> str:
             config = rt.plan.project.sources[node.name].config
             return "datagen:" + json.dumps(config.model_dump(mode="json"), sort_keys=True)
         return ""
-    if node.kind == "model" and node.materialized == "view":
+    if node.kind == "model" and not node.stored:  # a view: what it reads, and its SQL
         inner = _inputs(rt, nid)
         if inner is None:
             return ""

@@ -106,7 +106,7 @@ class Table:
                 node.model_config.partition_by if node.kind == "model" else (),
                 stamp,
             )
-            how = "table"
+            how = self.WRITTEN
         fault("after-commit", node.name)
         deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
         return NodeResult(
@@ -124,6 +124,7 @@ class Table:
         )
 
     REUSED = "reused: its SQL and inputs are unchanged"
+    WRITTEN = "table"  # what a run that writes the whole table says
 
     def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
         """What the table is built from now (inputs.py); None: build it whatever it holds."""
@@ -162,9 +163,7 @@ class Table:
             uri = join(rt.defer_to, node.name)
             store = rt.plan.store(uri)
         if deltatable.open_table(uri, store.delta) is None:
-            how = {"seed": "rivc seed", "snapshot": "rivc snapshot"}.get(
-                node.materialized, "rivc run"
-            )
+            how = f"rivc {node.materialization.command}"
             where = "" if rt.defer_to is None else f" (here or in the deferred {rt.defer_to})"
             raise StateError(
                 f"{node.kind} {node.name!r} has not been built yet{where}; "

@@ -1,39 +1,41 @@
-"""Model nodes: the class of each materialization builds or binds a model (materializations.py,
-snapshot.py)."""
+"""Model nodes: the class of each materialization builds or binds a model. The materialization
+table (rivc.compiler.materializations) names the class; materializations.py and snapshot.py
+hold them."""
 
 from __future__ import annotations
+
+import importlib
+from typing import Protocol
 
 from rivc.compiler.manifest import ManifestNode
 
 from ..state import NodeResult
 from .hooks import run_hooks
-from .materializations import Append, Ephemeral, Merge, Seed, Table, View
 from .runtime import Runtime
-from .snapshot import Snapshot
-
-Materialization = Ephemeral | View | Table
 
 
-def materialization(node: ManifestNode) -> Materialization:
-    """The class that builds `node`, by its materialization (and incremental strategy)."""
-    mat = node.materialized
-    if mat == "seed":
-        return Seed()
-    if mat == "snapshot":
-        return Snapshot()
-    if mat == "ephemeral":
-        return Ephemeral()
-    if mat == "view":
-        return View()
-    if mat == "table":
-        return Table()
-    return Merge() if node.incremental_strategy == "merge" else Append()
+class Builder(Protocol):
+    """What every materialization's class does: build a selected model, bind an unselected one
+    a selected node reads."""
+
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult: ...
+
+    def bind(self, rt: Runtime, node: ManifestNode) -> None: ...
+
+
+def builder(node: ManifestNode) -> Builder:
+    """The class that builds `node`, as its materialization's entry names it."""
+    mat = node.materialization
+    strategy = node.incremental_strategy if mat.strategies else None
+    module, _, name = mat.runtime_of(strategy).partition(":")
+    made: Builder = getattr(importlib.import_module(module), name)()
+    return made
 
 
 def run_model(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     """A model's or a seed's node, between its pre- and post-hooks (hooks.py)."""
     run_hooks(rt, "pre_hook", node.config.get("pre_hook", ()))
-    result = materialization(node).build(rt, nid, node)
+    result = builder(node).build(rt, nid, node)
     if result.status == "success":
         run_hooks(rt, "post_hook", node.config.get("post_hook", ()))
     return result

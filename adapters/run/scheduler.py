@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rivc.compiler.errors import ProjectError
 from rivc.compiler.locate import TARGET_DIR
+from rivc.compiler.materializations import of_node
 from rivc.compiler.redact import redact
 
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
@@ -43,9 +44,9 @@ KINDS: dict[str, set[str]] = {
 
 def runs(command: str, kind: str, config: dict[str, object]) -> bool:
     """Whether `command` runs a node of `kind` with `config`."""
-    snapshot = config.get("materialized") == "snapshot"
+    snapshot = of_node(kind, config).command == "snapshot"
     if command == "snapshot":
-        return kind == "model" and snapshot
+        return snapshot
     return kind in KINDS[command] and not (command == "run" and snapshot)
 
 
@@ -305,7 +306,7 @@ def bind_upstream(runtime: Runtime, needed: list[str], todo: list[str]) -> None:
         node = runtime.plan.nodes[nid]
         if nid in todo or node.kind == "test":
             continue
-        if node.kind == "model" and node.materialized == "view":
+        if node.kind == "model" and node.materialization.relation and not node.stored:
             runtime.unbound.append(nid)
         else:
             bind(runtime, nid)

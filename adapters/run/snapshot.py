@@ -17,6 +17,8 @@ tasks, stamped with the snapshot's batch id: a run killed after its commit is no
 from __future__ import annotations
 
 import datetime as dt
+import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rivc.compiler.errors import ConnectorError
@@ -25,6 +27,7 @@ from rivc.compiler.sql import literal, quote
 
 from ..plane import deltamerge, deltatable
 from ..plane.base import WriteResult
+from ..state import NodeResult
 from .materializations import Table
 from .runtime import Runtime
 
@@ -38,6 +41,17 @@ DELETED = "dbt_is_deleted"
 
 
 class Snapshot(Table):
+    WRITTEN = "snapshot: every row's first version"
+    views: Views | None = None
+
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+        try:
+            return super().build(rt, nid, node)
+        finally:  # a warm server's session outlives the run: leave no view behind
+            if self.views is not None:
+                for view in (self.views.source, self.views.table):
+                    rt.spark.catalog.dropTempView(view)
+
     def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
         return table is not None and not rt.full_refresh
 
@@ -49,10 +63,12 @@ class Snapshot(Table):
         source = rt.spark.sql(rt.plan.sql(node.id))
         _check(node, source.columns)
         self.now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        # temp views of this build alone: snapshots built at once (--threads) share a session
+        self.views = Views(f"__rivc_snapshot_{uuid.uuid4().hex}")
         if grows:
             return source  # add() compares it with the table
-        source.createOrReplaceTempView("__rivc_snapshot_source")
-        return rt.spark.sql(_first_versions(node, source.columns, self.now))
+        source.createOrReplaceTempView(self.views.source)
+        return rt.spark.sql(_first_versions(node, source.columns, self.now, self.views))
 
     def add(
         self,
@@ -64,15 +80,32 @@ class Snapshot(Table):
     ) -> tuple[str, WriteResult]:
         uri = rt.table_uri(node)
         store = rt.plan.store(uri)
-        df.createOrReplaceTempView("__rivc_snapshot_source")
-        deltatable.read(rt.spark, uri, store).createOrReplaceTempView("__rivc_snapshot_table")
-        batch = rt.spark.sql(_changes(node, df.columns, self.now))
+        views = self.views
+        assert views is not None  # frame() named them
+        df.createOrReplaceTempView(views.source)
+        deltatable.read(rt.spark, uri, store).createOrReplaceTempView(views.table)
+        batch = rt.spark.sql(_changes(node, df.columns, self.now, views))
         target: pa.Schema = deltatable.table_schema(table)
         batch, target = deltatable.reconcile(
             batch, table, "append_new_columns", f"snapshot {node.name!r}"
         )
         result = deltamerge.merge(batch, uri, store, ("dbt_scd_id",), target, stamp)
         return f"snapshot, {result.rows} versions closed or added", result
+
+
+@dataclass(frozen=True)
+class Views:
+    """The temp views one build of a snapshot reads: its query's rows, and its table."""
+
+    prefix: str
+
+    @property
+    def source(self) -> str:
+        return f"{self.prefix}_source"
+
+    @property
+    def table(self) -> str:
+        return f"{self.prefix}_table"
 
 
 def _check(node: ManifestNode, columns: list[str]) -> None:
@@ -127,8 +160,8 @@ def _versions(node: ManifestNode, columns: list[str], now: dt.datetime, deleted:
     )
 
 
-def _first_versions(node: ManifestNode, columns: list[str], now: dt.datetime) -> str:
-    return f"SELECT {_versions(node, columns, now, 'False')} FROM __rivc_snapshot_source s"
+def _first_versions(node: ManifestNode, columns: list[str], now: dt.datetime, views: Views) -> str:
+    return f"SELECT {_versions(node, columns, now, 'False')} FROM {views.source} s"
 
 
 def _changed(node: ManifestNode, columns: list[str]) -> str:
@@ -141,10 +174,11 @@ def _changed(node: ManifestNode, columns: list[str]) -> str:
     return " OR ".join(f"NOT (s.{quote(c)} <=> t.{quote(c)})" for c in checked if c not in keys)
 
 
-def _changes(node: ManifestNode, columns: list[str], now: dt.datetime) -> str:
+def _changes(node: ManifestNode, columns: list[str], now: dt.datetime, views: Views) -> str:
     """One batch: the versions a run closes (their rows with dbt_valid_to set) and adds."""
     on = " AND ".join(f"s.{quote(k)} <=> t.{quote(k)}" for k in node.unique_key)
-    current = "SELECT * FROM __rivc_snapshot_table WHERE dbt_valid_to IS NULL"
+    current = f"SELECT * FROM {views.table} WHERE dbt_valid_to IS NULL"
+    source = views.source
     deletes = _deletes(node)
     live = f" AND coalesce(t.{DELETED}, 'False') = 'False'" if deletes == "new_record" else ""
     gone = f" AND coalesce(t.{DELETED}, 'False') = 'True'" if deletes == "new_record" else ""
@@ -159,28 +193,27 @@ def _changes(node: ManifestNode, columns: list[str], now: dt.datetime) -> str:
     closed_cols = closing(_start("s", node, now))  # where the new version starts
     parts = [
         # a changed row: its current version closes where the new one starts
-        f"SELECT {closed_cols} FROM __rivc_current t JOIN __rivc_snapshot_source s ON {on} "
+        f"SELECT {closed_cols} FROM __rivc_current t JOIN {source} s ON {on} "
         f"WHERE ({_changed(node, columns)}){live}",
-        f"SELECT {_versions(node, columns, now, 'False')} FROM __rivc_snapshot_source s "
+        f"SELECT {_versions(node, columns, now, 'False')} FROM {source} s "
         f"JOIN __rivc_current t ON {on} WHERE ({_changed(node, columns)}){live}",
         # a new key, or one that comes back after it was marked deleted
-        f"SELECT {_versions(node, columns, now, 'False')} FROM __rivc_snapshot_source s "
+        f"SELECT {_versions(node, columns, now, 'False')} FROM {source} s "
         f"LEFT ANTI JOIN (SELECT * FROM __rivc_current t WHERE TRUE{live}) t ON {on}",
     ]
     if deletes == "new_record":  # a key marked deleted that comes back: its marker closes
         parts.append(
-            f"SELECT {closed_cols} FROM __rivc_current t JOIN __rivc_snapshot_source s ON {on}"
-            f" WHERE TRUE{gone}"
+            f"SELECT {closed_cols} FROM __rivc_current t JOIN {source} s ON {on} WHERE TRUE{gone}"
         )
     if deletes in ("invalidate", "new_record"):  # a key the query lost closes now
         parts.append(
             f"SELECT {closing(literal(now))} FROM __rivc_current t "
-            f"LEFT ANTI JOIN __rivc_snapshot_source s ON {on} WHERE TRUE{live}"
+            f"LEFT ANTI JOIN {source} s ON {on} WHERE TRUE{live}"
         )
     if deletes == "new_record":
         marked = ", ".join(_deleted_col(c, now, node) for c in table_cols)
         parts.append(
-            f"SELECT {marked} FROM __rivc_current t LEFT ANTI JOIN __rivc_snapshot_source s "
+            f"SELECT {marked} FROM __rivc_current t LEFT ANTI JOIN {source} s "
             f"ON {on} WHERE TRUE{live}"
         )
     union = "\nUNION ALL\n".join(f"({p})" for p in parts)

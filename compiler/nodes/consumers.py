@@ -18,13 +18,12 @@ from ..graph import Node, ProjectGraph
 from ..increments import batch_sql, changes, new_batches_relation
 from ..inline import final_sql
 from ..manifest import SinkFacts, SinkInput
+from ..materializations import of_node
 from ..project import Project
 from ..render import source_relation
 from ..rules import Finding
 from ..specs import NodeId
 from .common import spec_finding
-
-STORED = ("table", "incremental")
 
 
 def source_role(project: Project, node: Node) -> str:
@@ -83,11 +82,11 @@ def _sink_input(
         if node.kind == "source":
             leaves[nid] = source_role(project, node)
             continue
-        mat = node.config.get("materialized", "view")
-        if mat in STORED or node.kind == "seed":
+        mat = of_node(node.kind, node.config)
+        if mat.stored:  # its versions are committed: the sink takes each new one whole
             leaves[nid] = "model"
             continue
-        if mat == "view":
+        if mat.relation:  # a view: new batches may pass through it
             views.append(nid)
         for parent in graph.parents(nid):
             if parent not in seen:

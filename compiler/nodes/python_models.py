@@ -18,6 +18,7 @@ from .. import rules
 from ..errors import GraphError, ProjectError, RivcError, SourceLocation, did_you_mean
 from ..folders import folder_config
 from ..graph import Node, node_id, ref_id
+from ..materializations import MATERIALIZATIONS, materialization
 from ..project import Project, SqlFile
 from ..rules import Finding
 from ..specs import SNAPSHOT_ONLY, ModelConfig, NodeId
@@ -123,9 +124,10 @@ def python_model_node(
         raise ProjectError(
             f"invalid config {'.'.join(map(str, err['loc']))}: {err['msg']}", config_at
         ) from None
-    if spec.materialized not in ("table", "incremental"):
+    if not materialization(spec.materialized).python:
+        allowed = " or ".join(n for n, m in MATERIALIZATIONS.items() if m.python)
         raise ProjectError(
-            f"a Python model is a table or an incremental model, not {spec.materialized!r}",
+            f"a Python model is materialized as {allowed}, not {spec.materialized!r}",
             config_at,
         )
     return Node(

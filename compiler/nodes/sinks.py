@@ -14,6 +14,7 @@ from ..errors import (
 )
 from ..graph import Node, node_id, ref_id
 from ..manifest import SinkFacts
+from ..materializations import of_node
 from ..project import Located, Project, SinkDef
 from ..redact import redact
 from ..rules import Finding
@@ -53,7 +54,7 @@ def sink_node(
         columns = nodes[upstream].columns
         if (
             nodes[upstream].kind == "model"
-            and nodes[upstream].config.get("materialized") == "ephemeral"
+            and not of_node(nodes[upstream].kind, nodes[upstream].config).relation
         ):
             findings.append(
                 rules.unknown_reference(

@@ -117,9 +117,7 @@ def assert_consumers_equal_source(
     assert landed <= held if refreshed else landed == held
 
 
-def test_a_toasted_value_survives_several_updates_of_its_row_between_runs(
-    tmp_path, logical_pg, pg
-):
+def test_a_toasted_value_survives_several_updates_of_its_row_between_runs(tmp_path, logical_pg, pg):
     """Three rows; id 1 updated twice in two transactions and id 2 twice in one, none
     touching the TOASTed body; then id 3 updated, its body changed, and updated again: every
     version of every row keeps its body, in every consumer."""

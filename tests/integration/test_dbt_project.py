@@ -17,7 +17,7 @@ import duckdb
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc
+from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -266,6 +266,46 @@ def test_snapshots_keep_history_as_dbts_and_once_across_a_kill(tmp_path, make_pr
     version = DeltaTable(str(root / "warehouse/orders_snapshot")).version()
     assert rivc(root, "run").exit_code == 0  # `run` leaves snapshots alone
     assert DeltaTable(str(root / "warehouse/orders_snapshot")).version() == version
+
+
+def test_a_sink_fed_by_a_snapshot_takes_each_new_version_and_snapshots_run_on_threads(
+    tmp_path, make_project
+):
+    """`snapshot`, `run`, then `seed` + `snapshot`, `run` twice: the sink below a snapshot
+    takes the snapshot's new versions each time (it tracks the snapshot's table, not the
+    snapshot's parent), equal to the table read with deltalake. Two snapshots built at once
+    (`--threads 2`) end as on one thread; the first build says it wrote first versions."""
+    sink = (
+        "sinks:\n  - name: versions\n    from: orders_snapshot\n    connector: delta\n"
+        "    config: {table_uri: out/versions, mode: overwrite}\n"
+    )
+    files = {**SNAPSHOTS, "seeds/orders.csv": FIRST, "sinks/out.yml": sink}
+    threaded = make_project(files, base=False)
+    alone = write_files(tmp_path / "alone", files)
+
+    def rows(root: Path, table: str) -> list[tuple]:
+        return _snapshot_rows(DeltaTable(str(root / table)).to_pyarrow_table().to_pylist())
+
+    def messages(root: Path) -> dict[str, str]:
+        said = json.loads((root / "target/run_results.json").read_text())["results"]
+        return {r["node"]: r["message"] for r in said}
+
+    for n, data in enumerate((FIRST, SECOND, THIRD)):
+        for root, threads in ((threaded, "2"), (alone, "1")):
+            (root / "seeds/orders.csv").write_text(data)
+            assert rivc(root, "seed").exit_code == 0
+            snapped = rivc(root, "snapshot", "--threads", threads)
+            assert snapped.exit_code == 0, snapped.output
+            if n == 0:
+                said = messages(root)["model:orders_snapshot"]
+                assert said == "snapshot: every row's first version"
+            ran = rivc(root, "run", "--threads", threads)
+            assert ran.exit_code == 0, ran.output
+            assert messages(root)["sink:versions"] != "nothing new to deliver"
+            assert rows(root, "out/versions") == rows(root, "warehouse/orders_snapshot")
+        for name in ("orders_snapshot", "orders_deleted"):
+            assert rows(threaded, f"warehouse/{name}") == rows(alone, f"warehouse/{name}")
+    assert len(rows(threaded, "out/versions")) == 6
 
 
 PY_TABLE = """

@@ -362,7 +362,7 @@ def test_snapshot_blocks_are_models_materialized_as_snapshots(make_project):
         ),
         (
             "def model(dbt, session):\n    dbt.config(materialized='view')\n",
-            "table or an incremental",
+            "materialized as table or incremental",
             2,
         ),
         ("def model(dbt, session)\n    pass\n", "not valid Python", 1),

@@ -126,7 +126,8 @@ def test_the_checker_sees_a_circle_and_an_upward_import():
     assert "rivc.compiler.registry" in imports(mods)["rivc.adapters.plane.registry"]
 
 
-def test_no_module_over_600_lines():
-    """A module that grows past this is two things; split it by what each part is."""
-    long = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > 600}
+def test_no_module_over_900_lines():
+    """A smoke alarm: a module past this is likely two concepts; cut it by concept, never to
+    meet the count."""
+    long = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > 900}
     assert long == {}
