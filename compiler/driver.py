@@ -198,13 +198,13 @@ def _analyze(
         for spec, where in project.unit_tests
         if node_id("model", spec.model) in needed or spec.model not in project.models
     }
-    whole = not options.select and not options.exclude  # notes on files that make no node
+    for nid in needed:  # the properties that describe a needed node: its tests' errors
+        described = _properties_file(project, nodes[nid])
+        if described is not None:
+            scope.add(described)
+    whole = not options.select and not options.exclude  # every finding, nodes made or not
     findings = [
-        f
-        for f in findings
-        if f.location is None
-        or f.location.path.as_posix() in scope
-        or (whole and f.rule == "RV012")
+        f for f in findings if whole or f.location is None or f.location.path.as_posix() in scope
     ]
     findings.sort(
         key=lambda f: (
@@ -217,6 +217,19 @@ def _analyze(
     return CompiledProject(
         project, graph, graph.order(needed), findings, params, env_used, graph.order(chosen), hooks
     )
+
+
+def _properties_file(project: Project, node: Node) -> str | None:
+    """The YAML file that describes `node` (its tests, columns, config), if any."""
+    if node.kind == "model":
+        described = project.properties.get(node.name)
+    elif node.kind == "seed":
+        described = project.seed_properties.get(node.name)
+    elif node.kind == "source" and node.name in project.dbt_sources:
+        return project.dbt_sources[node.name].doc.path.as_posix()
+    else:
+        return None
+    return None if described is None else described[1].doc.path.as_posix()
 
 
 def _run_hooks(

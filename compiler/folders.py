@@ -80,7 +80,10 @@ def merge(out: dict[str, Any], more: Mapping[str, Any]) -> None:
 
 
 def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
-    """Refuse a `+key` that is no config of `kind`, at its line."""
+    """Refuse a `+key` that is no config of `kind`, and a value the sandbox refuses
+    (compiler/sandbox.py), at its line."""
+    from .sandbox import refused
+
     keys = KEYS[kind] | IGNORED - ({"column_types"} if kind != "seeds" else set())
 
     def walk(level: Any, at: tuple[str | int, ...]) -> None:
@@ -100,6 +103,12 @@ def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
                     )
             elif isinstance(value, dict):
                 walk(value, (*at, key))
+                continue
+            texts = value if isinstance(value, list) else [value]
+            for text in texts:
+                why = refused(text) if isinstance(text, str) and "{{" in text else None
+                if why is not None:
+                    raise ProjectError(why, doc.location((*at, key)))
 
     walk(tree, (kind,))
 
@@ -154,15 +163,23 @@ def _render(value: Any, variables: Mapping[str, Any], env: Mapping[str, str]) ->
         return value
     import jinja2
 
+    from .sandbox import environment, secret_elsewhere
+
     def var(name: str, default: Any = None) -> Any:
         return variables.get(name, default)
 
     def env_var(name: str, default: str | None = None) -> str:
+        refused = secret_elsewhere(name)
+        if refused is not None:
+            raise ProjectError(refused)
         found = env.get(name, default)
         if found is None:
             raise ProjectError(f"env_var({name!r}): not set and no default")
         return found
 
-    text = jinja2.Environment(autoescape=False).from_string(value).render(var=var, env_var=env_var)
+    try:
+        text = environment().from_string(value).render(var=var, env_var=env_var)
+    except jinja2.TemplateError as exc:
+        raise ProjectError(f"{value!r}: {exc}") from exc
     lowered = text.strip().lower()
     return {"true": True, "false": False}.get(lowered, text)

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from . import crossdb, dbtjinja, folders
+from . import crossdb, dbtjinja, folders, sandbox
 from .errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
 from .property_specs import TestConfig
 from .relations import Column, NeedColumns, Relation
@@ -132,6 +132,9 @@ class _State:
         self.out.uses[key] = digest
 
     def env_var(self, name: str, default: Any = ...) -> Any:
+        refused = sandbox.secret_elsewhere(name)
+        if refused is not None:
+            raise RenderError(refused)
         value = self.ctx.env.get(name)
         self.out.env_used[name] = value
         if value is not None:
@@ -263,10 +266,9 @@ class Renderer:
         self.macro_names: set[str] = set(root)
 
     def _environment(self, undefined: type[jinja2.Undefined]) -> jinja2.Environment:
-        env = jinja2.Environment(
+        env = sandbox.environment(
             loader=dbtjinja.TextLoader(),
             undefined=undefined,
-            autoescape=False,
             keep_trailing_newline=True,
             cache_size=0,
             extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"],
