@@ -25,7 +25,7 @@ from .nodes.sinks import check_targets, sink_node, star_feeding_sinks
 from .nodes.sources import source_node
 from .nodes.unit_tests import unit_test_nodes
 from .params import resolve_params
-from .project import Project, load_project
+from .project import Located, Project, load_project
 from .render import RenderContext, Renderer, source_relation
 from .rules import Finding
 from .selector import select
@@ -221,14 +221,13 @@ def _analyze(
 
 def _properties_file(project: Project, node: Node) -> str | None:
     """The YAML file that describes `node` (its tests, columns, config), if any."""
+    described: tuple[Any, Located] | None = None
     if node.kind == "model":
         described = project.properties.get(node.name)
     elif node.kind == "seed":
         described = project.seed_properties.get(node.name)
     elif node.kind == "source" and node.name in project.dbt_sources:
         return project.dbt_sources[node.name].doc.path.as_posix()
-    else:
-        return None
     return None if described is None else described[1].doc.path.as_posix()
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jinja2.sandbox import SandboxedEnvironment, SecurityError
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import SandboxedEnvironment
 
 SECRET_ENV_PREFIX = "DBT_ENV_SECRET"
 

@@ -134,11 +134,7 @@ def start(root: Path, spec: SparkSpec) -> Server:
         spec.master or "local[*]",
         "--conf",
         "spark.connect.grpc.binding.address=127.0.0.1",
-        # the JVM's other ports (driver RPC, block manager, the UI) take no token: loopback too
-        "--conf",
-        "spark.driver.bindAddress=127.0.0.1",
-        "--conf",
-        "spark.driver.host=127.0.0.1",
+        # the JVM's other ports (driver RPC, block manager) are on loopback by session_conf
         "--conf",
         f"spark.connect.grpc.binding.port={port}",
     ]
@@ -202,8 +198,13 @@ def watch(root: Path, idle_s: float) -> None:
     while first is not None:
         time.sleep(max(0.5, min(idle_s / 4, 30.0)))
         now = read(root)
-        if now is None or now.pid != first.pid or not now.alive():
-            return  # stopped, or another server (with a watchdog of its own) took its place
+        if now is None or now.pid != first.pid:
+            # its record is gone (a lost .rivc/) or names another server: no run can reach
+            # this one any more, so it goes now rather than never
+            _terminate(first)
+            return
+        if not now.alive():
+            return
         if running(root):
             used(root)
             continue
@@ -220,8 +221,11 @@ def stop(root: Path) -> bool:
     """Stop the project's server; False if none was running."""
     server = read(root)
     (home(root) / INFO).unlink(missing_ok=True)
-    if server is None:
-        return False
+    return server is not None and _terminate(server)
+
+
+def _terminate(server: Server) -> bool:
+    """SIGTERM the server's process group, SIGKILL after 30 s; False if it was gone."""
     try:
         os.killpg(server.pid, signal.SIGTERM)
     except ProcessLookupError:

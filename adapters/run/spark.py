@@ -49,8 +49,17 @@ LOG4J = Path(__file__).parent.parent / "log4j2.properties"
 JOB_LOG4J = Path(__file__).parent.parent / "log4j2-job.properties"
 
 
+# A local Spark's driver RPC and block manager, which take no authentication, listen on this
+# machine's loopback only (Spark's default is its network address); a cluster's executors must
+# reach its driver, so a `master: spark://...` or yarn profile keeps Spark's default. The
+# profile's `conf:` may bind elsewhere (docs/security.md).
+LOOPBACK = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+
+
 def session_conf(spec: SparkSpec) -> dict[str, str]:
     conf = dict(LOCAL_DEFAULTS)
+    if spec.master is None or spec.master.startswith("local"):
+        conf.update(LOOPBACK)
     conf["spark.driver.extraJavaOptions"] += f" -Dlog4j2.configurationFile={LOG4J.as_uri()}"
     jars = jdbc_jars(spec.jars)
     if jars:

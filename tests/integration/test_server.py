@@ -300,3 +300,72 @@ def test_server_auto_starts_with_the_first_run_serves_the_next_and_stops_when_id
         assert group() == []  # every process of the server ended
     finally:
         rivc(root, "server", "stop")
+
+
+def test_a_plain_run_and_its_metrics_endpoint_listen_on_loopback_only(tmp_path: Path) -> None:
+    """A `rivc run` on local Spark (no server): the JVM's driver RPC and block manager, which
+    take no authentication, and the scrape endpoint listen on 127.0.0.1, never on the
+    machine's network address."""
+    import time
+
+    from rivc_testing import free_port
+
+    root = tmp_path / "plain"
+    (root / "models").mkdir(parents=True)
+    (root / "rivc_project.yml").write_text("name: plain\n")
+    (root / "profiles.yml").write_text(f"default:\n  metrics: {{port: {free_port()}}}\n")
+    (root / "models/slow.sql").write_text(  # long enough to look at its sockets
+        "{{ config(materialized='table') }}\n"
+        "select id, sha2(cast(id as string), 512) as h from range(40000000)\n"
+    )
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("rivc")), "run"],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: rivc, its JVM and Python workers
+    )
+    try:
+        seen: dict[int, str] = {}
+        deadline = time.monotonic() + 120
+        while len(seen) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            seen |= listening(proc.pid)
+        assert len(seen) >= 3, seen  # the endpoint, the driver's RPC, the block manager
+        assert set(seen.values()) <= LOOPBACK, seen
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def test_a_warm_server_whose_record_is_lost_stops(tmp_path: Path) -> None:
+    """A lost .rivc/ takes the record of the warm server with it: no run can reach that server
+    any more, so its watchdog stops it rather than leave it running."""
+    import shutil
+    import time
+
+    root = tmp_path / "shop"
+    made = subprocess.run([sys.executable, "-m", "rivc.adapters.cli", "init", str(root)])
+    assert made.returncode == 0
+    profile = root / "profiles.yml"
+    profile.write_text(
+        profile.read_text().replace(
+            'master: "local[*]"', 'master: "local[*]"\n    server: auto\n    server_idle: 1 hour'
+        )
+    )
+    try:
+        first = rivc(root, "run")
+        assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+        pid = json.loads((root / ".rivc/server/server.json").read_text())["pid"]
+        shutil.rmtree(root / ".rivc")
+
+        def group() -> list[str]:
+            ps = ["ps", "-o", "pid=", "-g", str(pid)]
+            return subprocess.run(ps, capture_output=True, text=True).stdout.split()
+
+        deadline = time.monotonic() + 90  # the watchdog looks every 30 s at most
+        while group() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert group() == []
+    finally:
+        rivc(root, "server", "stop")
