@@ -82,12 +82,15 @@ def parse_yaml(text: str, rel: Path, env: Mapping[str, str]) -> YamlDoc:
 
 
 MAX_YAML_VALUES = 1_000_000  # values of one YAML document, with aliases expanded
+MAX_YAML_BYTES = 16 << 20  # the text of its scalars, with aliases expanded
 
 
 def _check_size(root: yaml.Node, rel: Path) -> None:
-    """Refuse a document whose aliases expand to more than MAX_YAML_VALUES values (an alias
-    bomb grows exponentially); counted over the node graph, which shares aliased nodes."""
-    sizes: dict[int, int] = {}
+    """Refuse a document whose aliases expand to more than MAX_YAML_VALUES values or more than
+    MAX_YAML_BYTES of text (an alias bomb grows exponentially; a few aliases of a long string
+    grow by bytes): counted over the node graph, which shares aliased nodes, so nothing is
+    expanded to count it."""
+    sizes: dict[int, tuple[int, int]] = {}  # node -> (values, bytes) it expands to
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -99,11 +102,19 @@ def _check_size(root: yaml.Node, rel: Path) -> None:
         elif isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         if done:
-            sizes[id(node)] = 1 + sum(sizes.get(id(c), 0) for c in children)
-            if sizes[id(node)] > MAX_YAML_VALUES:
+            own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+            values = 1 + sum(sizes[id(c)][0] for c in children)
+            size = own + sum(sizes[id(c)][1] for c in children)
+            sizes[id(node)] = (values, size)
+            if values > MAX_YAML_VALUES or size > MAX_YAML_BYTES:
                 mark = node.start_mark
+                what = (
+                    f"more than {MAX_YAML_VALUES:,} values"
+                    if values > MAX_YAML_VALUES
+                    else f"more than {MAX_YAML_BYTES >> 20} MiB of text"
+                )
                 raise ProjectError(
-                    f"YAML aliases expand to more than {MAX_YAML_VALUES:,} values",
+                    f"YAML aliases expand to {what}",
                     SourceLocation(rel, mark.line + 1, mark.column + 1),
                 )
             continue

@@ -76,6 +76,22 @@ def test_a_yaml_alias_bomb_is_refused_quickly(make_project):
     assert "YAML aliases expand to more than 1,000,000 values" in one_line_error(out)
 
 
+@pytest.mark.parametrize("name", ["dbt_project.yml", "rivc_project.yml"])
+def test_aliases_of_a_long_string_are_refused_by_their_bytes_in_seconds(make_project, name):
+    """A 1 MB string aliased a thousand times stays far under the values cap and would expand
+    to a gigabyte: refused at its line, before anything is expanded, with no traceback."""
+    big = "x" * 1_000_000
+    aliases = ", ".join(["*big"] * 1000)
+    text = (
+        f"name: t\nprofile: t\nconfig-version: 2\nvars:\n  big: &big {big}\n  many: [{aliases}]\n"
+    )
+    root = make_project({name: text}, base=name == "rivc_project.yml")
+    code, out = run(root, "compile")
+    assert code == 2
+    line = one_line_error(out)
+    assert line.startswith(f"{name}:6:") and "more than 16 MiB of text" in line, line
+
+
 def test_a_url_whose_password_holds_a_slash_names_the_fix_not_the_password(make_project):
     root = make_project(
         {
