@@ -11,7 +11,6 @@ from .driver import CompiledProject
 from .graph import Node
 from .inline import compiled_sql
 from .manifest import Manifest, ManifestNode, SinkFacts
-from .redact import redact
 from .version import VERSION
 
 
@@ -73,7 +72,7 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
         VERSION,
         compiled.project.name,
         compiled.project.spec.profile,
-        redact({k: _jsonable(v) for k, v in compiled.params.items()}),
+        {k: _jsonable(v) for k, v in compiled.params.items()},
         tuple(compiled.selected),
         nodes,
         hooks=compiled.hooks,

@@ -8,13 +8,55 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from .secrets import SecretEnv, SecretStr, SecretUrl, StorageOptions, secret_keys
 from .specbase import Location, Spec, StrList, _as_tuple
 
 # --------------------------------------------------------------------------- sources
+
+
+# Kafka's settings that carry credentials (its documentation's), with or without `kafka.`
+_KAFKA_CREDENTIALS = (
+    "sasl.jaas.config",
+    "sasl.password",
+    "sasl.oauthbearer.client.secret",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.truststore.password",
+)
+KafkaOptions = Annotated[
+    dict[str, str],
+    secret_keys(*_KAFKA_CREDENTIALS, *(f"kafka.{k}" for k in _KAFKA_CREDENTIALS)),
+]
+# pyiceberg's catalog properties that carry credentials (its documentation's)
+IcebergProperties = Annotated[
+    dict[str, str],
+    secret_keys(
+        "credential",
+        "token",
+        "header.authorization",
+        "header.cookie",
+        "header.x-api-key",
+        "s3.access-key-id",
+        "s3.secret-access-key",
+        "s3.session-token",
+        "client.access-key-id",
+        "client.secret-access-key",
+        "client.session-token",
+        "adls.account-key",
+        "adls.sas-token",
+        "adls.client-secret",
+        "adls.connection-string",
+        "gcs.oauth2.token",
+        "hive.kerberos-keytab",
+        "oauth2-client-secret",
+    ),
+]
 
 
 class DatagenConfig(Spec):
@@ -31,7 +73,7 @@ class DeltaSourceConfig(Spec):
     """A Delta table that exists: its current version, read by Spark's tasks."""
 
     table_uri: Location
-    storage_options: dict[str, str] = {}
+    storage_options: StorageOptions = {}
 
 
 class TableSourceConfig(Spec):
@@ -54,14 +96,14 @@ class FilesSourceConfig(Spec):
 class MqttSourceConfig(Spec):
     """An MQTT subscription; JSON payloads are parsed into the table's declared columns."""
 
-    url: str  # mqtt://host:1883 or mqtts://host:8883
+    url: SecretUrl  # mqtt://host:1883 or mqtts://host:8883
     topics: StrList = Field(min_length=1)  # patterns with + and #
     qos: Literal[0, 1, 2] = 1
     client_id: str | None = None  # default: rivc-<project>-<source>-<table>
     clean_session: bool = False  # False: the broker keeps the subscription and queues messages
     username: str | None = None
-    password: str | None = None
-    password_env: str | None = None
+    password: SecretStr | None = None
+    password_env: SecretEnv | None = None
     ca_file: str | None = None  # mqtts: a CA bundle instead of the system's
     keepalive_s: int = Field(30, gt=0)
     metadata_columns: bool = False  # adds mqtt_topic, mqtt_qos, mqtt_received_at
@@ -83,8 +125,8 @@ class KafkaSecurity(Spec):
     protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     username: str | None = None
-    password: str | None = None
-    password_env: str | None = None
+    password: SecretStr | None = None
+    password_env: SecretEnv | None = None
 
     @model_validator(mode="after")
     def _sasl(self) -> KafkaSecurity:
@@ -105,7 +147,7 @@ class KafkaSourceConfig(Spec):
     fail_on_data_loss: bool = True
     metadata_columns: bool = False  # adds kafka_key, kafka_topic, kafka_partition, ...
     security: KafkaSecurity = KafkaSecurity()
-    options: dict[str, str] = {}  # more kafka.* consumer settings
+    options: KafkaOptions = {}  # more kafka.* consumer settings
     stream: Literal[True] = True
 
     _tuple = field_validator("brokers", "topics", mode="before")(_as_tuple)
@@ -305,7 +347,7 @@ class DeltaSinkConfig(SinkConfig):
     target_file_size: int | None = Field(None, gt=0)
     table_properties: dict[str, str] = {}
     schema_evolution: Literal["strict", "add_columns"] = "strict"
-    storage_options: dict[str, str] = {}
+    storage_options: StorageOptions = {}
     auto_create_table: bool = True  # false: a missing table is refused, never made
     spark_write_threshold: int | str = "64MB"  # batches Spark estimates at least this big are
     # written by its executors; smaller ones go through the driver as one file
@@ -347,7 +389,7 @@ class FilesSinkConfig(SinkConfig):
     csv: CsvOptions = CsvOptions()
     avro_namespace: str = "rivc"
     avro_record_name: str | None = None
-    storage_options: dict[str, str] = {}
+    storage_options: StorageOptions = {}
 
     _tuple = field_validator("partition_by", mode="before")(_as_tuple)
 
@@ -380,13 +422,13 @@ class StdoutSinkConfig(SinkConfig):
 class IcebergCatalog(Spec):
     type: Literal["sql", "rest", "glue"] = "sql"
     name: str = "rivc"  # a SQL catalog keeps its tables under its name (Spark's catalog name)
-    uri: str | None = None
+    uri: SecretUrl | None = None
     warehouse: Location | None = None
-    credential: str | None = None
-    token: str | None = None
+    credential: SecretStr | None = None  # client_id:client_secret (OAuth2)
+    token: SecretStr | None = None
     # pyiceberg's own catalog properties, passed as they are (an OAuth2 server's
     # `oauth2-server-uri` and `scope`, `header.*`, `rest.sigv4-enabled`, ...)
-    properties: dict[str, str] = {}
+    properties: IcebergProperties = {}
 
 
 class IcebergPartition(Spec):
@@ -412,7 +454,7 @@ class IcebergSourceConfig(Spec):
     catalog: IcebergCatalog = IcebergCatalog()
     namespace: str
     table: str
-    storage_options: dict[str, str] = {}
+    storage_options: StorageOptions = {}
 
 
 class IcebergSinkConfig(SinkConfig):
@@ -428,7 +470,7 @@ class IcebergSinkConfig(SinkConfig):
     schema_evolution: Literal["strict", "add_columns", "full"] = "strict"
     compression: Literal["zstd", "snappy", "gzip", "lz4", "brotli", "none"] = "zstd"
     target_file_size: int | None = Field(None, gt=0)  # bytes a data file rolls over at
-    storage_options: dict[str, str] = {}  # as for delta: on top of the profile's storage:
+    storage_options: StorageOptions = {}  # as for delta: on top of the profile's storage:
     spark_write_threshold: int | str = "64MB"  # as for delta
 
     _size = field_validator("spark_write_threshold")(_valid_size)

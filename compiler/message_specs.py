@@ -4,23 +4,32 @@ HTTP webhooks (the rest is in connector_specs.py)."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
 from .connector_specs import SinkConfig
+from .secrets import SecretEnv, SecretEnvMap, SecretPathUrl, SecretStr, SecretUrl, secret_keys
 from .specbase import Spec, StrList, _as_tuple
+
+# a webhook's headers: Authorization, Cookie, X-Api-Key... are credentials; these are not
+WebhookHeaders = Annotated[
+    dict[str, str],
+    secret_keys(
+        "content-type", "accept", "accept-encoding", "content-encoding", "user-agent", public=True
+    ),
+]
 
 
 class NatsServer(Spec):
     """A NATS server with JetStream, and how to authenticate to it."""
 
-    url: str  # nats://host:4222 (tls://host:4222 for TLS); several, comma-separated
+    url: SecretUrl  # nats://host:4222 (tls://host:4222 for TLS); several, comma-separated
     stream: str = Field(pattern=r"^[A-Za-z0-9_-]+$")  # the JetStream stream
     username: str | None = None
-    password: str | None = None
-    password_env: str | None = None
-    token_env: str | None = None  # an auth token, from the environment
+    password: SecretStr | None = None
+    password_env: SecretEnv | None = None
+    token_env: SecretEnv | None = None  # an auth token, from the environment
 
     @field_validator("url")
     @classmethod
@@ -68,10 +77,10 @@ class WebhookSinkConfig(SinkConfig):
     """Rows as JSON to an HTTP endpoint, each request with an `Idempotency-Key` that a retry or
     a rerun sends again unchanged (docs/sinks.md)."""
 
-    url: str = Field(pattern=r"^https?://[^\s/]+")
+    url: SecretPathUrl = Field(pattern=r"^https?://[^\s/]+")  # its path may be the secret
     method: Literal["POST", "PUT", "PATCH"] = "POST"
-    headers: dict[str, str] = {}
-    headers_env: dict[str, str] = {}  # header -> the environment variable holding its value
+    headers: WebhookHeaders = {}  # every value secret but those of plainly public headers
+    headers_env: SecretEnvMap = {}  # header -> the environment variable holding its value
     batch_size: int = Field(1, ge=1, le=10_000)  # rows per request; above 1 a JSON array
     # each row's own id (its idempotency key) under this field of its JSON object; none: only
     # the request's Idempotency-Key header
@@ -87,8 +96,8 @@ class RabbitmqSinkConfig(SinkConfig):
     """Rows as persistent JSON messages to a RabbitMQ exchange, confirmed by the broker, each with
     a `message_id` that reruns send unchanged (docs/sinks.md)."""
 
-    url: str = Field(pattern=r"^amqps?://")  # amqp://user@host:5672/vhost (vhost / is %2F)
-    password_env: str | None = None  # the password, from the environment (not in the url)
+    url: SecretUrl = Field(pattern=r"^amqps?://")  # amqp://user@host:5672/vhost (vhost / is %2F)
+    password_env: SecretEnv | None = None  # the password, from the environment (not in the url)
     exchange: str = ""  # "" is the default exchange: routing_key names the queue
     routing_key: str
     queue: str | None = None  # declared durable (and bound to the exchange) before publishing
@@ -99,8 +108,8 @@ class RabbitmqSourceConfig(Spec):
     """A RabbitMQ queue, consumed by rivc: a message is acknowledged once the sink committed the
     batch that holds it (docs/streaming.md)."""
 
-    url: str = Field(pattern=r"^amqps?://")  # amqp://user@host:5672/vhost (vhost / is %2F)
-    password_env: str | None = None
+    url: SecretUrl = Field(pattern=r"^amqps?://")  # amqp://user@host:5672/vhost (vhost / is %2F)
+    password_env: SecretEnv | None = None
     queue: str = Field(min_length=1)  # an existing queue
     metadata_columns: bool = False  # adds rabbitmq_routing_key, _message_id, _redelivered, ...
     max_messages_per_trigger: int = Field(10_000, gt=0)

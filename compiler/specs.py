@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from .aliases import TRANSFORMS, connector_name
 from .errors import CompileFailed, ProjectError, RivcError, did_you_mean
 from .materializations import check_materialized, check_strategy
-from .redact import is_secret_key
+from .secrets import SecretEnv, SecretStr, SecretUrl, StorageOptions, field_mark
 from .specbase import Location, Name, Spec, StrList, _as_tuple, _hook_list, _identifier
 from .transforms import Expectation, Transform
 from .yamlio import YamlDoc, YamlPath
@@ -181,10 +181,10 @@ class ConnectionSpec(Spec):
     host: str = "127.0.0.1"
     port: int | None = None
     user: str | None = None
-    password: str | None = None
-    password_env: str | None = None
-    url: str | None = None
-    url_env: str | None = None
+    password: SecretStr | None = None
+    password_env: SecretEnv | None = None
+    url: SecretUrl | None = None  # a JDBC or libpq URL; its password and credentials are secret
+    url_env: SecretEnv | None = None
     database: str | None = None
     # TLS, with libpq's names for both databases (docs/sources.md); a url's query string may
     # carry them too (?sslmode=verify-full&sslrootcert=...)
@@ -207,7 +207,9 @@ class MetricsSpec(Spec):
     a file (node_exporter's textfile collector; relative to the project) and/or a Pushgateway."""
 
     textfile: str | None = None
-    pushgateway: str | None = None  # its URL; the push goes to /metrics/job/rivc/project/<name>
+    pushgateway: SecretUrl | None = (
+        None  # its URL; the push goes to /metrics/job/rivc/project/<name>
+    )
     # while a run lasts (a stream: until Ctrl-C), GET /metrics on this port of `listen` answers
     # with each sink's totals so far
     port: int | None = Field(None, ge=1, le=65535)
@@ -218,7 +220,7 @@ class OpenLineageSpec(Spec):
     """Where each run's OpenLineage events go: an HTTP endpoint (Marquez's by default) and/or
     a file of JSON lines (relative to the project)."""
 
-    url: str | None = None
+    url: SecretUrl | None = None
     endpoint: str = "api/v1/lineage"
     file: str | None = None
 
@@ -230,7 +232,7 @@ class ProfileSpec(Spec):
     warehouse: Location = "warehouse"
     # credentials and endpoints of the object store (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, ...):
     # rivc's process and Spark's executors get them, on top of the environment's
-    storage: dict[str, str] = {}
+    storage: StorageOptions = {}
     connections: dict[str, ConnectionSpec] = {}
 
 
@@ -555,8 +557,9 @@ def _one_error(cls: type[Spec], err: Any, doc: YamlDoc, at: YamlPath) -> Project
         )
     else:
         detail = err["msg"].removeprefix("Value error, ")
-        # a profile holds secrets: a value in the wrong key may be one, so none is echoed
-        hidden = is_secret_key(last) or "connections" in path or doc.path.name == "profiles.yml"
+        # a secret field's value is never echoed; nor a profile's: a value in the wrong key
+        # may be one
+        hidden = _secret_at(cls, loc) or "connections" in path or doc.path.name == "profiles.yml"
         shown = (
             ""
             if hidden or isinstance(err.get("input"), dict | list)
@@ -570,8 +573,27 @@ def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"})
 
 
+def _secret_at(cls: Any, loc: tuple[Any, ...]) -> bool:
+    """Whether the field `loc` reaches is declared secret (compiler/secrets.py), or lies in
+    one (a key of a secret map)."""
+    for depth in range(1, len(loc) + 1):
+        name = loc[depth - 1]
+        for model in _models_at(cls, loc[: depth - 1]):
+            if isinstance(name, str) and field_mark(model, name) is not None:
+                return True
+    return False
+
+
 def _fields_at(cls: Any, loc: tuple[Any, ...]) -> list[str]:
     """Field names of the spec class reached by following `loc` from `cls` (best effort)."""
+    names: list[str] = []
+    for model in _models_at(cls, loc):
+        names += [f.alias or n for n, f in model.model_fields.items()]
+    return names
+
+
+def _models_at(cls: Any, loc: tuple[Any, ...]) -> list[type[BaseModel]]:
+    """The spec classes reached by following `loc` from `cls` (best effort)."""
     candidates: list[Any] = [cls]
     for part in loc:
         nxt: list[Any] = []
@@ -586,12 +608,12 @@ def _fields_at(cls: Any, loc: tuple[Any, ...]) -> list[str]:
                 elif typing.get_origin(t) in (list, tuple, dict):
                     nxt.append(typing.get_args(t)[-1 if typing.get_origin(t) is dict else 0])
         candidates = nxt
-    names: list[str] = []
-    for c in candidates:
-        for t in _unwrap(c):
-            if isinstance(t, type) and issubclass(t, BaseModel):
-                names += [f.alias or n for n, f in t.model_fields.items()]
-    return names
+    return [
+        t
+        for c in candidates
+        for t in _unwrap(c)
+        if isinstance(t, type) and issubclass(t, BaseModel)
+    ]
 
 
 def _unwrap(t: Any) -> list[Any]:

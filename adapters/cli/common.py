@@ -14,7 +14,7 @@ import click
 
 from rivc.compiler.errors import RivcError
 from rivc.compiler.locate import TARGET_ENV, find_project_root
-from rivc.compiler.redact import redact_text
+from rivc.compiler.secrets import redact_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_FAILED, EXIT_INVALID = 1, 2

@@ -14,7 +14,7 @@ import click
 
 from rivc.compiler.errors import CompileFailed, EnvironmentFault
 from rivc.compiler.locate import SPARK_LOG, STATE_DIR
-from rivc.compiler.redact import redact_text
+from rivc.compiler.secrets import redact_text
 
 from ..util.sparkkind import is_connect
 from .common import (
@@ -199,7 +199,6 @@ def retry(project_dir: str | None) -> None:
     from dataclasses import replace
 
     from rivc.compiler.errors import ProjectError
-    from rivc.compiler.redact import MASK
     from rivc.compiler.selector import RESULTS
 
     from ..run.scheduler import RunOptions
@@ -222,12 +221,6 @@ def retry(project_dir: str | None) -> None:
         click.echo(f"nothing to retry: every node of the last `rivc {last['command']}` succeeded")
         return
     args = last["args"]
-    hidden = [k for k, v in {**args["params"], **args["vars"]}.items() if v == MASK]
-    if hidden:  # a secret's value is never written down
-        raise ProjectError(
-            f"the last run's {', '.join(hidden)} held a secret, which run_results.json does "
-            "not keep: run its command again"
-        )
     known = {k: v for k, v in args.items() if k in RunOptions.__dataclass_fields__}
     options = replace(RunOptions(**known), select=chosen, exclude=())
     _run(root, options)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from rivc.compiler.locate import TARGET_DIR
-from rivc.compiler.redact import redact_text
+from rivc.compiler.secrets import redact_text
 
 from .common import (
     EXIT_FAILED,

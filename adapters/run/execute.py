@@ -39,11 +39,14 @@ def execute(rt: Runtime, nid: str) -> NodeResult:
         raise  # no node can run: the command stops with one line
     except Exception as exc:  # noqa: BLE001  (a bug of rivc's fails this node, not the run)
         result = NodeResult(nid, node.kind, "error", error=_error(rt, nid, exc))
+    scrub = rt.plan.scrub  # no secret of the project's leaves in a message or an error
     result = NodeResult(
         **{
             **result.__dict__,
             "duration_s": time.perf_counter() - started,
             "peak_rss_mb": peak_rss_mb(rt.spark if rt.started else None),
+            "message": scrub(result.message) if result.message else result.message,
+            "error": scrub(result.error) if result.error else result.error,
         }
     )
     rt.state.record(rt.run_id, result)
@@ -73,7 +76,9 @@ def unexpected(rt: Runtime, nid: str, exc: BaseException) -> str:
 
     log = rt.plan.root / STATE_DIR / ERRORS_LOG
     with log.open("a") as out:
-        out.write(f"--- {rt.run_id} {nid}\n{''.join(traceback.format_exception(exc))}")
+        out.write(
+            rt.plan.scrub(f"--- {rt.run_id} {nid}\n{''.join(traceback.format_exception(exc))}")
+        )
     return (
         f"{type(exc).__name__}: {_one_line(exc)} (unexpected: please report it with the "
         f"traceback in {STATE_DIR}/{ERRORS_LOG})"

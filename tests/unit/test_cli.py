@@ -231,7 +231,7 @@ def test_recompile_removes_stale_compiled_files(make_project):
 
 
 def test_a_spark_connect_token_is_redacted_in_text():
-    from rivc.compiler.redact import redact_text
+    from rivc.compiler.secrets import redact_text
 
     text = "cannot reach sc://localhost:5555/;token=abc_DEF-123;session_id=9 (UNAVAILABLE)"
     shown = redact_text(text)
