@@ -37,6 +37,15 @@ class SourceTableDef:
     def fqn(self) -> str:
         return f"{self.source.name}.{self.table.name}"
 
+    def manifest_table(self) -> dict[str, Any]:
+        """The table as the manifest holds it: its `config:` as its connector's spec dumps it
+        (secret fields masked), never as the YAML wrote it."""
+        out: dict[str, Any] = self.table.model_dump(
+            mode="json", exclude_defaults=True, by_alias=True, exclude={"config"}
+        )
+        config = self.config.model_dump(mode="json", exclude_unset=True, by_alias=True)
+        return {**out, "config": config} if config else out
+
     def known_columns(self) -> dict[str, str] | None:
         """The columns this table produces, as far as compile knows them; None if unknown."""
         return self.connector.columns(self.config, self.table.columns)

@@ -13,12 +13,8 @@ from .secrets import SecretEnv, SecretEnvMap, SecretPathUrl, SecretStr, SecretUr
 from .specbase import Spec, StrList, _as_tuple
 
 # a webhook's headers: Authorization, Cookie, X-Api-Key... are credentials; these are not
-WebhookHeaders = Annotated[
-    dict[str, str],
-    secret_keys(
-        "content-type", "accept", "accept-encoding", "content-encoding", "user-agent", public=True
-    ),
-]
+PUBLIC_HEADERS = ("content-type", "accept", "accept-encoding", "content-encoding", "user-agent")
+WebhookHeaders = Annotated[dict[str, str], secret_keys(*PUBLIC_HEADERS, public=True)]
 
 
 class NatsServer(Spec):
@@ -80,7 +76,9 @@ class WebhookSinkConfig(SinkConfig):
     url: SecretPathUrl = Field(pattern=r"^https?://[^\s/]+")  # its path may be the secret
     method: Literal["POST", "PUT", "PATCH"] = "POST"
     headers: WebhookHeaders = {}  # every value secret but those of plainly public headers
-    headers_env: SecretEnvMap = {}  # header -> the environment variable holding its value
+    # header -> the environment variable holding its value, or a text naming variables as
+    # `{NAME}` ("Bearer {TOKEN}"), filled in at run time
+    headers_env: SecretEnvMap = {}
     batch_size: int = Field(1, ge=1, le=10_000)  # rows per request; above 1 a JSON array
     # each row's own id (its idempotency key) under this field of its JSON object; none: only
     # the request's Idempotency-Key header

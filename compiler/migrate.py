@@ -21,6 +21,7 @@ import yaml
 
 from . import aliases
 from .errors import ProjectError
+from .message_specs import PUBLIC_HEADERS
 from .yamlio import YamlDoc, YamlPath
 
 SOURCE_KEYS = ("type", "url", "url_env", "host", "port", "user", "password", "password_env")
@@ -353,6 +354,8 @@ def _rivven_sink(
     out = []
     for source, table in inputs:
         config = dict(sink.get("config") or {})
+        if connector == "webhook":
+            config = _headers_from_env(config, f"{at}.config", unmapped)
         one = len(inputs) == 1
         if not one and connector == "delta" and "table_uri" in config:
             config["table_uri"] = f"{str(config['table_uri']).rstrip('/')}/{table}"
@@ -360,6 +363,29 @@ def _rivven_sink(
             config["table"] = f"{config['table']}_{table}"
         spec = {"name": name if one else f"{name}_{table}", "from": source, "connector": connector}
         out.append({**spec, "config": config, **_rate(sink)})
+    return out
+
+
+def _headers_from_env(config: dict[str, Any], at: str, unmapped: list[str]) -> dict[str, Any]:
+    """A webhook's headers whose values name `${VAR}`s go to `headers_env`, filled in at run
+    time (never written out expanded); a literal secret header stays, and is listed."""
+    headers = dict(config.get("headers") or {})
+    from_env = dict(config.get("headers_env") or {})
+    for header, value in list(headers.items()):
+        text = str(value)
+        if "${" in text:
+            from_env[header] = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}", r"{\1}", text)
+            del headers[header]
+        elif header.lower() not in PUBLIC_HEADERS:
+            unmapped.append(
+                f"{at}.headers.{header}: a literal secret, written as it is; prefer "
+                "headers_env (a variable that holds it)"
+            )
+    out = {k: v for k, v in config.items() if k not in ("headers", "headers_env")}
+    if headers:
+        out["headers"] = headers
+    if from_env:
+        out["headers_env"] = from_env
     return out
 
 

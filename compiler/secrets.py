@@ -67,8 +67,10 @@ class Secret:
         """Whether a map's value under `key` is secret."""
         return (key.lower() in self.keys) != self.public
 
-    def mask(self, value: Any) -> Any:
-        """The value as a JSON dump shows it."""
+    def mask(self, value: Any, info: Any = None) -> Any:
+        """The value as a JSON dump shows it (as it is for `with_secrets`)."""
+        if info is not None and (info.context or {}).get(REVEAL):
+            return value
         if self.kind == "value":
             return _mask(value)
         if self.kind in ("url", "path_url"):
@@ -83,9 +85,18 @@ class Secret:
 
         schema = handler(source)
         schema["serialization"] = core_schema.plain_serializer_function_ser_schema(
-            self.mask, when_used="json"
+            self.mask, info_arg=True, when_used="json"
         )
         return schema
+
+
+REVEAL = "rivc.secrets"  # the serialization context key of `with_secrets`
+
+
+def with_secrets(spec: BaseModel) -> str:
+    """A spec as JSON with its secrets, for the one place that needs them whole: a Spark data
+    source's option, read back by its tasks."""
+    return spec.model_dump_json(context={REVEAL: True})
 
 
 def _mask(value: Any) -> Any:
@@ -124,7 +135,7 @@ def mask_url(url: str, path: bool = False) -> str:
 
 def _url_secrets(url: str, path: bool) -> list[str]:
     """The secret pieces of a URL, as they appear in text."""
-    out = [url]
+    out = []
     for one in url.split(","):
         try:
             parts = urlsplit(one)
@@ -144,7 +155,21 @@ SecretStr = Annotated[str, Secret("value")]
 SecretUrl = Annotated[str, Secret("url")]
 SecretPathUrl = Annotated[str, Secret("path_url")]
 SecretEnv = Annotated[str, Secret("env")]  # the variable's name shows; its value is secret
-SecretEnvMap = Annotated[dict[str, str], Secret("env_map")]  # key -> a variable holding its value
+# key -> the variable holding its value, or a text naming variables as `{NAME}` ("Bearer {TOKEN}")
+SecretEnvMap = Annotated[dict[str, str], Secret("env_map")]
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def env_names(value: str) -> list[str]:
+    """The variables an `env_map` value names: its `{NAME}`s, or itself."""
+    return _PLACEHOLDER.findall(value) or [value]
+
+
+def from_env(value: str, env: Mapping[str, str]) -> str:
+    """An `env_map` value with its variables' values: `{NAME}`s filled in, or the variable's."""
+    if _PLACEHOLDER.search(value):
+        return _PLACEHOLDER.sub(lambda m: env.get(m.group(1), ""), value)
+    return env.get(value, "")
 
 
 def secret_keys(*keys: str, public: bool = False) -> Secret:
@@ -239,7 +264,7 @@ def _secrets_of(mark: Secret, value: Any, env: Mapping[str, str]) -> list[str]:
     if mark.kind == "env":
         return [env.get(str(value), "")]
     if mark.kind == "env_map":
-        return [env.get(str(v), "") for v in value.values()]
+        return [env.get(n, "") for v in value.values() for n in env_names(str(v))]
     return [str(v) for k, v in value.items() if mark.secret_key(str(k)) and v is not None]
 
 

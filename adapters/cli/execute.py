@@ -328,13 +328,16 @@ def check(
 @handle_errors
 def doctor(project_dir: str | None) -> None:
     """Connect to every connection of the profile and write-probe every sink location."""
-    from rivc.compiler.project import load_project
+    from rivc.compiler.project import load_project, project_secrets
+    from rivc.compiler.secrets import Scrubber
 
     from ..ops.preflight import doctor as run_doctor
 
-    lines = run_doctor(load_project(_root(project_dir)))
+    project = load_project(_root(project_dir))
+    scrub = Scrubber(project_secrets(project, os.environ))
+    lines = run_doctor(project)
     for what, ok, detail in lines:
-        click.echo(redact_text(f"[{'OK' if ok else 'FAIL'}] {what}: {detail}"))
+        click.echo(scrub(f"[{'OK' if ok else 'FAIL'}] {what}: {detail}"))
     if not lines:
         click.echo("Nothing to check: no connections and no sink locations.")
     sys.exit(0 if all(ok for _, ok, _ in lines) else EXIT_FAILED)

@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from rivc.compiler.connector_specs import DatagenConfig, datagen_columns
+from rivc.compiler.secrets import with_secrets
 from rivc.compiler.sql import quote
 
 from ..plane.base import SourceContext, register_data_source
@@ -122,7 +123,7 @@ def read(spark: Any, ctx: SourceContext) -> Any:
     cfg: DatagenConfig = ctx.config
     register_data_source(spark, DatagenSource)
     reader = spark.readStream if cfg.stream else spark.read
-    return reader.format(NAME).option("config", cfg.model_dump_json()).load()
+    return reader.format(NAME).option("config", with_secrets(cfg)).load()
 
 
 def seed_of(cfg: DatagenConfig) -> int:

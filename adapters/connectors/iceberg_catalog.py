@@ -10,6 +10,7 @@ from urllib.parse import unquote, urlparse
 
 from rivc.compiler.connector_specs import IcebergCatalog, IcebergSinkConfig
 from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.secrets import mask_url
 
 from ..util.storage import Store
 
@@ -168,7 +169,7 @@ def open_catalog(c: IcebergCatalog, root: Path, store: Store) -> Any:
 def probe(config: IcebergSinkConfig, root: Path, storage: Mapping[str, str]) -> tuple[bool, str]:
     """Doctor: the sink's catalog opens and lists its namespaces."""
     c = config.catalog
-    where = f"{c.type} catalog {c.name}" + (f" at {c.uri}" if c.uri else "")
+    where = f"{c.type} catalog {c.name}" + (f" at {mask_url(c.uri)}" if c.uri else "")
     try:
         store = Store.of(c.warehouse or "", storage, config.storage_options)
         namespaces = open_catalog(c, root, store).list_namespaces()

@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import NatsSourceConfig
+from rivc.compiler.secrets import with_secrets
 
 from ..plane.base import SourceContext, json_stream, payload_text, register_data_source
 from .jetstream import connect, durable_name, run, server_params, subject_matches
@@ -250,7 +251,7 @@ def read(spark: Any, ctx: SourceContext) -> Any:
     register_data_source(spark, NatsSource)
     raw = (
         spark.readStream.format(NAME)
-        .option("config", cfg.model_dump_json())
+        .option("config", with_secrets(cfg))
         .option("durable", durable)
         .option("password", password or "")  # resolved here: executors may lack the env
         .option("token", token or "")

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from rivc.compiler.connector_specs import MqttSourceConfig
 from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.secrets import with_secrets
 
 from ..plane.base import SourceContext, json_stream, register_data_source
 
@@ -356,7 +357,7 @@ def read_stream(
     register_data_source(spark, MqttSource)
     raw = (
         spark.readStream.format(NAME)
-        .option("config", cfg.model_dump_json())
+        .option("config", with_secrets(cfg))
         .option("spool", str(spool))
         .option("client_id", client_id)
         .option("password", password or "")

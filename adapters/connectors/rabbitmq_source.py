@@ -29,6 +29,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import RabbitmqSourceConfig
+from rivc.compiler.secrets import with_secrets
 
 from ..plane.base import SourceContext, json_stream, payload_text, register_data_source
 from .rabbitmq import url_with_password
@@ -187,7 +188,7 @@ def read(spark: Any, ctx: SourceContext) -> Any:
     register_data_source(spark, RabbitmqSource)
     raw = (
         spark.readStream.format(NAME)
-        .option("config", cfg.model_dump_json())
+        .option("config", with_secrets(cfg))
         .option("url", url_with_password(cfg.url, cfg.password_env))
         .load()
     )

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.message_specs import WebhookSinkConfig
+from rivc.compiler.secrets import from_env
 
 from ..plane.base import WriteResult
 from ..util.faults import armed, fault
@@ -120,7 +121,7 @@ class WebhookSink(LoggedSink):
         headers = {
             "Content-Type": "application/json",
             **cfg.headers,
-            **{h: os.environ.get(v, "") for h, v in cfg.headers_env.items()},
+            **{h: from_env(v, os.environ) for h, v in cfg.headers_env.items()},
             "Idempotency-Key": key,
         }
         delay = cfg.initial_backoff_ms / 1000

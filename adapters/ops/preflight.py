@@ -19,6 +19,7 @@ from typing import Any
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.project import Project
 from rivc.compiler.registry import ConnectorInfo
+from rivc.compiler.secrets import mask_url
 from rivc.compiler.specs import SourceTable
 from rivc.compiler.sql import quote
 
@@ -235,7 +236,7 @@ def doctor(project: Project) -> list[tuple[str, bool, str]]:
     for fqn, table in sorted(project.sources.items()):
         reached = probe(table.connector, table.config, project.root, storage)
         if reached is not None:
-            where = getattr(table.config, "url", "")
+            where = mask_url(getattr(table.config, "url", ""))
             out.append(
                 (f"source {fqn} ({table.connector.name} {where})".replace(" )", ")"), *reached)
             )

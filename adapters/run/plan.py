@@ -156,11 +156,7 @@ def _edited_since_compile(manifest: Manifest, project: Project) -> str | None:
                 return node.path
         elif node.kind == "source":
             source = project.sources.get(node.name)
-            dumped = (
-                None
-                if source is None
-                else source.table.model_dump(mode="json", exclude_defaults=True, by_alias=True)
-            )
+            dumped = None if source is None else source.manifest_table()
             if dumped != node.source.table:
                 return node.path
     return None

@@ -91,7 +91,7 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
         connector=table.source.connector,
         connection=table.source.connection,
         relation=source_relation(table.source.name, spec.name),
-        table=spec.model_dump(mode="json", exclude_defaults=True, by_alias=True),  # masked
+        table=table.manifest_table(),
         tuning=table.source.tuning.resolved() if table.connector.relational else None,
         freshness=table.freshness,
     )
