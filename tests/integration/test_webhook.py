@@ -89,7 +89,7 @@ def receiver() -> Iterator[Receiver]:
 def test_webhook_rows_exact_with_stable_keys_retries_and_a_rerun_sends_nothing(
     spark, tmp_path, receiver, monkeypatch
 ):
-    monkeypatch.setenv("HOOK_TOKEN", "Bearer s3cr3t-token")
+    monkeypatch.setenv("HOOK_TOKEN", "s3cr3t-token")
     root = write_files(
         tmp_path / "w",
         {
@@ -102,7 +102,7 @@ def test_webhook_rows_exact_with_stable_keys_retries_and_a_rerun_sends_nothing(
 sinks:
   - {{name: one_by_one, from: edges, connector: webhook,
      config: {{url: "{receiver.url}/one", headers: {{X-Source: rivc}},
-               headers_env: {{Authorization: HOOK_TOKEN}}, initial_backoff_ms: 10}}}}
+               headers_env: {{Authorization: "Bearer {{HOOK_TOKEN}}"}}, initial_backoff_ms: 10}}}}
   - {{name: in_arrays, from: edges, connector: webhook,
      config: {{url: "{receiver.url}/arrays", batch_size: 3, max_in_flight: 1, id_field: _key}}}}
 """,

@@ -120,6 +120,12 @@ def test_a_rivven_connect_file_becomes_a_project_and_lists_what_it_could_not_car
         sinks["alerts"]["connector"] == "webhook"
         and sinks["alerts"]["from"] == "source:legacy.invoices"
     )
+    # a header that names a ${VAR} moves to headers_env, filled in at run time, never expanded
+    assert sinks["alerts"]["config"]["headers_env"] == {"Authorization": "Bearer {ALERTS_TOKEN}"}
+    assert sinks["alerts"]["config"]["headers"] == {
+        "Content-Type": "application/json",
+        "X-Api-Key": "literal-key",
+    }
     assert sinks["debug"]["from"] == "source:sensors.sensors"
     assert "warehouse" not in sinks
     for line in (
@@ -132,6 +138,7 @@ def test_a_rivven_connect_file_becomes_a_project_and_lists_what_it_could_not_car
         "no equivalent: sinks.lake.transforms MaskField: write it as rivc's mask",
         "no equivalent: sinks.debug.topics nowhere: no source in this file publishes it",
         "no equivalent: sinks.warehouse: connector snowflake: rivc has no such sink",
+        "no equivalent: sinks.alerts.config.headers.X-Api-Key: a literal secret",
     ):
         assert line in out, (line, out)
 
