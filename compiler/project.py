@@ -29,7 +29,7 @@ from .profiles import URI_HINT, check_connection, load_profile, remote_spark
 from .property_specs import ModelProps, PropertiesFile, SeedProps, UnitTestSpec
 from .registry import ConnectorInfo, connector, unknown
 from .sandbox import SECRET_ENV_PREFIX
-from .secrets import secret_values
+from .secrets import MASK, secret_values
 from .specbase import IDENT, Spec, is_uri, locations
 from .specs import (
     InlineSink,
@@ -598,7 +598,7 @@ def _add_properties(
         out[props.name] = (props, Located(doc, ("models", i)))
 
 
-def project_secrets(project: Project, env: Mapping[str, str]) -> set[str]:
+def project_secrets(project: Project, env: Mapping[str, str]) -> dict[str, str]:
     """Every secret a loaded project holds: its profile's, its sources' and sinks' configs',
     and the environment's `DBT_ENV_SECRET...` variables (dbt's mark of a secret)."""
     specs = [
@@ -607,4 +607,4 @@ def project_secrets(project: Project, env: Mapping[str, str]) -> set[str]:
         *(s.config for s in project.sinks.values()),
     ]
     found = secret_values(specs, env)
-    return found | {v for k, v in env.items() if k.startswith(SECRET_ENV_PREFIX) and v}
+    return {**found, **{v: MASK for k, v in env.items() if k.startswith(SECRET_ENV_PREFIX) and v}}

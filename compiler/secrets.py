@@ -133,21 +133,26 @@ def mask_url(url: str, path: bool = False) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def _url_secrets(url: str, path: bool) -> list[str]:
-    """The secret pieces of a URL, as they appear in text."""
-    out = []
+def _url_secrets(url: str, path: bool) -> dict[str, str]:
+    """The secret pieces of a URL as they appear in text, each with what replaces it: its
+    password or userinfo token and credential parameters; with `path`, the whole URL (with
+    and without its query), which text shows whole (a path alone may be any path)."""
+    out: dict[str, str] = {}
     for one in url.split(","):
         try:
-            parts = urlsplit(one)
+            parts = urlsplit(one.strip())
         except ValueError:
             continue
         if "@" in parts.netloc:
-            info = parts.netloc.rpartition("@")[0]
-            user, _, password = info.partition(":")
-            out.append(password or user)
-        out += [v for k, v in parse_qsl(parts.query) if k.lower() in CREDENTIAL_PARAMETERS]
+            user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+            out[password or user] = MASK
+        out.update(
+            {v: MASK for k, v in parse_qsl(parts.query) if k.lower() in CREDENTIAL_PARAMETERS}
+        )
         if path:
-            out += [parts.path, parts.query]
+            bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+            out[one.strip()] = mask_url(one.strip(), True)
+            out[bare] = mask_url(bare, True)
     return out
 
 
@@ -231,15 +236,16 @@ def field_mark(model: type[BaseModel], name: str) -> Secret | None:
     )
 
 
-def secret_values(value: Any, env: Mapping[str, str]) -> set[str]:
-    """Every secret `value` (a spec, or lists and maps of specs) holds: declared fields' values,
-    the secret parts of declared URLs, and the environment's values of declared variables."""
-    found: set[str] = set()
+def secret_values(value: Any, env: Mapping[str, str]) -> dict[str, str]:
+    """Every secret `value` (a spec, or lists and maps of specs) holds, each with what replaces
+    it in text: declared fields' values, the secret parts of declared URLs, and the
+    environment's values of declared variables."""
+    found: dict[str, str] = {}
     _collect(value, env, found)
-    return {s for s in found if s}
+    return {k: v for k, v in found.items() if k}
 
 
-def _collect(value: Any, env: Mapping[str, str], found: set[str]) -> None:
+def _collect(value: Any, env: Mapping[str, str], found: dict[str, str]) -> None:
     if isinstance(value, BaseModel):
         for name in type(value).model_fields:
             field = getattr(value, name)
@@ -256,31 +262,33 @@ def _collect(value: Any, env: Mapping[str, str], found: set[str]) -> None:
             _collect(item, env, found)
 
 
-def _secrets_of(mark: Secret, value: Any, env: Mapping[str, str]) -> list[str]:
-    if mark.kind == "value":
-        return [str(value)]
+def _secrets_of(mark: Secret, value: Any, env: Mapping[str, str]) -> dict[str, str]:
     if mark.kind in ("url", "path_url"):
         return _url_secrets(str(value), mark.kind == "path_url")
-    if mark.kind == "env":
-        return [env.get(str(value), "")]
-    if mark.kind == "env_map":
-        return [env.get(n, "") for v in value.values() for n in env_names(str(v))]
-    return [str(v) for k, v in value.items() if mark.secret_key(str(k)) and v is not None]
+    if mark.kind == "value":
+        found = [str(value)]
+    elif mark.kind == "env":
+        found = [env.get(str(value), "")]
+    elif mark.kind == "env_map":
+        found = [env.get(n, "") for v in value.values() for n in env_names(str(v))]
+    else:
+        found = [str(v) for k, v in value.items() if mark.secret_key(str(k)) and v is not None]
+    return dict.fromkeys(found, MASK)
 
 
 class Scrubber:
-    """Masks known secret values in text (longest first, so one holding another goes whole),
-    then URL passwords by their shape."""
+    """Replaces known secrets in text (longest first, so one holding another goes whole), then
+    URL passwords by their shape."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SCRUBBED}, key=len, reverse=True)
-        self._pattern = (
-            re.compile("|".join(re.escape(s) for s in self.secrets)) if self.secrets else None
-        )
+    def __init__(self, secrets: Mapping[str, str] | Iterable[str] = ()) -> None:
+        given = secrets if isinstance(secrets, Mapping) else dict.fromkeys(secrets, MASK)
+        self.secrets = {k: v for k, v in given.items() if len(k) >= MIN_SCRUBBED}
+        ordered = sorted(self.secrets, key=len, reverse=True)
+        self._pattern = re.compile("|".join(re.escape(s) for s in ordered)) if ordered else None
 
     def __call__(self, text: str) -> str:
         if self._pattern is not None:
-            text = self._pattern.sub(MASK, text)
+            text = self._pattern.sub(lambda m: self.secrets[m.group(0)], text)
         return redact_text(text)
 
 
