@@ -128,3 +128,31 @@ def test_a_secret_env_var_is_refused_outside_profiles_as_dbt_does(
     assert "hunter2-secret" not in out
     written = [p.read_bytes() for p in (root / "target").rglob("*") if p.is_file()]
     assert not any(b"hunter2" in data for data in written)
+
+
+def test_config_that_is_no_secret_stays_visible_and_diffable(make_project):
+    """Secrets are declared, not guessed from a name: a RabbitMQ sink's `routing_key` and a
+    model's `unique_key` are in the manifest as written, so `state:modified` sees them change;
+    the sink's password (in its URL) is masked."""
+    import json
+
+    root = make_project(
+        {
+            "models/m.sql": "{{ config(materialized='incremental', unique_key='order_id') }}\n"
+            "select order_id, total from {{ ref('stg') }}\n",
+            "sinks/s.yml": "sinks:\n  - name: s\n    from: m\n    connector: rabbitmq\n"
+            "    config: {url: 'amqp://u:hunter22@127.0.0.1:5672/', routing_key: orders_q}\n",
+        }
+    )
+    code, out = run(root, "compile")
+    assert code == 0, out
+    manifest = json.loads((root / "target/manifest.json").read_text())
+    sink = manifest["nodes"]["sink:s"]["sink_config"]
+    assert sink["routing_key"] == "orders_q" and sink["url"] == "amqp://u:****@127.0.0.1:5672/"
+    assert manifest["nodes"]["model:m"]["config"]["unique_key"] == ["order_id"]
+    (root / "target").rename(root / "prod")
+    (root / "sinks/s.yml").write_text(
+        (root / "sinks/s.yml").read_text().replace("orders_q", "orders_q2")
+    )
+    code, out = run(root, "ls", "--select", "state:modified", "--state", str(root / "prod"))
+    assert code == 0 and out.split() == ["sink:s"], out
