@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pytz
 import yaml
 
 from . import crossdb
@@ -86,8 +87,15 @@ def macro_blocks(path: str, text: str) -> Iterator[tuple[str, str]]:
 class Namespace:
     """A package's macros as `package.macro`; a missing one is a clear error."""
 
+    # the sandbox lets a template reach a macro of a leading underscore through it (dbt_utils'
+    # `_is_relation`), as dbt's dict namespaces do; nothing else of a leading underscore
+    macro_namespace = True
+
     def __init__(self, name: str, macros: dict[str, Any]) -> None:
         self._name, self._macros = name, macros
+
+    def has_macro(self, name: str) -> bool:
+        return name in self._macros
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -113,6 +121,9 @@ class DbtNamespace(Namespace):
     def __init__(self, root: dict[str, Any]) -> None:
         super().__init__("dbt", dict(crossdb.MACROS))
         self._root = root
+
+    def has_macro(self, name: str) -> bool:
+        return any(p + name in self._root for p in SPARK_PREFIXES) or super().has_macro(name)
 
     def __getattr__(self, name: str) -> Any:
         for prefix in SPARK_PREFIXES:
@@ -192,9 +203,12 @@ class Exceptions:
 
 
 class Modules:
+    """dbt's `modules`: the Python modules a template may use."""
+
     datetime = datetime
     re = re
     itertools = itertools
+    pytz = pytz
 
 
 class Flags:

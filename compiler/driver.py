@@ -127,7 +127,7 @@ def _analyze(
         variables,
         env,
         tuple((m.path.as_posix(), m.text) for m in project.macros),
-        {"name": project.target, "profile_name": project.spec.profile},
+        project.target_context,
         project.name,
         tuple((p.name, p.macros) for p in project.packages),
         tuple((d.macro_namespace, d.search_order) for d in project.spec.dispatch),

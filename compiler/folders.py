@@ -121,19 +121,21 @@ def folder_config(
     name: str,
     variables: Mapping[str, Any],
     env: Mapping[str, str],
+    target: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The configs `tree` gives a node of `kind` named `name` in `folders` (relative to the kind's
-    folder), outermost first; deeper levels win, tags add up."""
+    folder), outermost first; deeper levels win, tags add up. A templated value sees `var`,
+    `env_var` and `target`, as in dbt."""
     keys = KEYS[kind]
     out: dict[str, Any] = {}
     level: Mapping[str, Any] = tree
-    _take(level, keys, out, variables, env)
+    _take(level, keys, out, variables, env, target)
     for step in (project, *folders, name):
         deeper = level.get(step)
         if not isinstance(deeper, dict):
             break
         level = deeper
-        _take(level, keys, out, variables, env)
+        _take(level, keys, out, variables, env, target)
     return out
 
 
@@ -143,6 +145,7 @@ def _take(
     out: dict[str, Any],
     variables: Mapping[str, Any],
     env: Mapping[str, str],
+    target: Mapping[str, Any],
 ) -> None:
     for raw, value in level.items():
         key = config_key(str(raw))
@@ -152,11 +155,13 @@ def _take(
         if key not in keys:
             continue  # a dbt config rivc ignores
         if key not in HOOKS:  # a hook is rendered with its model, `{{ this }}` and all
-            value = _render(value, variables, env)
+            value = _render(value, variables, env, target)
         merge(out, {key: value})
 
 
-def _render(value: Any, variables: Mapping[str, Any], env: Mapping[str, str]) -> Any:
+def _render(
+    value: Any, variables: Mapping[str, Any], env: Mapping[str, str], target: Mapping[str, Any]
+) -> Any:
     """`{{ var('x', default) }}` and `{{ env_var('X') }}` in a config value, as dbt renders them
     (a rendered `true`/`false` becomes a boolean)."""
     if not isinstance(value, str) or "{{" not in value:
@@ -178,7 +183,7 @@ def _render(value: Any, variables: Mapping[str, Any], env: Mapping[str, str]) ->
         return found
 
     try:
-        text = environment().from_string(value).render(var=var, env_var=env_var)
+        text = environment().from_string(value).render(var=var, env_var=env_var, target=target)
     except jinja2.TemplateError as exc:
         raise ProjectError(f"{value!r}: {exc}") from exc
     lowered = text.strip().lower()

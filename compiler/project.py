@@ -62,6 +62,18 @@ class Project:
     tests: dict[str, SqlFile]
     env_used: dict[str, str | None] = field(default_factory=dict)
     target: str = "default"  # the profile output in use (--target, $RIVC_TARGET)
+
+    @property
+    def target_context(self) -> dict[str, Any]:
+        """dbt's `target`, as templates and dbt_project.yml see it."""
+        return {
+            "name": self.target,
+            "profile_name": self.spec.profile,
+            "type": "spark",
+            "schema": "default",
+            "threads": 1,
+        }
+
     seeds: dict[str, SqlFile] = field(default_factory=dict)  # seeds/*.csv, by file stem
     seed_properties: dict[str, tuple[SeedProps, Located]] = field(default_factory=dict)
     not_run: tuple[ProjectError, ...] = ()  # dbt resources read and not run (RV012)

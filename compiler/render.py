@@ -236,7 +236,7 @@ class Renderer:
             config=_Config(s),
             is_incremental=s.is_incremental,
             this=_This(s),
-            target={"type": "spark", "schema": "default", "threads": 1, **ctx.target},
+            target=dict(ctx.target),
         )
         # every package's macros by name: the root project's, then each package's (dbtjinja.py)
         self.namespaces: dict[str, dict[str, Any]] = {ctx.project: {}}
@@ -281,6 +281,28 @@ class Renderer:
         """A macro by dbt's name: `pkg.name` in that package, `name` in the root project."""
         package, _, short = name.rpartition(".")
         return self.namespaces.get(package or self.ctx.project, {}).get(short)
+
+    def render_args(self, name: str, args: Any) -> tuple[Any, Rendered]:
+        """A test's arguments with the Jinja in their strings rendered, as dbt renders them
+        (`expression: "d = {{ my_date() }}"`, `values: ["{{ var('x') }}"]`), at any depth;
+        and what rendering them read (refs, sources). A rendered `true`/`false` or number stays
+        the text dbt's YAML would have given it."""
+        s = self.state
+        s.name, s.incremental, s.out, s.line = name, False, Rendered(""), None
+
+        def one(value: Any) -> Any:
+            if isinstance(value, str) and ("{{" in value or "{%" in value):
+                return self.env.from_string(value).render(this=s.this)
+            if isinstance(value, dict):
+                return {k: one(v) for k, v in value.items()}
+            if isinstance(value, list | tuple):
+                return [one(v) for v in value]
+            return value
+
+        try:
+            return one(args), s.out
+        except (jinja2.TemplateError, TypeError) as exc:
+            raise RenderError(str(exc)) from exc
 
     def render_macro(self, name: str, macro: Any, kwargs: dict[str, Any]) -> Rendered:
         """A macro's output (a generic test's SQL), recording the refs and sources it uses. A

@@ -26,6 +26,15 @@ class Sandbox(SandboxedEnvironment):
     """Jinja's sandbox that refuses an unsafe attribute at once. Jinja's own gives an
     undefined value, which a lenient template (a macro's) would print as nothing."""
 
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if (
+            getattr(type(obj), "macro_namespace", False)
+            and not attr.startswith("__")
+            and obj.has_macro(attr)
+        ):
+            return True  # a package's macro: `dbt_utils._is_relation`
+        return bool(super().is_safe_attribute(obj, attr, value))
+
     def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
         raise SecurityError(
             f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe."

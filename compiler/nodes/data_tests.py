@@ -21,7 +21,7 @@ from ..params import bind
 from ..project import Located, Project
 from ..property_specs import GENERIC_TESTS, DbtSourceTable, ModelProps, SeedProps
 from ..relations import Relation
-from ..render import TEST_CONFIG_KEYS, Renderer
+from ..render import TEST_CONFIG_KEYS, Rendered, Renderer
 from ..rules import Finding
 from ..specs import NodeId
 from ..sql import literal, quote
@@ -179,6 +179,10 @@ def generic_test(
         raise RenderError(f"a test is a name or a mapping with one key, got {sorted(test)}", loc)
     given_name = args.pop("name", None)  # dbt's custom name of one test
     args.pop("description", None)
+    try:  # Jinja in the arguments, as dbt renders it; a test that cannot is an error here
+        args, read = renderer.render_args(str(given_name or kind), args)
+    except RivcError as exc:
+        raise type(exc)(f"test {kind}: {exc.message}", loc) from None
     config = dict(args.pop("config", None) or {})
     for key in [k for k in args if k in TEST_CONFIG_KEYS]:  # configs written as arguments
         config.setdefault(key, args.pop(key))
@@ -197,7 +201,8 @@ def generic_test(
                 "package.name, from dbt_packages/)",
                 loc,
             )
-        return custom_test(tested, column, kind, args, given_name, loc, nodes, renderer, macro)
+        node = custom_test(tested, column, kind, args, given_name, loc, nodes, renderer, macro)
+        return _reading(node, read, nodes)
     if column is None:
         raise RenderError(f"test {kind} tests a column: list it under the column's tests", loc)
     from pydantic import ValidationError
@@ -264,7 +269,7 @@ def generic_test(
         config["store_failures"] = True
     if spec.config.fail_calc != "count(*)":
         config["fail_calc"] = spec.config.fail_calc
-    return Node(
+    node = Node(
         id=node_id("test", name),
         kind="test",
         name=name,
@@ -277,6 +282,7 @@ def generic_test(
         checksum=content_hash(tested.prefix + tested.label, column, test),
         line=loc.line,
     )
+    return _reading(node, read, nodes)
 
 
 def test_target(to: str, loc: SourceLocation, nodes: dict[NodeId, Node]) -> NodeId:
@@ -321,6 +327,15 @@ def _macro_name(kind: str) -> str:
     """The macro of a generic test: `pkg.name` is `pkg.test_name`, `name` the project's."""
     package, _, name = kind.rpartition(".")
     return f"{package}.test_{name}" if package else f"test_{name}"
+
+
+def _reading(node: Node, read: Rendered, nodes: dict[NodeId, Node]) -> Node:
+    """The test also depends on what rendering its arguments read."""
+    extra = [ref_id(r, _seeds(nodes)) for r in read.refs] + [
+        node_id("source", s) for s in read.sources
+    ]
+    node.depends_on = list(dict.fromkeys([*node.depends_on, *extra]))
+    return node
 
 
 def custom_test(

@@ -52,7 +52,10 @@ def analyze_models(
             config["materialized"] = "snapshot"
         folders = model.path.relative_to(getattr(project.spec.paths, kind)).parent.parts
         tree = getattr(project.spec, kind)
-        merge(config, folder_config(tree, kind, project.name, folders, name, ctx.vars, ctx.env))
+        merge(
+            config,
+            folder_config(tree, kind, project.name, folders, name, ctx.vars, ctx.env, ctx.target),
+        )
         if name in project.properties:
             merge(
                 config,

@@ -109,7 +109,14 @@ def python_model_node(
     config.update({"materialized": "table"})
     config.update(
         folder_config(
-            project.spec.models, "models", project.name, folders, model.name, variables, env
+            project.spec.models,
+            "models",
+            project.name,
+            folders,
+            model.name,
+            variables,
+            env,
+            project.target_context,
         )
     )
     props = project.properties.get(model.name)

@@ -46,7 +46,9 @@ def seed_config(
     """The folder configs (dbt_project.yml's `seeds:`), then the seed's properties."""
     folders = seed.path.relative_to(project.spec.paths.seeds).parent.parts
     tree = project.spec.seeds
-    given = folder_config(tree, "seeds", project.name, folders, seed.name, variables, env)
+    given = folder_config(
+        tree, "seeds", project.name, folders, seed.name, variables, env, project.target_context
+    )
     for hook in HOOKS:  # accepted and not run on seeds (docs/dbt.md)
         given.pop(hook, None)
     props = project.seed_properties.get(seed.name)

@@ -487,3 +487,83 @@ def test_graph_lists_the_projects_nodes_for_macros(make_project):
     assert not compiled.errors, [str(f) for f in compiled.errors]
     # stg_b is disabled: not in dbt's graph either
     assert compiled.graph.nodes["model:listed"].sql == "select 'stg_a' as model\n"
+
+
+def test_jinja_in_test_arguments_is_rendered_and_a_broken_test_is_an_error_at_its_line(
+    make_project,
+):
+    """dbt renders the Jinja in a generic test's arguments (dbt_date's tests call its macros
+    there): `expression: "... {{ macro() }}"`, `values: ["{{ var('x', ...) }}"]`; what the
+    arguments read is a dependency; a test that cannot compile is an error at its line,
+    never dropped."""
+    root = dbt_project(
+        make_project,
+        {
+            "macros/my_date.sql": "{% macro my_date() %}date'2020-01-01'{% endmacro %}\n",
+            "macros/expression_is_true.sql": "{% test expression_is_true(model, expression) %}\n"
+            "select * from {{ model }} where not ({{ expression }})\n{% endtest %}\n",
+            "transform/marts/m.yml": """
+models:
+  - name: m
+    data_tests:
+      - expression_is_true:
+          expression: "n < (select count(*) from {{ ref('stg_a') }}) or {{ my_date() }} < current_date()"
+    columns:
+      - name: n
+        data_tests:
+          - accepted_values:
+              values: ["{{ var('x', 7) }}", "8"]
+""",
+        },
+    )
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    tests = {n.name: n for n in compiled.graph.nodes.values() if n.kind == "test"}
+    expression = next(t for name, t in tests.items() if name.startswith("expression_is_true"))
+    assert "date'2020-01-01'" in (expression.sql or "") and "{{" not in (expression.sql or "")
+    assert "model:stg_a" in expression.depends_on
+    values = next(t for name, t in tests.items() if name.startswith("accepted_values"))
+    assert "'7', '8'" in (values.sql or "")
+
+    (root / "transform/marts/m.yml").write_text(
+        (root / "transform/marts/m.yml").read_text().replace("my_date()", "no_such_macro()")
+    )
+    (error,) = analyze_dir(root).errors
+    assert str(error.location).startswith("transform/marts/m.yml:4")  # the test
+    assert "no_such_macro" in str(error)
+
+
+def test_dbt_project_yml_sees_target_and_templates_see_pytz(make_project):
+    """dbt_date's integration project: `+materialized: "{{ 'ephemeral' if target.name ==
+    'trino' else 'table' }}"` in dbt_project.yml, `modules.pytz` in a macro."""
+    root = dbt_project(
+        make_project,
+        {
+            "dbt_project.yml": DBT_PROJECT.replace(
+                "    materialized: table",
+                "    +materialized: \"{{ 'ephemeral' if target.name == 'trino' else 'table' }}\"",
+            ),
+            "transform/marts/tz.sql": "select '{{ modules.pytz.timezone('Europe/Paris').zone }}' as tz\n",
+        },
+    )
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    assert compiled.graph.nodes["model:m"].config["materialized"] == "table"
+    assert "'Europe/Paris'" in (compiled.graph.nodes["model:tz"].sql or "")
+
+
+def test_a_package_macro_of_a_leading_underscore_is_reached_through_its_namespace(
+    make_project,
+):
+    """dbt_utils calls `dbt_utils._is_relation(...)`: the sandbox lets a namespace's own macro
+    through, never an attribute of a leading underscore of anything else."""
+    root = dbt_project(
+        make_project,
+        {
+            "macros/helpers.sql": "{% macro _private() %}42{% endmacro %}\n",
+            "transform/marts/p.sql": "select {{ shop._private() }} as n\n",
+        },
+    )
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    assert "42 as n" in (compiled.graph.nodes["model:p"].sql or "")
