@@ -571,8 +571,12 @@ class Pipeline(RuleBasedStateMachine):
         done = self._cli("run", *args)
         assert done.exit_code == 0, done.output
         ran = (set(CONSUMERS) | {"snapsink"} if select is None else set(select)) - set(exclude)
+        # a run extracts what it selects and every change log a selected node reads
+        # (docs/running.md): `--select merge_myt` lands my.t's changes first
+        upstream = {CONSUMERS[n][0] for n in ran if n in CONSUMERS}
+        upstream |= {"pg.t"} if "snapsink" in ran else set()
         for fqn, table in self.tables.items():
-            if select is None or f"source:{fqn.split('.')[0]}" in ran:
+            if f"source:{fqn.split('.')[0]}" in ran or fqn in upstream:
                 table.landed = before[fqn]
                 table.landings.append(table.landed)
         for name, (fqn, _) in CONSUMERS.items():
