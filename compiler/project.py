@@ -401,14 +401,14 @@ def _add_source(
         if info.log
         else None
     )
-    if info.relational or info.log:
+    if info.database is not None:  # read through a profile connection of its database
         if not source.connection:
             raise ProjectError(
                 f"source {source.name!r}: connector {source.connector} needs connection",
                 doc.location((*at, "connector")),
             )
-        kind = source.connector.removesuffix("-cdc")
-        check_connection(profile, profile_path, source.connection, kind, doc, (*at, "connection"))
+        where: YamlPath = (*at, "connection")
+        check_connection(profile, profile_path, source.connection, info.database, doc, where)
 
     def add_table(j: int, table: SourceTable) -> None:
         tat: YamlPath = (*at, "tables", j)
@@ -505,9 +505,9 @@ def _add_sink(
         raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
     config = _config(info, "sink", sink.connector, doc, (*at, "config"), sink.config)
     connection = getattr(config, "connection", None)
-    if connection is not None:  # a database sink's
+    if info.database is not None and connection is not None:  # a database sink's
         where: YamlPath = (*at, "config", "connection")
-        check_connection(profile, profile_path, connection, sink.connector, doc, where)
+        check_connection(profile, profile_path, connection, info.database, doc, where)
     out[sink.name] = SinkDef(sink, info, config, Located(doc, at))
     if isinstance(sink.dead_letter, InlineSink):
         dat: YamlPath = (*at, "dead_letter")

@@ -90,6 +90,9 @@ class ConnectorInfo:
     description: str
     runtime: str  # "module:attribute": a Sink class, or a source's read(spark, ctx) function
     relational: bool = False  # extracted through a profile connection (adapters/run/extract.py)
+    # the database it reads or writes through a profile connection (compiler/dialects.py), whose
+    # connection `type:` must be this
+    database: str | None = None
     # read from the database's change log through a profile connection (adapters/run/cdc.py):
     # its `config:` is the source's, its tables name a database table each
     log: bool = False
@@ -132,6 +135,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "PostgreSQL tables and queries (COPY or JDBC), source-safe modes",
             f"{_RUNTIME}.relational:read",
             relational=True,
+            database="postgres",
         ),
         ConnectorInfo(
             "mysql",
@@ -141,6 +145,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "MySQL and MariaDB tables and queries (JDBC), source-safe modes",
             f"{_RUNTIME}.relational:read",
             relational=True,
+            database="mysql",
         ),
         ConnectorInfo(
             "postgres-cdc",
@@ -150,6 +155,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "PostgreSQL's change log (logical replication, pgoutput): inserts, updates, deletes",
             f"{_RUNTIME}.logsource:read",
             log=True,
+            database="postgres",
             columns=cdc_columns,
             preflight=f"{_RUNTIME}.pgslot:preflight",
         ),
@@ -161,6 +167,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "MySQL's and MariaDB's binary log (row-based): inserts, updates, deletes",
             f"{_RUNTIME}.logsource:read",
             log=True,
+            database="mysql",
             columns=mysql_cdc_columns,
             preflight=f"{_RUNTIME}.binlog:preflight",
         ),
@@ -289,6 +296,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             PostgresSinkConfig,
             "PostgreSQL tables (COPY by Spark's tasks), exactly-once per batch",
             f"{_RUNTIME}.pgsink:PostgresSink",
+            database="postgres",
             holds="table",
         ),
         ConnectorInfo(
@@ -298,6 +306,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             MysqlSinkConfig,
             "MySQL and MariaDB tables (multi-row INSERTs by Spark's tasks), exactly-once per batch",
             f"{_RUNTIME}.mysqlsink:MysqlSink",
+            database="mysql",
             holds="table",
         ),
         ConnectorInfo(

@@ -33,7 +33,7 @@ def _first(runtime: Any, source: str) -> Any:
 
 
 def _conn(runtime: Any, source: str) -> Any:
-    from ..connectors.relational import Conn
+    from ..connectors.databases import Conn
 
     first = _first(runtime, source)
     spec = runtime.plan.profile.connections.get(first.source.connection or "")
@@ -54,7 +54,7 @@ def _slot(runtime: Any, source: str) -> tuple[Any, str, str]:
 
 def _binlog_rows(runtime: Any, source: str, nids: list[str]) -> list[dict[str, Any]]:
     """mysql-cdc: each table's held binlog coordinates beside the server's log end."""
-    from ..connectors.relational import connection
+    from ..connectors.databases import connection
 
     with connection(_conn(runtime, source)) as db, db.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
@@ -76,9 +76,9 @@ def _binlog_rows(runtime: Any, source: str, nids: list[str]) -> list[dict[str, A
 def cdc_status(as_json: bool, project_dir: str | None) -> None:
     """Each change-log source's slot: the position it confirms, how much log the server keeps
     for it, and the position each of its tables holds."""
+    from ..connectors.databases import connection
     from ..connectors.pgoutput import lsn_text
     from ..connectors.pgslot import LogicalSlot
-    from ..connectors.relational import connection
 
     runtime = _runtime(_root(project_dir))
     rows = []
@@ -116,8 +116,8 @@ def cdc_drop(source: str, project_dir: str | None) -> None:
     """Remove SOURCE's replication slot and publication from its database, so that the server
     keeps no log for it. Its landing tables stay; a later run refuses to continue from them
     (the log between is gone) until `rivc run --full-refresh` takes a new snapshot."""
+    from ..connectors.databases import connection
     from ..connectors.pgslot import LogicalSlot
-    from ..connectors.relational import connection
 
     runtime = _runtime(_root(project_dir))
     runtime.state.close()

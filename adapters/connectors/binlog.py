@@ -42,7 +42,7 @@ def check_server(db: Any, label: str) -> bool:
 def preflight(conn: Any, tables: list[str], table: str) -> list[str]:
     """`rivc check` of a mysql-cdc table: what stops it from running (the server's log
     settings, a missing table), each named."""
-    from .relational import connection
+    from .databases import connection
 
     schema, _, name = table.rpartition(".")
     with connection(conn) as db:

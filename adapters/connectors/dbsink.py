@@ -29,7 +29,7 @@ from rivc.compiler.transforms import DELETE_COLUMN
 
 from ..plane.base import Sink, WriteResult, arrow_columns, stream
 from ..util.faults import fault
-from .relational import Conn
+from .databases import Conn
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -20,9 +20,9 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
+from .databases import Conn, database
 from .dbsink import PART, REFUSED, DatabaseSink, nonempty, one_line
 from .dbvalues import hex_text, json_text
-from .relational import Conn
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -167,7 +167,7 @@ class MysqlSink(DatabaseSink):
         return q(name)
 
     def params(self, conn: Conn) -> dict[str, Any]:
-        return conn.pymysql_params(strict=True)
+        return database("mysql").params(conn, writable=True)
 
     def open(self) -> Any:
         import pymysql

@@ -22,9 +22,9 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
+from .databases import Conn, database
 from .dbsink import PART, REFUSED, DatabaseSink, nonempty, one_line, partition_column
 from .dbvalues import float_text, hex_text, json_text
-from .relational import Conn
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,7 +108,7 @@ class PostgresSink(DatabaseSink):
         return q(name)
 
     def params(self, conn: Conn) -> dict[str, Any]:
-        return conn.psycopg_params(writable=True)
+        return database("postgres").params(conn, writable=True)
 
     def open(self) -> Any:
         import psycopg

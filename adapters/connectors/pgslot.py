@@ -345,7 +345,7 @@ class LogicalSlot:
 def preflight(conn: Any, tables: list[str], table: str) -> list[str]:
     """`rivc check` of a postgres-cdc table: what stops it from running (the server's
     wal_level, a table that has no replica identity), each named."""
-    from .relational import connection
+    from .databases import connection
 
     with connection(conn) as db:
         level = db.execute("SHOW wal_level").fetchone()[0]

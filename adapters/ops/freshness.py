@@ -18,9 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from rivc.compiler.errors import RivcError
+from rivc.compiler.registry import connector
 from rivc.compiler.specs import Freshness
 
-from ..connectors.relational import Conn, connection, driver_errors
+from ..connectors.databases import Conn, connection, driver_errors
 
 
 @dataclass
@@ -104,7 +105,8 @@ def _newest(runtime: Any, nid: str, field: str | None, where: str | None) -> dat
             )
         batch = plan.landing(nid).position().batch  # landed batch ids are milliseconds
         return None if batch is None else datetime.fromtimestamp(batch / 1000, UTC)
-    if facts.connector in ("postgres", "mysql"):
+    info = connector("source", facts.connector)
+    if info is not None and info.relational:  # the query, asked of its database
         spec = plan.profile.connections.get(facts.connection or "")
         if spec is None:
             raise RuntimeError(f"connection {facts.connection!r} is not in the profile")

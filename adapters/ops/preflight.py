@@ -21,16 +21,9 @@ from rivc.compiler.project import Project
 from rivc.compiler.registry import ConnectorInfo
 from rivc.compiler.secrets import mask_url
 from rivc.compiler.specs import SourceTable
-from rivc.compiler.sql import quote
 
-from ..connectors.relational import (
-    Conn,
-    Cursor,
-    ExtractError,
-    connection,
-    driver_errors,
-    plan_window,
-)
+from ..connectors.databases import Conn, ExtractError, connection, driver_errors
+from ..connectors.relational import Cursor, plan_window
 from ..plane.registry import preflight as log_preflight
 from ..plane.registry import probe
 from ..util.errortext import classify, doctor_category, root_cause
@@ -80,29 +73,6 @@ def recommend(scan: str, rows: int) -> str:
     return "fast" if rows < 100_000 else "balanced" if rows <= 1_000_000 else "safe"
 
 
-def explain(db: Any, kind: str, sql: str) -> tuple[int, str]:
-    """(row estimate, 'index' or 'full scan') from the database's plan of `sql`."""
-    with db.cursor() as cur:
-        if kind == "postgres":
-            cur.execute(f"EXPLAIN (FORMAT JSON) {sql}")
-            raw = cur.fetchone()[0]
-            plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
-            types: list[str] = []
-            stack = [plan]
-            while stack:
-                node = stack.pop()
-                types.append(node["Node Type"])
-                stack += node.get("Plans", [])
-            scan = "full scan" if "Seq Scan" in types else "index"
-            return int(plan["Plan Rows"]), scan
-        cur.execute(f"EXPLAIN {sql}")
-        names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    estimate = max((int(r.get("rows") or 0) for r in rows), default=0)
-    scan = "full scan" if any(r.get("type") == "ALL" for r in rows) else "index"
-    return estimate, scan
-
-
 def check_table(project: Project, fqn: str, sql: str, stored: Cursor | None) -> Check:
     """EXPLAIN the next extraction of `fqn` from the cursor its landing table holds
     (`stored`, None before the first)."""
@@ -122,7 +92,7 @@ def check_table(project: Project, fqn: str, sql: str, stored: Cursor | None) -> 
             if window.chunks:
                 predicate = window.chunks[0][1]
             probe = f"SELECT * FROM ({sql}) AS _rivc" + (f" WHERE {predicate}" if predicate else "")
-            rows, scan = explain(db, conn.kind, probe)
+            rows, scan = conn.engine.explain(db, probe)
             if window.chunks:
                 rows *= len(window.chunks)
                 if window.sparse:
@@ -198,13 +168,11 @@ def _indexed(project: Project, fqn: str, sql: str, column: str) -> bool:
     source = project.sources[fqn]
     spec = project.profile.connections[source.source.connection or ""]
     conn = Conn.resolve(spec, os.environ)
-    narrow = f"SELECT * FROM ({sql}) AS _rivc WHERE {quote(column, conn.kind)} IS NULL"
+    narrow = f"SELECT * FROM ({sql}) AS _rivc WHERE {conn.engine.quote(column)} IS NULL"
     try:
         with connection(conn) as db:
-            if conn.kind == "postgres":
-                with db.cursor() as cur:
-                    cur.execute("SET enable_seqscan = off")  # this connection only
-            return explain(db, conn.kind, narrow)[1] == "index"
+            conn.engine.prefer_indexes(db)
+            return conn.engine.explain(db, narrow)[1] == "index"
     except driver_errors():
         return False  # no plan: say what the first plan says
 

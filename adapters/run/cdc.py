@@ -30,6 +30,7 @@ from rivc.compiler.dbtypes import Delivery
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
 
+from ..connectors.databases import Conn, connection, database
 from ..connectors.pgcopy import CopyPlan, arrow_type, convert
 from ..connectors.pgoutput import (
     UNCHANGED,
@@ -41,7 +42,7 @@ from ..connectors.pgoutput import (
     lsn_text,
 )
 from ..connectors.pgslot import KEY_KINDS, LogicalSlot, Parts, Undecodable, Visibility
-from ..connectors.relational import Conn, connection, deliveries, probe
+from ..connectors.relational import deliveries
 from ..state import NodeResult
 from ..util.faults import fault
 from .changes import (
@@ -194,7 +195,7 @@ def _extract(ctx: CdcContext) -> Extraction:
         upto = slot.current()  # first: the table now has every column the log up to it has
         plan = deliveries(
             "postgres",
-            probe(db, "postgres", f"SELECT * FROM {table}"),
+            database("postgres").probe(db, f"SELECT * FROM {table}"),
             dict(ctx.table.columns),
             label,
         )

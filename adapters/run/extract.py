@@ -24,20 +24,16 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
 from rivc.compiler.sql import quote
 
+from ..connectors.databases import Conn, ExtractError, connection
 from ..connectors.relational import (
-    Conn,
     Cursor,
-    ExtractError,
     Window,
-    connection,
     decode,
     deliveries,
     encode,
     plan_window,
-    probe,
     read_query,
     scalar,
-    session_init,
     with_retries,
 )
 from ..plane.base import arrow_columns, register_data_source
@@ -112,7 +108,7 @@ def extract(ctx: ExtractContext) -> Extraction:
         nonlocal via
         with connection(conn) as db:
             window = plan_window(db, conn.kind, base, table, stored)
-            plan = deliveries(conn.kind, probe(db, conn.kind, base), dict(table.columns), label)
+            plan = deliveries(conn.kind, conn.engine.probe(db, base), dict(table.columns), label)
             stage, via = _stager(
                 ctx.spark, conn, tuning, base, plan, label, table.parallel, landing.store
             )
@@ -305,7 +301,7 @@ def _stager(
     by this process when `parallel` is 1 (no Spark job), else by `parallel` Spark tasks at once.
     Otherwise Spark's JDBC reader, its tasks writing the Parquet (rivc.connectors.taskwrite).
     """
-    if conn.kind == "postgres":
+    if conn.engine.copy:  # PostgreSQL's COPY, where it can carry every column
         from ..connectors.pgcopy import NAME, CopyPartition, CopyReader, PgCopySource, copy_plan
 
         plan = copy_plan(columns, label)
@@ -322,7 +318,7 @@ def _stager(
                 "password": conn.password or "",
                 "base": base,
                 "plan": plan.dumps(),
-                "settings": json.dumps(session_init(conn.kind, tuning).split("; ")),
+                "settings": json.dumps(conn.engine.session_init(tuning).split("; ")),
                 "throttle_ms": str(tuning["throttle_ms"]),
                 "storage_secret": json.dumps(store.options),  # "secret": Spark redacts it
             }

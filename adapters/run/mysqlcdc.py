@@ -39,8 +39,9 @@ from ..connectors.binlog import (
     log_end,
     moved_server,
 )
+from ..connectors.databases import Conn, connection, database
 from ..connectors.pgcopy import arrow_type
-from ..connectors.relational import Conn, connection, deliveries, probe
+from ..connectors.relational import deliveries
 from ..state import NodeResult
 from ..util.faults import fault
 from .changes import (
@@ -155,8 +156,6 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
             ctx.nid, "source", "success", message=message, log_behind=_behind(ctx, at.cdc)
         )
         return Extraction(result, at.batch)
-    if ctx.conn.kind != "mysql":
-        raise ConnectorError(f"{label}: mysql-cdc needs a mysql connection, not {ctx.conn.kind}")
     held = None if ctx.full_refresh else at.cdc
     schema_name, table_name = _split(ctx.table.table or "", ctx.conn.database or "")
     qualified = f"`{schema_name}`.`{table_name}`"
@@ -165,7 +164,7 @@ def extract_binlog(ctx: BinlogContext) -> Extraction:
         # a batch after a snapshot reads up to the log's end as it is now; the table then has
         # every column the log up to there has
         upto = None if held is None else log_end(db)
-        columns = probe(db, "mysql", f"SELECT * FROM {qualified}")
+        columns = database("mysql").probe(db, f"SELECT * FROM {qualified}")
         plan = _plan(columns, dict(ctx.table.columns), label)
         if held is not None:
             check_shape(at.columns, _envelope(plan), label, ctx.name)

@@ -32,7 +32,7 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
             landed_view(rt, nid, done.batch)
         return done.result
     if source.connector.relational:
-        from ..connectors.relational import Conn
+        from ..connectors.databases import Conn
         from .extract import ExtractContext, extract
 
         spec = rt.plan.profile.connections.get(source.source.connection or "")
@@ -71,7 +71,7 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
 def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
     """A change-log table: its changes landed (postgres-cdc: then the slot moved; cdc.py;
     mysql-cdc: mysqlcdc.py)."""
-    from ..connectors.relational import Conn
+    from ..connectors.databases import Conn
     from .cdc import CdcContext, extract_changes, slot_names
 
     source = rt.plan.project.sources[node.name]

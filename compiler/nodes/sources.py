@@ -24,7 +24,7 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
     sql: str | None = None
     columns = None if table.connector.relational else table.known_columns()
     if table.connector.relational:
-        dialect = "postgres" if table.source.connector == "postgres" else "mysql"
+        dialect = table.connector.database or "spark"
         raw = spec.query or f"SELECT * FROM {spec.table}"
         loc = where.location("query" if spec.query else "table")
         offset = (loc.line or 1) - 1

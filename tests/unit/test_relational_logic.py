@@ -7,14 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from rivc.adapters.connectors.relational import (
-    Conn,
-    ExtractError,
-    decode,
-    encode,
-    session_init,
-    with_retries,
-)
+from rivc.adapters.connectors.databases import Conn, ExtractError, database
+from rivc.adapters.connectors.relational import decode, encode, with_retries
 from rivc.adapters.util.errortext import classify, python_error_inside, root_cause
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import TUNING_PROFILES, ConnectionSpec
@@ -137,10 +131,10 @@ def test_string_literals_escape_quotes_and_backslashes(value, postgres, mysql):
 
 
 def test_sessions_pin_the_settings_literals_and_text_forms_rely_on():
-    pg = session_init("postgres", TUNING_PROFILES["fast"])
+    pg = database("postgres").session_init(TUNING_PROFILES["fast"])
     for setting in ("standard_conforming_strings = 'on'", "IntervalStyle = 'iso_8601'"):
         assert setting in pg
-    my = session_init("mysql", TUNING_PROFILES["fast"])
+    my = database("mysql").session_init(TUNING_PROFILES["fast"])
     assert "REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', '')" in my
 
 
@@ -166,12 +160,14 @@ def test_connection_from_url_env_and_password_env():
 
 
 def test_session_settings_follow_the_tuning_profile():
-    safe = session_init("postgres", TUNING_PROFILES["safe"])
+    safe = database("postgres").session_init(TUNING_PROFILES["safe"])
     assert "statement_timeout = '120s'" in safe and "lock_timeout = '10s'" in safe
     assert "default_transaction_read_only = 'on'" in safe
-    fast = session_init("postgres", TUNING_PROFILES["fast"])
+    fast = database("postgres").session_init(TUNING_PROFILES["fast"])
     assert "statement_timeout" not in fast
-    assert "innodb_lock_wait_timeout = 30" in session_init("mysql", TUNING_PROFILES["balanced"])
+    assert "innodb_lock_wait_timeout = 30" in database("mysql").session_init(
+        TUNING_PROFILES["balanced"]
+    )
 
 
 def test_missing_jdbc_driver_is_named():

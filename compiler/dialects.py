@@ -1,0 +1,67 @@
+"""The databases rivc reads and writes, one class each: what compile knows of a database (its
+name as a connection `type:`, its SQL dialect for sqlglot, its default port, how each of its
+column types is delivered). The runtime half of each class (its driver, connections, sessions,
+plans, JDBC) is rivc.adapters.connectors.databases, a subclass of the class here.
+
+Adding a database is a class here, its subclass there, and its connectors' entries naming it
+(docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from . import dbtypes
+from .dbtypes import DbColumn, Delivery
+from .sql import literal, quote
+
+
+class Dialect(ABC):
+    """A database as compile knows it."""
+
+    name: ClassVar[str]  # its connection `type:` in a profile, and connectors' `database`
+    sqlglot: ClassVar[str]  # its dialect for sqlglot and for rivc.compiler.sql
+    default_port: ClassVar[int]
+    title: ClassVar[str]  # how messages and docs name it
+
+    def quote(self, name: str) -> str:
+        """An identifier of this database, quoted."""
+        return quote(name, self.sqlglot)
+
+    def literal(self, value: Any) -> str:
+        """A value as a literal of this database."""
+        return literal(value, self.sqlglot)
+
+    @abstractmethod
+    def delivery(self, col: DbColumn, declared: str | None = None) -> Delivery:
+        """How a column of this database is read and delivered (docs/types.md)."""
+
+
+class Postgres(Dialect):
+    name = "postgres"
+    sqlglot = "postgres"
+    default_port = 5432
+    title = "PostgreSQL"
+
+    def delivery(self, col: DbColumn, declared: str | None = None) -> Delivery:
+        return dbtypes.postgres(col, declared)
+
+
+class Mysql(Dialect):
+    name = "mysql"
+    sqlglot = "mysql"
+    default_port = 3306
+    title = "MySQL/MariaDB"
+
+    def delivery(self, col: DbColumn, declared: str | None = None) -> Delivery:
+        return dbtypes.mysql(col, declared)
+
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (Postgres(), Mysql())}
+
+
+def dialect(name: str) -> Dialect:
+    """The dialect of a database compile accepted (a connection type, a connector's
+    `database`); a KeyError is a bug."""
+    return DIALECTS[name]
