@@ -277,7 +277,7 @@ class Manifest:
     rivc_version: str
     project: str
     profile: str
-    params: dict[str, Any]  # redacted
+    params: dict[str, Any]  # as bound: a parameter is no secret (docs/security.md)
     selected: tuple[str, ...]
     nodes: dict[str, ManifestNode]
     schema_version: int = SCHEMA_VERSION

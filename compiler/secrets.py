@@ -103,6 +103,18 @@ def _mask(value: Any) -> Any:
     return MASK if value not in (None, "") else value
 
 
+# Schemes whose userinfo without a password is a user name, not a token (as it is in
+# https://TOKEN@host or nats://TOKEN@host): the name stays visible.
+USER_SCHEMES = frozenset(
+    {"amqp", "amqps", "postgres", "postgresql", "mysql", "mariadb", "mqtt", "mqtts", "redis"}
+)
+
+
+def _token(scheme: str, password: str) -> bool:
+    """Whether a URL's userinfo is a token: it has no password and the scheme has no users."""
+    return not password and scheme.lower() not in USER_SCHEMES
+
+
 def mask_url(url: str, path: bool = False) -> str:
     """A URL with its password (or a token in its userinfo) and its credential parameters
     masked; with `path`, everything after the host too. A comma-separated list of URLs (NATS's
@@ -119,7 +131,10 @@ def mask_url(url: str, path: bool = False) -> str:
     netloc = host
     if "@" in parts.netloc:
         user, _, password = parts.netloc.rpartition("@")[0].partition(":")
-        netloc = f"{user}:{MASK}@{host}" if password else f"{MASK}@{host}"
+        if password:
+            netloc = f"{user}:{MASK}@{host}"
+        else:
+            netloc = f"{MASK}@{host}" if _token(parts.scheme, password) else f"{user}@{host}"
     if path:
         tail = "/" + MASK if parts.path.strip("/") or parts.query else ""
         return urlunsplit((parts.scheme, netloc, tail, "", ""))
@@ -145,7 +160,8 @@ def _url_secrets(url: str, path: bool) -> dict[str, str]:
             continue
         if "@" in parts.netloc:
             user, _, password = parts.netloc.rpartition("@")[0].partition(":")
-            out[password or user] = MASK
+            if password or _token(parts.scheme, password):
+                out[password or user] = MASK
         out.update(
             {v: MASK for k, v in parse_qsl(parts.query) if k.lower() in CREDENTIAL_PARAMETERS}
         )

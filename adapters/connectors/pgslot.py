@@ -21,6 +21,7 @@ source's access to the log, with no streaming protocol.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +144,20 @@ class LogicalSlot:
 
     def __init__(self, con: Any, slot: str, publication: str) -> None:
         self.con, self.slot, self.publication = con, slot, publication
+
+    @contextmanager
+    def _serial(self) -> Iterator[None]:
+        """Hold the slot for this session: PostgreSQL lets one backend use a slot at a time
+        (another gets "replication slot ... is active"), and the tables of one source read,
+        advance and remake it from several threads or processes. A session-level advisory lock,
+        re-entrant within the session, released on the way out."""
+        self.con.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"rivc slot {self.slot}",))
+        try:
+            yield
+        finally:
+            self.con.execute(
+                "SELECT pg_advisory_unlock(hashtext(%s))", (f"rivc slot {self.slot}",)
+            )
 
     def refusals(self, tables: list[str]) -> dict[str, str]:
         """Each of `tables` that must not be published, with why: with no replica identity
@@ -268,7 +283,11 @@ class LogicalSlot:
         from psycopg import errors
 
         try:
-            with self.con.transaction(), self.con.cursor(name="rivc_changes") as cur:
+            with (
+                self._serial(),
+                self.con.transaction(),
+                self.con.cursor(name="rivc_changes") as cur,
+            ):
                 cur.itersize = 2000
                 cur.execute(
                     "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
@@ -286,9 +305,7 @@ class LogicalSlot:
         more (`Undecodable`), taken by a new snapshot of every table. Serialised on the server
         with the source's other tables; a slot another table's run remade meanwhile (one that
         decodes) is kept."""
-        key = f"rivc slot {self.slot}"
-        self.con.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
-        try:
+        with self._serial():
             if self.decodes():
                 return
             if self.confirmed() is not None:
@@ -303,8 +320,6 @@ class LogicalSlot:
             self.con.execute(
                 "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,)
             )
-        finally:
-            self.con.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
 
     def decodes(self) -> bool:
         """Whether the slot's log up to now reads through the publication."""
@@ -322,11 +337,12 @@ class LogicalSlot:
 
     def advance(self, lsn: int) -> None:
         """Confirm everything up to `lsn`: the server may recycle the log before it."""
-        at = self.confirmed()
-        if at is not None and lsn > at:
-            self.con.execute(
-                "SELECT pg_replication_slot_advance(%s, %s)", (self.slot, lsn_text(lsn))
-            )
+        with self._serial():
+            at = self.confirmed()
+            if at is not None and lsn > at:
+                self.con.execute(
+                    "SELECT pg_replication_slot_advance(%s, %s)", (self.slot, lsn_text(lsn))
+                )
 
     def lag_bytes(self) -> int | None:
         row = self.con.execute(
@@ -337,8 +353,9 @@ class LogicalSlot:
         return None if row is None else int(row[0])
 
     def drop(self) -> None:
-        if self.confirmed() is not None:
-            self.con.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
+        with self._serial():
+            if self.confirmed() is not None:
+                self.con.execute("SELECT pg_drop_replication_slot(%s)", (self.slot,))
         self.con.execute(f"DROP PUBLICATION IF EXISTS {_ident(self.publication)}")
 
 

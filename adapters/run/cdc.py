@@ -140,22 +140,24 @@ def slot_names(project: str, source: str, config: PostgresCdcConfig) -> tuple[st
 def extract_changes(ctx: CdcContext) -> Extraction:
     """The table's changes since its position, landed as one batch. A log the slot can no
     longer decode (its publication dropped under it) is refused naming the full refresh
-    that recovers; that full refresh makes slot and publication again first."""
+    that recovers; that full refresh makes slot and publication again first, before any of
+    the source's tables reads where the slot stands (so every snapshot meets the new slot's
+    log, whichever thread or process comes first)."""
+    if ctx.full_refresh:
+        with connection(ctx.conn) as db:
+            db.execute("SET default_transaction_read_only = off")
+            slot = LogicalSlot(db, ctx.slot, ctx.publication)
+            if slot.confirmed() is not None:  # a slot that may not decode: made again
+                slot.remake([t for t in ctx.tables if t not in slot.refusals(ctx.tables)])
     try:
         return _extract(ctx)
     except Undecodable as exc:
         source = ctx.name.split(".")[0]
-        if not ctx.full_refresh:
-            raise ConnectorError(
-                f"source {ctx.name}: {exc.message} after slot {ctx.slot} began, so the log "
-                "since cannot be decoded through it: take a new snapshot of the source's "
-                f"tables with `rivc run --full-refresh --select source:{source}` (docs/cdc.md)"
-            ) from None
-    with connection(ctx.conn) as db:
-        db.execute("SET default_transaction_read_only = off")
-        slot = LogicalSlot(db, ctx.slot, ctx.publication)
-        slot.remake([t for t in ctx.tables if t not in slot.refusals(ctx.tables)])
-    return _extract(ctx)
+        raise ConnectorError(
+            f"source {ctx.name}: {exc.message} after slot {ctx.slot} began, so the log "
+            "since cannot be decoded through it: take a new snapshot of the source's "
+            f"tables with `rivc run --full-refresh --select source:{source}` (docs/cdc.md)"
+        ) from None
 
 
 def _extract(ctx: CdcContext) -> Extraction:

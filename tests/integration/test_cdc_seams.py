@@ -278,7 +278,8 @@ def test_a_dropped_publication_is_refused_by_name_and_a_full_refresh_recovers(
     recovered = rivc(root, "run", "--full-refresh", "--select", "source:pg", "--threads", "2")
     assert recovered.exit_code == 0, recovered.output
     pg.execute("UPDATE seam_pub_b SET n = 5 WHERE id = 5")
-    assert rivc(root, "run").exit_code == 0
+    after = rivc(root, "run")
+    assert after.exit_code == 0, after.output
     for name in ("a", "b"):
         assert_consumers_equal_source(root, pg, name, f"seam_pub_{name}", refreshed=True)
 

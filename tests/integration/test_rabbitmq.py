@@ -214,8 +214,11 @@ sinks:
         source = load_project(root).sources["mq.readings"]
         assert lag(source.connector, source.config, "mqsrc", "mq.readings") == 1500  # all ready
         doctor = rivc(root, "doctor")
+        # the password is guest too: every occurrence of a secret's value is masked
+        shown = URL.replace("guest@", "****@")
+        assert "guest" not in doctor.output
         assert (
-            f"[OK] source mq.readings (rabbitmq {URL}): 127.0.0.1:5672 queue {queue}: 1500 ready"
+            f"[OK] source mq.readings (rabbitmq {shown}): 127.0.0.1:5672 queue {queue}: 1500 ready"
             in doctor.output
         ), doctor.output
         (root / "sources/mq.yml").write_text(
@@ -223,7 +226,7 @@ sinks:
         )
         missing = rivc(root, "doctor")
         assert (
-            f"[FAIL] source mq.readings (rabbitmq {URL}): not found: NOT_FOUND - no queue '{queue}_no'"
+            f"[FAIL] source mq.readings (rabbitmq {shown}): not found: NOT_FOUND - no queue '{queue}_no'"
             in missing.output
         ), missing.output
         (root / "sources/mq.yml").write_text(

@@ -156,3 +156,21 @@ def test_config_that_is_no_secret_stays_visible_and_diffable(make_project):
     )
     code, out = run(root, "ls", "--select", "state:modified", "--state", str(root / "prod"))
     assert code == 0 and out.split() == ["sink:s"], out
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("amqp://guest@127.0.0.1:5672/%2F", "amqp://guest@127.0.0.1:5672/%2F"),
+        ("postgresql://app@db:5432/shop", "postgresql://app@db:5432/shop"),
+        ("amqp://guest:s3cret@127.0.0.1/%2F", "amqp://guest:****@127.0.0.1/%2F"),
+        ("nats://t0ken@127.0.0.1:4222", "nats://****@127.0.0.1:4222"),
+        ("https://t0ken@example.com/hook?sig=abc", "https://****@example.com/hook?sig=****"),
+    ],
+)
+def test_a_url_shows_its_user_and_masks_its_password_and_tokens(url, shown):
+    from rivc.compiler.secrets import Scrubber, _url_secrets, mask_url
+
+    assert mask_url(url) == shown
+    scrubbed = Scrubber(_url_secrets(url, False))(f"failed: {url}; user guest, user app")
+    assert scrubbed == f"failed: {shown}; user guest, user app"
