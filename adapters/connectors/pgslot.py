@@ -155,9 +155,7 @@ class LogicalSlot:
         try:
             yield
         finally:
-            self.con.execute(
-                "SELECT pg_advisory_unlock(hashtext(%s))", (f"rivc slot {self.slot}",)
-            )
+            self.con.execute("SELECT pg_advisory_unlock(hashtext(%s))", (f"rivc slot {self.slot}",))
 
     def refusals(self, tables: list[str]) -> dict[str, str]:
         """Each of `tables` that must not be published, with why: with no replica identity
