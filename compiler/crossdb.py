@@ -33,8 +33,18 @@ def dateadd(datepart: str, interval: Any, from_date_or_timestamp: str) -> str:
 
 
 def datediff(first_date: str, second_date: str, datepart: str) -> str:
+    """The datepart boundaries crossed from the first date to the second, as dbt's adapters
+    count them (dbt-duckdb, Databricks; dbt-spark for year and day): '2020-12-31' to
+    '2021-01-01' is one year. A week begins on Sunday, as dbt-duckdb's and dbt-spark's
+    `datediff` have it. (dbt-spark's own hour, minute and second count whole elapsed units,
+    and its month and quarter arithmetic is off at month ends; rivc counts boundaries for
+    every part.)"""
+    unit = _unit(datepart)
     first, second = (f"cast({d} as timestamp)" for d in (first_date, second_date))
-    return f"timestampdiff({_unit(datepart)}, {first}, {second})"
+    if unit == "WEEK":  # a Sunday-first week is the Monday-first week of the next day
+        first, second = (f"timestampadd(DAY, 1, {d})" for d in (first, second))
+    first, second = (f"date_trunc('{unit.lower()}', {d})" for d in (first, second))
+    return f"timestampdiff({unit}, {first}, {second})"
 
 
 def last_day(date: str, datepart: str) -> str:
