@@ -321,8 +321,14 @@ def _schedule(
     """Run `todo` in dependency order, up to `threads` at a time."""
     pending = set(todo)
     parents = {n: {p for p in graph.upstream(n) if p in pending} for n in todo}
-    # build: a node waits for the tests of what it reads, and a failed test skips it (dbt's way)
+    # build: a node waits for the tests of what it reads, and a failed test skips it (dbt's way);
+    # a model waits for its unit tests, which read no table, and is skipped when one fails
     for test in (n for n in todo if graph.nodes[n].kind == "test"):
+        if graph.nodes[test].config.get("test") == "unit":
+            model = f"model:{graph.nodes[test].config['model']}"
+            if model in pending:
+                parents[model].add(test)
+            continue
         reads = graph.upstream(test)
         for tested in graph.nodes[test].depends_on:
             for child in graph.downstream(tested) - reads:

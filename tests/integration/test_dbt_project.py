@@ -179,6 +179,36 @@ unit_tests:
     assert not (root / "warehouse").exists() or not any((root / "warehouse").iterdir())
 
 
+def test_build_runs_a_models_unit_tests_first_and_a_failing_one_skips_it(make_project):
+    """As dbt build: the model whose unit test fails is not built (nor what reads it); what
+    it reads is."""
+    root = make_project(
+        {
+            "models/stg.sql": "{{ config(materialized='table') }} select 1 as order_id, 2.5 as total",
+            "models/twice.sql": "{{ config(materialized='table') }} "
+            "select order_id, total * 2 as double from {{ ref('stg') }}",
+            "models/after.sql": "select * from {{ ref('twice') }}\n",
+            "models/twice.yml": """
+unit_tests:
+  - name: doubled
+    model: twice
+    given:
+      - input: ref('stg')
+        rows: [{order_id: 1, total: 2.5}]
+    expect:
+      rows: [{order_id: 1, double: 6.0}]
+""",
+        }
+    )
+    built = rivc(root, "build")
+    assert built.exit_code == 1, built.output
+    results = json.loads((root / "target/run_results.json").read_text())["results"]
+    status = {r["node"]: r["status"] for r in results}
+    assert status["test:doubled"] == "fail" and status["model:stg"] == "success"
+    assert status["model:twice"] == "skipped" and status["model:after"] == "skipped"
+    assert (root / "warehouse/stg").exists() and not (root / "warehouse/twice").exists()
+
+
 SNAPSHOTS = {
     "dbt_project.yml": "name: snap\nprofile: snap\nconfig-version: 2\n",
     "snapshots/orders_snapshot.sql": """{% snapshot orders_snapshot %}
