@@ -133,7 +133,6 @@ DBT_TARGET_KEYS = frozenset(
         "port",
         "schema",
         "database",
-        "threads",
         "user",
         "token",
         "cluster",

@@ -14,6 +14,7 @@ TARGET_DIR = "target"  # what compile writes: manifest, compiled SQL, jobs
 STATE_DIR = ".rivc"  # what runs keep: the state store, staged copies, checkpoints, logs
 SPARK_LOG = "spark.log"  # under STATE_DIR: the JVM's own output
 PROFILES_FILE = "profiles.yml"
+PROFILES_DIR_ENV = "RIVC_PROFILES_DIR"  # --profiles-dir
 DEFAULT_PATHS = {
     "models": "models",
     "sources": "sources",
@@ -79,13 +80,12 @@ def project_file(root: Path) -> Path:
 
 
 def find_profiles(root: Path, env: Mapping[str, str]) -> Path | None:
-    """profiles.yml in the project, then $RIVC_PROFILES_DIR, $DBT_PROFILES_DIR, then ~/.rivc/."""
-    candidates = [root / PROFILES_FILE]
-    for var in ("RIVC_PROFILES_DIR", "DBT_PROFILES_DIR"):
-        if env.get(var):
-            candidates.append(Path(env[var]) / PROFILES_FILE)
-    candidates.append(Path.home() / ".rivc" / PROFILES_FILE)
-    return next((c for c in candidates if c.is_file()), None)
+    """profiles.yml where dbt looks for it, first found: the folder --profiles-dir or
+    $RIVC_PROFILES_DIR names, $DBT_PROFILES_DIR, the project, ~/.rivc/ (not ~/.dbt/, which
+    holds dbt's targets for its other adapters)."""
+    candidates = [Path(env[v]) for v in (PROFILES_DIR_ENV, "DBT_PROFILES_DIR") if env.get(v)]
+    candidates += [root, Path.home() / ".rivc"]
+    return next((c / PROFILES_FILE for c in candidates if (c / PROFILES_FILE).is_file()), None)
 
 
 def list_project_files(root: Path, paths: Mapping[str, str]) -> list[Path]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .dbtproject import dbt_target
 from .errors import ProjectError, did_you_mean
@@ -30,6 +31,7 @@ def load_profile(
         return ProfileSpec(), None, DEFAULT_TARGET
     rel = path.relative_to(root) if path.is_relative_to(root) else path
     doc = parse_yaml(read_project_file(root, rel), rel, env)
+    doc.data = _render(doc, (), doc.data, env)
     data = doc.data or {}
     if not isinstance(data, dict) or name not in data:
         names = list(data) if isinstance(data, dict) else []
@@ -82,6 +84,36 @@ def load_profile(
             doc.location((*at, "warehouse" if given else "spark")),
         )
     return spec, path, str(target)
+
+
+def _render(doc: YamlDoc, at: YamlPath, value: Any, env: Mapping[str, str]) -> Any:
+    """`{{ env_var('X') }}` and `{{ env_var('X', 'default') }}` in profiles.yml's values, as
+    dbt renders them (a secret variable is allowed here); a rendered true/false is a boolean."""
+    if isinstance(value, dict):
+        return {k: _render(doc, (*at, str(k)), v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_render(doc, (*at, i), v, env) for i, v in enumerate(value)]
+    if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+        return value
+    import jinja2
+
+    from .sandbox import environment
+
+    def env_var(name: str, default: str | None = None) -> str:
+        found = env.get(name, default)
+        doc.env_used[name] = env.get(name)
+        if found is None:
+            raise ProjectError(
+                f"env_var({name!r}): the variable is not set and there is no default",
+                doc.location(at),
+            )
+        return str(found)
+
+    try:
+        text = environment().from_string(value).render(env_var=env_var)
+    except jinja2.TemplateError as exc:
+        raise ProjectError(f"cannot render {value!r}: {exc}", doc.location(at)) from None
+    return {"true": True, "false": False}.get(text.strip().lower(), text)
 
 
 URI_HINT = (

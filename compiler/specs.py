@@ -7,7 +7,14 @@ import types
 import typing
 from typing import Annotated, Any, Literal, NewType, Union
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .aliases import TRANSFORMS, connector_name
 from .errors import CompileFailed, ProjectError, RivcError, did_you_mean
@@ -234,6 +241,8 @@ class ProfileSpec(Spec):
     # rivc's process and Spark's executors get them, on top of the environment's
     storage: StorageOptions = {}
     connections: dict[str, ConnectionSpec] = {}
+    # nodes run at once when --threads is not given (dbt's threads)
+    threads: PositiveInt | None = None
 
 
 # --------------------------------------------------------------------------- sources

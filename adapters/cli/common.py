@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from rivc.compiler.errors import RivcError
-from rivc.compiler.locate import TARGET_ENV, find_project_root
+from rivc.compiler.locate import PROFILES_DIR_ENV, TARGET_ENV, find_project_root
 from rivc.compiler.secrets import redact_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,8 +76,24 @@ def _set_target(ctx: click.Context, param: click.Parameter, value: str | None) -
         os.environ[TARGET_ENV] = value
 
 
+def _set_profiles_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--profiles-dir is $RIVC_PROFILES_DIR for this process, as --target is $RIVC_TARGET."""
+    if value:
+        os.environ[PROFILES_DIR_ENV] = str(Path(value).resolve())
+
+
 def project_dir_option(fn: F) -> F:
-    """--project-dir and --target, which every command that reads a project takes."""
+    """--project-dir, --target and --profiles-dir, which every command that reads a project
+    takes."""
+    fn = click.option(
+        "--profiles-dir",
+        metavar="DIR",
+        expose_value=False,
+        callback=_set_profiles_dir,
+        type=click.Path(file_okay=False, exists=True),
+        help="The folder of profiles.yml (default: $RIVC_PROFILES_DIR, $DBT_PROFILES_DIR, the "
+        "project, ~/.rivc).",
+    )(fn)
     fn = click.option(
         "--target",
         "-t",

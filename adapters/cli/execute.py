@@ -141,7 +141,9 @@ def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], click.Co
             state_option,
             *compile_options,
             click.option(
-                "--threads", type=int, default=1, show_default=True, help="Nodes run at once."
+                "--threads",
+                type=click.IntRange(min=1),
+                help="Nodes run at once (default: the profile's threads:, else 1).",
             ),
             click.option("--fail-fast", is_flag=True, help="Stop at the first failure."),
             click.option(

@@ -57,7 +57,7 @@ class RunOptions:
     params: dict[str, str] = field(default_factory=dict)
     vars: dict[str, Any] = field(default_factory=dict)
     full_refresh: bool = False
-    threads: int = 1
+    threads: int | None = None  # --threads, else the profile's threads:, else 1
     fail_fast: bool = False
     state: str | None = None  # --state: an earlier target/
     defer: bool = False  # --defer: unselected tables this warehouse lacks are read from --state's
@@ -319,6 +319,7 @@ def _schedule(
     on_start: Callable[[str], None],
 ) -> list[NodeResult]:
     """Run `todo` in dependency order, up to `threads` at a time."""
+    threads = max(1, options.threads or runtime.plan.profile.threads or 1)
     pending = set(todo)
     parents = {n: {p for p in graph.upstream(n) if p in pending} for n in todo}
     # build: a node waits for the tests of what it reads, and a failed test skips it (dbt's way);
@@ -340,7 +341,7 @@ def _schedule(
     stop = False
 
     def run(nid: str) -> NodeResult:
-        if options.threads > 1 and runtime.started and not runtime.on_connect:  # Connect: no pools
+        if threads > 1 and runtime.started and not runtime.on_connect:  # Connect: no pools
             pool = f"rivc-{threading.get_ident() % 1000}"
             runtime.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
         runtime.tracker.enter(nid)
@@ -352,13 +353,13 @@ def _schedule(
             done[result.node] = result
             on_result(len(done), len(todo), result)
 
-    if options.threads > 1:
+    if threads > 1:
         _import_for_workers()
-    with ThreadPoolExecutor(max_workers=max(1, options.threads)) as pool:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         running: dict[Future[NodeResult], str] = {}
         while len(done) < len(todo):
             for nid in sorted(pending, key=order.__getitem__):
-                if len(running) >= max(1, options.threads):
+                if len(running) >= threads:
                     break
                 if nid in running.values() or any(p not in done for p in parents[nid]):
                     continue

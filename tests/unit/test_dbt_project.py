@@ -324,6 +324,7 @@ def test_a_dbt_spark_target_maps_to_rivcs_profile(make_project, target, remote, 
     assert chosen == "dev" and spec.spark.remote == remote
     if remote is None:
         assert spec.spark.conf == {"spark.sql.shuffle.partitions": "4"}
+        assert spec.threads == 4  # --threads' default
     else:
         assert spec.warehouse == "s3://lake/wh"
 

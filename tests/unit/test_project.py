@@ -117,10 +117,11 @@ def test_profiles_lookup_order(make_project, tmp_path, monkeypatch):
     project = load_project(root, env={"RIVC_PROFILES_DIR": str(elsewhere)})
     assert project.profile.warehouse == "wh_from_env_dir"
     (root / "profiles.yml").write_text("default: {warehouse: wh_local}\n")
-    assert (
+    assert (  # the folder named wins over the project's, as in dbt
         load_project(root, env={"RIVC_PROFILES_DIR": str(elsewhere)}).profile.warehouse
-        == "wh_local"
+        == "wh_from_env_dir"
     )
+    assert load_project(root, env={}).profile.warehouse == "wh_local"
 
 
 def test_relational_source_checks_connection(make_project):

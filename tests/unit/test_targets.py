@@ -79,3 +79,49 @@ def test_outputs_without_a_target_need_one(make_project):
     assert code == 2 and "has outputs dev, prod and no target" in out, out
     assert run(root, "compile", "--target", "prod")[0] == 0
     assert "'prod' as target_name" in compiled(root)
+
+
+def test_profiles_are_found_where_dbt_looks_and_render_env_var(make_project, tmp_path):
+    """--profiles-dir, then $DBT_PROFILES_DIR, win over the project's profiles.yml (dbt's
+    order); `{{ env_var() }}` in a value is rendered, a missing one refused at its line."""
+    root = make_project({"models/which.sql": MODEL, "profiles.yml": PROFILES})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "profiles.yml").write_text(
+        "default:\n  target: ci\n  outputs:\n"
+        "    ci: {warehouse: \"{{ env_var('LAKE_DIR', 'ci_lake') }}\"}\n"
+    )
+
+    def target_of(*args: str, **env: str | None) -> str:
+        result = CliRunner().invoke(
+            main,
+            ["compile", *args, "--project-dir", str(root)],
+            env={"RIVC_TARGET": None, "RIVC_PROFILES_DIR": None, "DBT_PROFILES_DIR": None, **env},
+        )
+        assert result.exit_code == 0, result.output
+        return compiled(root)
+
+    assert "'dev' as target_name" in target_of()
+    assert "'ci' as target_name" in target_of("--profiles-dir", str(elsewhere))
+    assert "'ci' as target_name" in target_of(DBT_PROFILES_DIR=str(elsewhere))
+
+    from rivc.compiler.profiles import load_profile
+
+    spec, _, _ = load_profile(root, "default", {"DBT_PROFILES_DIR": str(elsewhere)})
+    assert spec.warehouse == "ci_lake"
+    spec, _, _ = load_profile(
+        root, "default", {"DBT_PROFILES_DIR": str(elsewhere), "LAKE_DIR": "/data/lake"}
+    )
+    assert spec.warehouse == "/data/lake"
+    (elsewhere / "profiles.yml").write_text(
+        "default:\n  target: ci\n  outputs:\n    ci:\n      warehouse: \"{{ env_var('NOPE') }}\"\n"
+    )
+    result = CliRunner().invoke(
+        main,
+        ["compile", "--project-dir", str(root)],
+        env={"DBT_PROFILES_DIR": str(elsewhere), "RIVC_PROFILES_DIR": None, "NOPE": None},
+    )
+    assert result.exit_code == 2
+    assert "elsewhere/profiles.yml:5:7: error: env_var('NOPE'): the variable is not set" in (
+        result.output
+    )
