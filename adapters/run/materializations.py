@@ -269,7 +269,8 @@ class Seed(Table):
         from rivc.compiler.sql import quote
 
         path = rt.plan.root / node.path
-        data = read_csv(path.read_text(encoding="utf-8"), path, node.config.get("delimiter", ","))
+        text = path.read_bytes().decode("utf-8")  # "\r\n" inside quotes is a value's own
+        data = read_csv(text, path, node.config.get("delimiter", ","))
         types = node.columns or {}
         columns = [f"_{i}" for i in range(len(data.header))]  # any header, any case
         text = pa.table(

@@ -22,6 +22,7 @@ EDGES = (
     '2,-0.05,-9223372036854775808,FALSE,1970-01-01,1999-12-31T23:59:59.999999,"say ""hi""",120\n'
     '3,,,,,,"two\nlines",\n'
     '4,1234567.00,0,false,9999-12-31,2024-06-30T12:00:00Z,"",0\n'
+    '5,,,,,,"a Windows\r\nline end, kept",\r\n'  # and a row that ends in one
 )
 
 EXPECTED = [
@@ -64,6 +65,16 @@ EXPECTED = [
         "at": dt.datetime(2024, 6, 30, 12, 0, tzinfo=dt.UTC),
         "name": None,  # an empty field, quoted or not, is NULL (as dbt loads it)
         "code": "0",
+    },
+    {
+        "id": 5,
+        "price": None,
+        "big": None,
+        "flag": None,
+        "day": None,
+        "at": None,
+        "name": "a Windows\r\nline end, kept",
+        "code": None,
     },
 ]
 
