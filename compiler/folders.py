@@ -20,40 +20,9 @@ from typing import Any
 
 from .errors import ProjectError
 from .property_specs import SeedConfig
-from .specs import ModelConfig
+from .specs import IGNORED, ModelConfig, check_contract
 from .yamlio import YamlDoc
 
-# dbt configs rivc accepts and ignores: rivc names a model's table by the model, in its warehouse
-IGNORED = frozenset(
-    {
-        "schema",
-        "database",
-        "alias",
-        "persist_docs",
-        "docs",
-        "meta",
-        "grants",
-        "file_format",
-        "location_root",
-        "group",
-        "access",
-        "contract",
-        "quote_columns",
-        "full_refresh",
-        "sql_header",
-        "tblproperties",
-        "clustered_by",
-        "buckets",
-        "on_configuration_change",
-        "labels",
-        "event_time",
-        "batch_size",
-        "lookback",
-        "begin",
-        "copy_grants",
-        "column_types",
-    }
-)
 KEYS = {
     "models": frozenset(ModelConfig.model_fields),
     "seeds": frozenset(SeedConfig.model_fields) | {"pre_hook", "post_hook"},  # not run on seeds
@@ -84,7 +53,7 @@ def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
     (compiler/sandbox.py), at its line."""
     from .sandbox import refused
 
-    keys = KEYS[kind] | IGNORED - ({"column_types"} if kind != "seeds" else set())
+    keys = KEYS[kind] | IGNORED
 
     def walk(level: Any, at: tuple[str | int, ...]) -> None:
         if not isinstance(level, dict):
@@ -101,6 +70,11 @@ def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
                         f"unknown {kind[:-1]} config {name!r}{did_you_mean(name[1:], keys)}",
                         doc.location((*at, key)),
                     )
+                if config_key(name) == "contract":
+                    try:
+                        check_contract(value)
+                    except ValueError as exc:
+                        raise ProjectError(str(exc), doc.location((*at, key))) from None
             elif isinstance(value, dict):
                 walk(value, (*at, key))
                 continue

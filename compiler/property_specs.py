@@ -107,6 +107,7 @@ class ColumnSpec(Spec):
     constraints: Any = None
     config: Any = None
     policy_tags: Any = None
+    granularity: str | None = None  # a time spine's (dbt's semantic layer)
 
 
 class ModelProps(Spec):
@@ -115,6 +116,13 @@ class ModelProps(Spec):
     config: ModelConfig = ModelConfig()
     columns: tuple[ColumnSpec, ...] = ()
     data_tests: tuple[TestDef, ...] = Field((), alias="tests")  # tests of the whole model
+    # dbt's documentation, governance and semantic-layer keys: accepted and left alone
+    meta: dict[str, Any] = {}
+    docs: dict[str, Any] = {}
+    access: Literal["private", "protected", "public"] | None = None
+    group: str | None = None
+    deprecation_date: Any = None
+    time_spine: dict[str, Any] | None = None
 
 
 class SeedConfig(Spec):

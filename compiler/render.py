@@ -17,12 +17,12 @@ from . import crossdb, dbtjinja, folders, sandbox
 from .errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
 from .property_specs import TestConfig
 from .relations import Column, NeedColumns, Relation
-from .specs import ModelConfig
+from .specs import ModelConfig, check_contract
 from .sql import quote
 
 CONFIG_KEYS = frozenset(ModelConfig.model_fields)
 TEST_CONFIG_KEYS = frozenset(f.alias or name for name, f in TestConfig.model_fields.items())
-IGNORED_CONFIG = folders.IGNORED - {"column_types"}
+IGNORED_CONFIG = folders.IGNORED
 
 
 def source_relation(source: str, table: str) -> str:
@@ -154,6 +154,10 @@ class _State:
             return ""
         for key, value in kwargs.items():
             if key in IGNORED_CONFIG:
+                try:
+                    check_contract(value if key == "contract" else None)
+                except ValueError as exc:
+                    raise RenderError(f"config(): {exc}") from None
                 continue  # dbt's warehouse placement (schema, alias, grants, ...): docs/dbt.md
             if key not in CONFIG_KEYS:
                 raise RenderError(f"config(): unknown key {key!r}{did_you_mean(key, CONFIG_KEYS)}")

@@ -8,7 +8,7 @@ import pytest
 
 from rivc.compiler.errors import CompileFailed, ProjectError
 from rivc.compiler.locate import find_project_root
-from rivc_testing import analyze_dir
+from rivc_testing import analyze_dir, findings
 
 DBT_PROJECT = """
 name: shop
@@ -568,3 +568,36 @@ def test_a_package_macro_of_a_leading_underscore_is_reached_through_its_namespac
     compiled = analyze_dir(root)
     assert not compiled.errors, [str(f) for f in compiled.errors]
     assert "42 as n" in (compiled.graph.nodes["model:p"].sql or "")
+
+
+def test_documentation_and_semantic_layer_properties_are_accepted(make_project):
+    """Model-level meta, docs, access, group, deprecation_date and time_spine, a column's
+    granularity and an unenforced contract are dbt properties that change nothing in a build;
+    an enforced contract, which rivc does not check yet, is refused at its line."""
+    props = """
+models:
+  - name: m
+    meta: {owner: data}
+    docs: {show: true}
+    access: public
+    group: finance
+    deprecation_date: 2030-01-01
+    config: {contract: {enforced: false}, meta: {tier: 1}}
+    time_spine: {standard_granularity_column: n}
+    columns:
+      - {name: n, granularity: day, data_type: int}
+"""
+    root = dbt_project(make_project, {"transform/marts/m.yml": props})
+    assert [str(f) for f in findings(root) if f.severity == "error"] == []
+    root.joinpath("transform/marts/m.yml").write_text(
+        props.replace("enforced: false", "enforced: true")
+    )
+    with pytest.raises(CompileFailed, match="enforced contract is not checked") as caught:
+        findings(root)
+    assert "transform/marts/m.yml:9:5: error:" in str(caught.value)
+    root.joinpath("transform/marts/m.yml").unlink()
+    (root / "transform/marts/m.sql").write_text(
+        "{{ config(contract={'enforced': true}) }} select 1 as n\n"
+    )
+    (error,) = [str(f) for f in findings(root) if f.severity == "error"]
+    assert "transform/marts/m.sql:1" in error and "enforced contract is not checked" in error
