@@ -230,3 +230,77 @@ def unconditioned_joins(tree: exp.Query, sql: str) -> list[tuple[int | None, int
             continue
         out.append(position(sql, join.this))
     return out
+
+
+# the type names Spark SQL's parser knows (a cast's target); sqlglot reads more and maps them
+SPARK_TYPES = frozenset(
+    {
+        "boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long",
+        "float", "real", "double", "date", "timestamp", "timestamp_ntz", "timestamp_ltz",
+        "string", "char", "character", "varchar", "binary", "decimal", "dec", "numeric",
+        "interval", "array", "map", "struct", "void", "variant",
+    }
+)  # fmt: skip
+SIZED = frozenset({"char", "character", "varchar"})
+INSTEAD = {
+    "text": "string",
+    "nvarchar": "string",
+    "nchar": "string",
+    "clob": "string",
+    "bool": "boolean",
+    "datetime": "timestamp",
+    "timestamptz": "timestamp",
+    "int2": "smallint",
+    "int4": "int",
+    "int8": "bigint",
+    "float4": "float",
+    "float8": "double",
+    "number": "decimal",
+    "bytea": "binary",
+    "varbinary": "binary",
+}
+
+
+def spark_types(sql: str, dialect: str = "spark") -> list[tuple[int, int, str]]:
+    """(line, column, message) of each cast whose target type Spark SQL does not parse —
+    `cast(x as varchar)` without a length, `x::text` — which sqlglot reads and Spark refuses
+    at run time. Read from the tokens: the tree no longer holds the type's own word."""
+    from sqlglot.dialects.dialect import Dialect
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = Dialect.get_or_raise(dialect).tokenize(sql)
+    except TokenError:
+        return []
+    out = []
+    casts: list[bool] = []  # for each open parenthesis: whether it is a cast's
+    for i, tok in enumerate(tokens):
+        if tok.token_type == TokenType.L_PAREN:
+            before = tokens[i - 1].text.lower() if i else ""
+            casts.append(before in ("cast", "try_cast"))
+            continue
+        if tok.token_type == TokenType.R_PAREN:
+            if casts:
+                casts.pop()
+            continue
+        typed = tok.token_type == TokenType.DCOLON or (
+            tok.token_type == TokenType.ALIAS and bool(casts) and casts[-1]
+        )
+        if not typed or i + 1 >= len(tokens):
+            continue
+        word, sized = tokens[i + 1], i + 2 < len(tokens) and tokens[i + 2].text == "("
+        name = word.text.lower()
+        message = None
+        if name in SIZED and not sized:
+            message = f"{name} needs a length in Spark SQL: {name}(n), or string"
+        elif name not in SPARK_TYPES and word.token_type != TokenType.VAR:
+            hint = INSTEAD.get(name)
+            message = f"Spark SQL has no type {word.text}" + (f": use {hint}" if hint else "")
+        elif name in INSTEAD:
+            message = f"Spark SQL has no type {word.text}: use {INSTEAD[name]}"
+        if message:
+            start = word.start
+            line = sql.count("\n", 0, start) + 1
+            out.append((line, start - (sql.rfind("\n", 0, start) + 1) + 1, message))
+    return out

@@ -33,6 +33,7 @@ from .validate import (
     parse_query,
     position,
     resolve_columns,
+    spark_types,
     too_deep,
     unconditioned_joins,
 )
@@ -193,6 +194,8 @@ class Worker:
             star = next(e for e in tree.selects if isinstance(e, exp.Star | exp.Column))
             line, col = position(res.sql, star)
             res.star = (line or 1, col or 1)
+        for line, col, message in spark_types(res.sql):
+            res.findings.append(rules.syntax(SqlError(message, SourceLocation(path, line, col))))
         for line, col in unconditioned_joins(tree, res.sql):
             res.findings.append(
                 rules.cross_join(

@@ -261,3 +261,21 @@ def test_a_threshold_compares_the_failing_rows(count, threshold, met):
     from rivc.compiler.property_specs import failed
 
     assert failed(count, threshold) is met
+
+
+def test_a_cast_to_a_type_spark_does_not_parse_is_an_error_at_its_word(make_project):
+    """sqlglot reads varchar without a length, text or bool, and Spark refuses them at run
+    time (as dbt-spark does): compile and lint say so at the word."""
+    sql = (
+        "select cast(id as varchar) as a,\n"
+        "  id::text as b, cast(id as varchar(10)) as c, cast(id as string) as d,\n"
+        "  try_cast(id as bool) as e, 'x' as text\n"
+        "from {{ ref('stg') }}\n"
+    )
+    root = make_project({"models/stg.sql": "select 1 as id", "models/m.sql": sql})
+    said = sorted(str(f) for f in findings(root) if f.rule == "RV001")
+    assert said == [
+        "models/m.sql:1:19: error: varchar needs a length in Spark SQL: varchar(n), or string [RV001]",
+        "models/m.sql:2:7: error: Spark SQL has no type text: use string [RV001]",
+        "models/m.sql:3:18: error: Spark SQL has no type bool: use boolean [RV001]",
+    ]
