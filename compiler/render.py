@@ -13,16 +13,16 @@ from typing import Any
 
 import jinja2
 
-from . import crossdb, dbtjinja, folders, sandbox
+from . import crossdb, dbtjinja, sandbox
 from .errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
 from .property_specs import TestConfig
 from .relations import Column, NeedColumns, Relation
-from .specs import ModelConfig, check_contract
+from .specs import IGNORED, ModelConfig, check_contract
 from .sql import quote
 
 CONFIG_KEYS = frozenset(ModelConfig.model_fields)
 TEST_CONFIG_KEYS = frozenset(f.alias or name for name, f in TestConfig.model_fields.items())
-IGNORED_CONFIG = folders.IGNORED
+IGNORED_CONFIG = IGNORED
 
 
 def source_relation(source: str, table: str) -> str:

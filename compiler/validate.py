@@ -265,9 +265,9 @@ def spark_types(sql: str, dialect: str = "spark") -> list[tuple[int, int, str]]:
     """(line, column, message) of each cast whose target type Spark SQL does not parse —
     `cast(x as varchar)` without a length, `x::text` — which sqlglot reads and Spark refuses
     at run time. Read from the tokens: the tree no longer holds the type's own word."""
+    from sqlglot import TokenType
     from sqlglot.dialects.dialect import Dialect
     from sqlglot.errors import TokenError
-    from sqlglot.tokens import TokenType
 
     try:
         tokens = Dialect.get_or_raise(dialect).tokenize(sql)
