@@ -24,7 +24,8 @@ from .common import (
 
 @click.group()
 def state() -> None:
-    """The state store: cursors, committed batches, written files."""
+    """Where sources and sinks stand (read from the tables), and the state store's record of
+    runs, committed batches and written files."""
 
 
 def _store(project_dir: str | None) -> Any:
