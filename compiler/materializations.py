@@ -66,14 +66,16 @@ MATERIALIZATIONS: dict[str, Materialization] = {
         ),
         Materialization(
             "incremental",
-            "a Delta table its new rows are appended to or merged into by unique_key",
+            "a Delta table its new rows are appended to, merged into by unique_key, or replace "
+            "the partitions they fall in",
             {
                 "append": f"{_RUN}.materializations:Append",
                 "merge": f"{_RUN}.materializations:Merge",
+                "insert_overwrite": f"{_RUN}.materializations:InsertOverwrite",
             },
             stored=True,
             python=True,
-            strategies=("append", "merge"),
+            strategies=("append", "merge", "insert_overwrite"),
         ),
         Materialization(
             "snapshot",

@@ -393,8 +393,10 @@ def commit(
     """One Delta transaction of the files Spark's tasks wrote, with the batch id. mode `replace`
     swaps the table's files, schema and partitioning at once (a table model); `append` and
     `overwrite` keep the table's layout, adding the schema's new columns first (their own
-    commit). `removes` (paths in the table) leave in the same commit: a merge's rewritten
-    files. Returns (retries, seconds)."""
+    commit); `replace_partitions` too, and every file of the partitions the new files are in
+    leaves in the same commit (all of them when the table has no partitions: dbt's
+    insert_overwrite). `removes` (paths in the table) leave in the same commit: a merge's
+    rewritten files. Returns (retries, seconds)."""
     from time import time
 
     import pyarrow as pa
@@ -448,10 +450,19 @@ def commit(
                 dt = open_table(uri, store.delta)
                 assert dt is not None
             now = int(time() * 1000)
-            gone = [RemoveAction(p, True, now) for p in removes]
+            leaving = list(removes)
+            if mode == "replace_partitions":  # read in each attempt: the table as it is now
+                written_in = {tuple(sorted(w.partition.items())) for w in written}
+                root = uri.rstrip("/") + "/"
+                leaving += [
+                    f.uri[len(root) :]
+                    for f in table_files(dt, uri)
+                    if not f.partition or tuple(sorted(f.partition.items())) in written_in
+                ]
+            gone = [RemoveAction(p, True, now) for p in leaving]
             dt.create_write_transaction(
                 [*gone, *adds],
-                mode,
+                "append" if mode == "replace_partitions" else mode,
                 schema,
                 dt.metadata().partition_columns or None,
                 commit_properties=props,

@@ -236,6 +236,26 @@ class Append(Incremental):
         return "incremental append", result
 
 
+class InsertOverwrite(Incremental):
+    """dbt's insert_overwrite: the partitions the new rows fall in are replaced by them, the
+    others kept; a table without partition_by is replaced whole. One commit either way."""
+
+    def commit(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        target: pa.Schema,
+        parts: tuple[str, ...],
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        how = "replace_partitions"
+        result = deltatable.write_batch(df, uri, store, how, target, parts, stamp)
+        return "incremental insert_overwrite", result
+
+
 class Merge(Incremental):
     def commit(
         self,

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 from decimal import Decimal
 from pathlib import Path
@@ -17,7 +18,7 @@ import duckdb
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc, write_files
+from rivc_testing import rivc, run_rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -547,3 +548,56 @@ def test_hooks_run_on_spark_around_the_run_and_each_model(tmp_path, make_project
         }
     finally:
         spark.sql("DROP TABLE IF EXISTS rivc_audit")
+
+
+SOURCE_ROUNDS = """{{ config(materialized='table') }}
+{% if var('round') == 1 %}
+select * from values (1, date'2024-01-01', 'a'), (2, date'2024-01-01', 'b'),
+  (3, date'2024-01-02', 'c') as t(id, day, v)
+{% else %}
+select * from values (1, date'2024-01-01', 'A'), (2, date'2024-01-01', 'b'),
+  (3, date'2024-01-02', 'C'), (4, date'2024-01-02', 'd') as t(id, day, v)
+{% endif %}
+"""
+OVERWRITE = """{{{{ config(materialized='incremental', incremental_strategy='insert_overwrite'{by}) }}}}
+select id, day, v from {{{{ ref('src') }}}}
+{{% if is_incremental() %}} where day {when} {{% endif %}}
+"""
+
+
+def test_insert_overwrite_replaces_the_partitions_its_rows_fall_in(make_project):
+    """dbt-spark's insert_overwrite on Delta: an incremental run replaces the partitions its
+    rows fall in and keeps the rest (day 1's change, outside the filter, is not taken); with no
+    partition_by, the whole table; a run that selects no rows replaces no partition. A kill
+    before the commit leaves the table as it was, and the rerun lands the batch once."""
+    root = make_project(
+        {
+            "rivc_project.yml": "name: t\nvars: {round: 1}\n",
+            "models/src.sql": SOURCE_ROUNDS,
+            "models/days.sql": OVERWRITE.format(by=", partition_by=['day']", when="= '2024-01-02'"),
+            "models/whole.sql": OVERWRITE.format(by="", when="= '2024-01-02'"),
+            "models/none.sql": OVERWRITE.format(by=", partition_by=['day']", when="> '2030-01-01'"),
+        },
+        base=False,
+    )
+
+    def table(name: str) -> list[tuple]:
+        rows = DeltaTable(str(root / "warehouse" / name)).to_pyarrow_table().to_pylist()
+        return sorted((r["id"], str(r["day"]), r["v"]) for r in rows)
+
+    first = [(1, "2024-01-01", "a"), (2, "2024-01-01", "b"), (3, "2024-01-02", "c")]
+    assert rivc(root, "run").exit_code == 0
+    assert table("days") == table("whole") == table("none") == first
+
+    killed = run_rivc(root, "before-commit:days", "run", "--vars", "{round: 2}")
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert table("days") == first
+    again = rivc(root, "run", "--vars", "{round: 2}")
+    assert again.exit_code == 0, again.output
+    day2 = [(3, "2024-01-02", "C"), (4, "2024-01-02", "d")]
+    assert table("days") == first[:2] + day2
+    assert table("whole") == day2
+    assert table("none") == first
+    files = DeltaTable(str(root / "warehouse/days")).file_uris()
+    assert len([f for f in files if "day=2024-01-02" in f]) >= 1
+    assert all("day=2024-01-01" in f or "day=2024-01-02" in f for f in files)
