@@ -19,7 +19,7 @@ from pydantic import (
 from .aliases import TRANSFORMS, connector_name
 from .errors import CompileFailed, ProjectError, RivcError, did_you_mean
 from .materializations import check_materialized, check_strategy
-from .secrets import SecretEnv, SecretStr, SecretUrl, StorageOptions, field_mark
+from .secrets import SecretEnv, SecretPathUrl, SecretStr, SecretUrl, StorageOptions, field_mark
 from .specbase import Location, Name, Spec, StrList, _as_tuple, _hook_list, _identifier
 from .transforms import Expectation, Transform
 from .yamlio import YamlDoc, YamlPath
@@ -285,10 +285,27 @@ class OpenLineageSpec(Spec):
     file: str | None = None
 
 
+class NotifySpec(Spec):
+    """A message to a chat webhook after a run, once per run, when it failed (or, with
+    `schema_change`, when a node's columns changed): Slack's incoming-webhook format, which
+    Mattermost, Rocket.Chat and Teams' Slack-compatible hooks take too."""
+
+    url: SecretPathUrl | None = None  # the hook's path is its secret
+    url_env: SecretEnv | None = None  # or the variable that holds it
+    on: tuple[Literal["failure", "schema_change"], ...] = ("failure",)
+
+    @model_validator(mode="after")
+    def _one_url(self) -> NotifySpec:
+        if self.url and self.url_env:
+            raise ValueError("set either url or url_env, not both")
+        return self
+
+
 class ProfileSpec(Spec):
     spark: SparkSpec = SparkSpec()
     metrics: MetricsSpec = MetricsSpec()
     openlineage: OpenLineageSpec = OpenLineageSpec()
+    notify: NotifySpec = NotifySpec()
     warehouse: Location = "warehouse"
     # credentials and endpoints of the object store (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, ...):
     # rivc's process and Spark's executors get them, on top of the environment's

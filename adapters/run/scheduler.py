@@ -215,10 +215,11 @@ def execute(
     )
     out = root / TARGET_DIR / "run_results.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    from ..ops import lineage_out, metrics_out
+    from ..ops import lineage_out, metrics_out, notify
 
     metrics_out.export(plan.profile.metrics, root, plan.project.spec.name, report, on_warning)
     lineage_out.export(plan.profile.openlineage, root, plan.manifest, report, on_warning)
+    notify.export(plan.profile.notify, plan.project.spec.name, report, on_warning)
     return report
 
 

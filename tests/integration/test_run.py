@@ -259,3 +259,59 @@ def test_show_of_a_built_table_needs_no_jvm(spark, sample, tmp_path):
     header = show("orders_lake").splitlines()[0]
     assert all(name in header for name in lake.column_names), header
     assert "segment" in show("customer_orders_files")
+
+
+def test_a_failed_run_posts_one_message_to_the_chat_webhook(make_project, monkeypatch):
+    """profiles.yml `notify:` posts one message per failed run in Slack's format, naming each
+    failed node with its error (a local receiver here); a run that succeeds posts nothing; a
+    hook that refuses is a warning that shows the hook's host, never its secret path."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    posted: list[dict] = []
+    status = [200]
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            posted.append({"path": self.path, **json.loads(body)})
+            self.send_response(status[0])
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{server.server_port}/services/T0/B0/s3cretHookPath"
+    monkeypatch.setenv("CHAT_HOOK", hook)
+    root = make_project(
+        {
+            "models/boom.sql": "{{ config(materialized='table') }} select cast('x' as int) as n",
+            "profiles.yml": "default:\n  notify: {url_env: CHAT_HOOK}\n",
+        }
+    )
+    try:
+        failed = rivc(root, "run")
+        assert failed.exit_code == 1
+        (one,) = posted
+        assert one["path"] == "/services/T0/B0/s3cretHookPath"
+        lines = one["text"].splitlines()
+        assert lines[0].startswith("rivc run in t failed: 1 of ")
+        assert lines[1].startswith("• model:boom: error: ") and "CAST_INVALID_INPUT" in lines[1]
+
+        (root / "models/boom.sql").write_text("{{ config(materialized='table') }} select 1 as n")
+        assert rivc(root, "run").exit_code == 0
+        assert len(posted) == 1  # nothing to say
+
+        (root / "models/boom.sql").write_text(
+            "{{ config(materialized='table') }} select cast('y' as int) as n"
+        )
+        status[0] = 500
+        refused = rivc(root, "run", "--select", "boom")
+        assert refused.exit_code == 1 and len(posted) == 2
+        assert "notify: posting to http://127.0.0.1" in refused.output
+        assert "s3cretHookPath" not in refused.output
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -32,6 +32,7 @@ POSITIONS = (
     "storage_secret",
     "pushgateway",
     "openlineage",
+    "notify_path",
     "webhook_path",
     "webhook_sig",
     "webhook_authorization",
@@ -84,6 +85,7 @@ default:
     textfile: out/metrics.prom
     pushgateway: "http://ci:{t["pushgateway"]}@127.0.0.1:9/"
   openlineage: {{url: "http://ol:{t["openlineage"]}@127.0.0.1:9", file: out/lineage.jsonl}}
+  notify: {{url: "http://127.0.0.1:9/services/{t["notify_path"]}"}}
   connections:
     db: {{type: postgres, host: 127.0.0.1, user: postgres, database: {db.name},
           password: {t["connection_password"]}}}
@@ -176,6 +178,7 @@ sinks:
         server.server_close()
     output = "\n".join(printed)
     assert "sink:lake" in output and "error" in output  # it ran: some sinks failed, one not
+    assert "notify: posting to http://127.0.0.1:9/**** failed" in output  # and told the hook
     written = [
         p
         for p in root.rglob("*")
