@@ -284,7 +284,8 @@ def spark_types(sql: str, dialect: str = "spark") -> list[tuple[int, int, str]]:
             if casts:
                 casts.pop()
             continue
-        typed = tok.token_type == TokenType.DCOLON or (
+        # a literal's suffix (1L, 2.5d) comes as a `::` of no text of its own: not a cast
+        typed = (tok.token_type == TokenType.DCOLON and sql[tok.start : tok.end + 1] == "::") or (
             tok.token_type == TokenType.ALIAS and bool(casts) and casts[-1]
         )
         if not typed or i + 1 >= len(tokens):

@@ -269,7 +269,7 @@ def test_a_cast_to_a_type_spark_does_not_parse_is_an_error_at_its_word(make_proj
     sql = (
         "select cast(id as varchar) as a,\n"
         "  id::text as b, cast(id as varchar(10)) as c, cast(id as string) as d,\n"
-        "  try_cast(id as bool) as e, 'x' as text\n"
+        "  try_cast(id as bool) as e, 'x' as text, 1L as f, 2.5d as g, 3bd as h, 1.5f as i\n"
         "from {{ ref('stg') }}\n"
     )
     root = make_project({"models/stg.sql": "select 1 as id", "models/m.sql": sql})
