@@ -221,6 +221,10 @@ class Incremental(Table):
 
 
 class Append(Incremental):
+    """The new rows added to the table in one commit."""
+
+    MODE, HOW = "append", "incremental append"  # deltatable.commit's mode; the node's message
+
     def commit(
         self,
         rt: Runtime,
@@ -232,28 +236,15 @@ class Append(Incremental):
     ) -> tuple[str, WriteResult]:
         uri = rt.table_uri(node)
         store = rt.plan.store(uri)
-        result = deltatable.write_batch(df, uri, store, "append", target, parts, stamp)
-        return "incremental append", result
+        result = deltatable.write_batch(df, uri, store, self.MODE, target, parts, stamp)
+        return self.HOW, result
 
 
-class InsertOverwrite(Incremental):
+class InsertOverwrite(Append):
     """dbt's insert_overwrite: the partitions the new rows fall in are replaced by them, the
     others kept; a table without partition_by is replaced whole. One commit either way."""
 
-    def commit(
-        self,
-        rt: Runtime,
-        node: ManifestNode,
-        df: DataFrame,
-        target: pa.Schema,
-        parts: tuple[str, ...],
-        stamp: deltatable.Stamp,
-    ) -> tuple[str, WriteResult]:
-        uri = rt.table_uri(node)
-        store = rt.plan.store(uri)
-        how = "replace_partitions"
-        result = deltatable.write_batch(df, uri, store, how, target, parts, stamp)
-        return "incremental insert_overwrite", result
+    MODE, HOW = "replace_partitions", "incremental insert_overwrite"
 
 
 class Merge(Incremental):
