@@ -577,6 +577,14 @@ def test_insert_overwrite_replaces_the_partitions_its_rows_fall_in(make_project)
             "models/days.sql": OVERWRITE.format(by=", partition_by=['day']", when="= '2024-01-02'"),
             "models/whole.sql": OVERWRITE.format(by="", when="= '2024-01-02'"),
             "models/none.sql": OVERWRITE.format(by=", partition_by=['day']", when="> '2030-01-01'"),
+            "sinks/out.yml": "sinks:\n  - {name: days_out, from: days, connector: delta,"
+            " config: {table_uri: out/days, mode: overwrite}}\n",
+            # partition values a path must encode, and NULL's partition
+            "models/odd.sql": "{{ config(materialized='incremental', "
+            "incremental_strategy='insert_overwrite', partition_by=['k']) }}\n"
+            "select * from values ('a b', 1 * {{ var('round') }}), ('x:y%z/=', 2 * {{ var('round') }}),"
+            " (cast(null as string), 3 * {{ var('round') }}) as t(k, v)\n"
+            "{% if is_incremental() %} where k is null or k like 'x%' {% endif %}\n",
         },
         base=False,
     )
@@ -598,6 +606,10 @@ def test_insert_overwrite_replaces_the_partitions_its_rows_fall_in(make_project)
     assert table("days") == first[:2] + day2
     assert table("whole") == day2
     assert table("none") == first
+    out = DeltaTable(str(root / "out/days")).to_pyarrow_table().to_pylist()
+    assert sorted((r["id"], str(r["day"]), r["v"]) for r in out) == table("days")  # its consumer
+    odd = DeltaTable(str(root / "warehouse/odd")).to_pyarrow_table().to_pylist()
+    assert sorted((r["k"] or "", r["v"]) for r in odd) == [("", 6), ("a b", 1), ("x:y%z/=", 4)]
     files = DeltaTable(str(root / "warehouse/days")).file_uris()
     assert len([f for f in files if "day=2024-01-02" in f]) >= 1
     assert all("day=2024-01-01" in f or "day=2024-01-02" in f for f in files)
