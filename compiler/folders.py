@@ -136,29 +136,13 @@ def _take(
 def _render(
     value: Any, variables: Mapping[str, Any], env: Mapping[str, str], target: Mapping[str, Any]
 ) -> Any:
-    """`{{ var('x', default) }}` and `{{ env_var('X') }}` in a config value, as dbt renders them
-    (a rendered `true`/`false` becomes a boolean)."""
-    if not isinstance(value, str) or "{{" not in value:
-        return value
-    import jinja2
-
-    from .sandbox import environment, secret_elsewhere
+    """`{{ var('x', default) }}` and `{{ env_var('X') }}` in a config value, as dbt renders them."""
+    from .sandbox import render_value
 
     def var(name: str, default: Any = None) -> Any:
         return variables.get(name, default)
 
-    def env_var(name: str, default: str | None = None) -> str:
-        refused = secret_elsewhere(name)
-        if refused is not None:
-            raise ProjectError(refused)
-        found = env.get(name, default)
-        if found is None:
-            raise ProjectError(f"env_var({name!r}): not set and no default")
-        return found
-
     try:
-        text = environment().from_string(value).render(var=var, env_var=env_var, target=target)
-    except jinja2.TemplateError as exc:
-        raise ProjectError(f"{value!r}: {exc}") from exc
-    lowered = text.strip().lower()
-    return {"true": True, "false": False}.get(lowered, text)
+        return render_value(value, env, var=var, target=target)
+    except ValueError as exc:
+        raise ProjectError(str(exc)) from None

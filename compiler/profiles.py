@@ -87,33 +87,18 @@ def load_profile(
 
 
 def _render(doc: YamlDoc, at: YamlPath, value: Any, env: Mapping[str, str]) -> Any:
-    """`{{ env_var('X') }}` and `{{ env_var('X', 'default') }}` in profiles.yml's values, as
-    dbt renders them (a secret variable is allowed here); a rendered true/false is a boolean."""
+    """`{{ env_var('X') }}` in profiles.yml's values, as dbt renders them (a secret variable is
+    allowed here), each failure at its line."""
+    from .sandbox import render_value
+
     if isinstance(value, dict):
         return {k: _render(doc, (*at, str(k)), v, env) for k, v in value.items()}
     if isinstance(value, list):
         return [_render(doc, (*at, i), v, env) for i, v in enumerate(value)]
-    if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
-        return value
-    import jinja2
-
-    from .sandbox import environment
-
-    def env_var(name: str, default: str | None = None) -> str:
-        found = env.get(name, default)
-        doc.env_used[name] = env.get(name)
-        if found is None:
-            raise ProjectError(
-                f"env_var({name!r}): the variable is not set and there is no default",
-                doc.location(at),
-            )
-        return str(found)
-
     try:
-        text = environment().from_string(value).render(env_var=env_var)
-    except jinja2.TemplateError as exc:
-        raise ProjectError(f"cannot render {value!r}: {exc}", doc.location(at)) from None
-    return {"true": True, "false": False}.get(text.strip().lower(), text)
+        return render_value(value, env, secrets=True, used=doc.env_used)
+    except ValueError as exc:
+        raise ProjectError(str(exc), doc.location(at)) from None
 
 
 URI_HINT = (

@@ -14,6 +14,7 @@ dbt_project.yml, whose rendering lands in target/.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from jinja2.exceptions import SecurityError
@@ -89,3 +90,36 @@ def secret_elsewhere(name: str) -> str | None:
         "Secret env vars are allowed only in profiles.yml or packages.yml. "
         f"Found '{name}' referenced elsewhere."
     )
+
+
+def render_value(
+    value: Any,
+    env: Mapping[str, str],
+    secrets: bool = False,
+    used: dict[str, str | None] | None = None,
+    **context: Any,
+) -> Any:
+    """A YAML value's `{{ env_var('X', 'default') }}` (and what `context` gives it: `var`,
+    `target`) rendered as dbt renders config values; a rendered true/false is a boolean.
+    `secrets`: DBT_ENV_SECRET_* may be read (profiles.yml); `used` records each variable read.
+    A failure is a ValueError for the caller to place."""
+    if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+        return value
+    import jinja2
+
+    def env_var(name: str, default: str | None = None) -> str:
+        refused = None if secrets else secret_elsewhere(name)
+        if refused is not None:
+            raise ValueError(refused)
+        if used is not None:
+            used[name] = env.get(name)
+        found = env.get(name, default)
+        if found is None:
+            raise ValueError(f"env_var({name!r}): the variable is not set and there is no default")
+        return str(found)
+
+    try:
+        text = environment().from_string(value).render(env_var=env_var, **context)
+    except jinja2.TemplateError as exc:
+        raise ValueError(f"cannot render {value!r}: {exc}") from None
+    return {"true": True, "false": False}.get(text.strip().lower(), text)
