@@ -206,39 +206,30 @@ class MysqlCdcConfig(Spec):
     server_id: int | None = Field(None, ge=1, le=2**32 - 1)
 
 
-def mysql_cdc_columns(_config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
-    """A mysql-cdc table's landed columns: the envelope around its declared columns, with the
-    binlog's coordinates where postgres-cdc has its log position; None until run when none
-    are declared."""
-    found = cdc_columns(None, columns)
-    if found is None:
-        return None
-    position = {"binlog_file": "string", "binlog_pos": "bigint", "seq": "decimal(38,0)"}
-    order = ("op", "before", "after", *position, "gtid", "commit_time")
-    return {k: {**found, **position, "gtid": "string"}[k] for k in order}
-
-
-# The columns of a change, as every CDC source lands it (unwrap_cdc reads them): the kind of
-# change (r: read by the snapshot, c, u, d), the row before and after, the position of its
-# transaction's commit, an order of all changes (`sequence_by: seq`), the transaction, its time.
-CDC_ENVELOPE = ("op", "before", "after", "commit_lsn", "seq", "txid", "commit_time")
-
-
-def cdc_columns(_config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
-    """A CDC table's landed columns: the envelope around its declared columns; None (unknown
-    until run) when none are declared."""
+def envelope(
+    columns: Mapping[str, str], position: Mapping[str, str], transaction: Mapping[str, str]
+) -> dict[str, str] | None:
+    """A change log's landed columns (unwrap_cdc reads them): the kind of change (r: read by
+    the snapshot, c, u, d), the row before and after, the log's own columns for where the
+    change's commit is (`position`), an order of all changes (`sequence_by: seq`), the log's
+    columns of its transaction, and its time. None (unknown until run) when no columns are
+    declared."""
     if not columns:
         return None
     image = "struct<" + ",".join(f"{k}:{v}" for k, v in columns.items()) + ">"
-    return {
-        "op": "string",
-        "before": image,
-        "after": image,
-        "commit_lsn": "decimal(20,0)",
-        "seq": "decimal(38,0)",
-        "txid": "bigint",
-        "commit_time": "timestamp",
-    }
+    head = {"op": "string", "before": image, "after": image, **position}
+    return {**head, "seq": "decimal(38,0)", **transaction, "commit_time": "timestamp"}
+
+
+def cdc_columns(_config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
+    """postgres-cdc's (and datagen's cdc_mode) envelope: the commit's LSN and transaction id."""
+    return envelope(columns, {"commit_lsn": "decimal(20,0)"}, {"txid": "bigint"})
+
+
+def mysql_cdc_columns(_config: Any, columns: Mapping[str, str]) -> dict[str, str] | None:
+    """mysql-cdc's envelope: the binlog coordinates of the commit, and its GTID."""
+    position = {"binlog_file": "string", "binlog_pos": "bigint"}
+    return envelope(columns, position, {"gtid": "string"})
 
 
 # Columns each datagen pattern produces (Spark SQL types); cdc_mode wraps them in an envelope.

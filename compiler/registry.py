@@ -93,9 +93,10 @@ class ConnectorInfo:
     # the database it reads or writes through a profile connection (compiler/dialects.py), whose
     # connection `type:` must be this
     database: str | None = None
-    # read from the database's change log through a profile connection (adapters/run/cdc.py):
-    # its `config:` is the source's, its tables name a database table each
-    log: bool = False
+    # "module:attribute": a change log (a ChangeLog class, adapters/run/changelog.py) its
+    # tables are read from, through a profile connection when `database` is set; its `config:`
+    # is the source's, its tables name a table of the log each
+    log: str | None = None
     columns: Columns = declared  # a source table's columns, known at compile time
     location: Callable[[Any], str | None] = _nowhere  # a sink's path or URI (doctor, preflight)
     # what a sink stores values in, for the check of the types it can hold (dbtypes.unwritable):
@@ -154,7 +155,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             PostgresCdcConfig,
             "PostgreSQL's change log (logical replication, pgoutput): inserts, updates, deletes",
             f"{_RUNTIME}.logsource:read",
-            log=True,
+            log="rivc.adapters.run.cdc:PgOutputLog",
             database="postgres",
             columns=cdc_columns,
             preflight=f"{_RUNTIME}.pgslot:preflight",
@@ -166,7 +167,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             MysqlCdcConfig,
             "MySQL's and MariaDB's binary log (row-based): inserts, updates, deletes",
             f"{_RUNTIME}.logsource:read",
-            log=True,
+            log="rivc.adapters.run.mysqlcdc:BinlogLog",
             database="mysql",
             columns=mysql_cdc_columns,
             preflight=f"{_RUNTIME}.binlog:preflight",

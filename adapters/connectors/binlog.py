@@ -67,18 +67,18 @@ def binary_logs(db: Any) -> set[str]:
         return {row[0] for row in cur.fetchall()}
 
 
-def moved_server(db: Any, held: dict[str, Any], mariadb: bool) -> bool:
-    """True when the held coordinates are not a position of this server's log with the GTIDs
-    they were landed with (a failover to a replica): the batch then reads on from the GTIDs.
-    MariaDB only (MySQL keeps to file and offset)."""
-    if not mariadb or held.get("gtid") is None:
+def moved_server(db: Any, file: str, pos: int, gtid: str | None, mariadb: bool) -> bool:
+    """True when held coordinates `file`:`pos` are not a position of this server's log with
+    the GTIDs `gtid` they were landed with (a failover to a replica): the batch then reads on
+    from the GTIDs. MariaDB only (MySQL keeps to file and offset)."""
+    if not mariadb or gtid is None:
         return False
-    if held["file"] not in binary_logs(db):
+    if file not in binary_logs(db):
         return True
     with db.cursor() as cur:
-        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (held["file"], int(held["pos"])))
+        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
         found = cur.fetchone()
-    return found is None or found[0] != held["gtid"]
+    return found is None or found[0] != gtid
 
 
 def gtid_at(db: Any, at: tuple[str, int], mariadb: bool) -> str | None:

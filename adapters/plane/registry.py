@@ -53,6 +53,12 @@ def probe(
     return result
 
 
+def change_log(info: ConnectorInfo) -> Any:
+    """A change-log source's log (adapters/run/changelog.py: ChangeLog)."""
+    assert info.log is not None
+    return _load(info.log)()
+
+
 def preflight(info: ConnectorInfo, conn: Any, tables: list[str], table: str) -> list[str] | None:
     """`rivc check` of a change-log table: what stops it from running (None: no check)."""
     if info.preflight is None:

@@ -1,122 +1,83 @@
-"""Running a change-log source table (postgres-cdc, docs/cdc.md): its changes since the
-position its landing table holds, landed as one batch of change envelopes, then the slot moved
-up to what every table of the source holds.
+"""postgres-cdc's change log (docs/cdc.md): a logical replication slot and a publication per
+source, read through the change-log driver (changelog.py), which lands each table's batch and
+then releases: the slot moves up to the lowest position any table of the source holds, so it
+never confirms what a table does not hold.
 
-- The first run (and a full refresh) reads the table in a snapshot taken after the slot exists,
-  as `op = r` changes, and records which transactions the snapshot held: their changes in the
-  stream are skipped, so none is lost or doubled. A first snapshot by a primary key lands in
-  parts (pgslot.Parts): a run killed during it reads on in a snapshot of its own, and each
-  change is judged by the snapshot of the part that read its key.
-- A batch holds every change of the table in transactions that commit before the log's position
-  when the run began; transactions are never split. Values are delivered as the `postgres`
-  source delivers them (compiler/dbtypes.py), exactly or refused by name. A TOASTed column an
-  update left alone is carried over from the row's last version (before-image, this batch, or
-  the landed history), never written as NULL.
-- One Delta commit adds the batch and records the log position it holds (`Position.cdc`).
-  Only then does the slot move, to the lowest position any table of the source holds: a run
-  killed before that reads the same transactions again and lands only what is past its table's
-  position; the slot never confirms what a table does not hold.
+- The snapshot is taken after the slot exists, and records which transactions it held: their
+  changes in the stream are skipped, so none is lost or doubled. A first snapshot by a primary
+  key is read in parts (pgslot.Parts): a run killed during it reads on in a snapshot of its
+  own, and each change is judged by the snapshot of the part that read its key.
+- A batch reads the transactions that commit before the log's position when the run began.
+  Values are delivered as the `postgres` source delivers them (compiler/dbtypes.py), exactly
+  or refused by name. A TOASTed column an update left alone is carried over from the row's
+  last version (before-image, this batch, or the landed history), never written as NULL.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rivc.compiler.connector_specs import PostgresCdcConfig, cdc_columns
 from rivc.compiler.dbtypes import Delivery
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.specs import SourceTable
 
-from ..connectors.databases import Conn, connection, database
+from ..connectors.databases import connection, database
 from ..connectors.pgcopy import CopyPlan, arrow_type, convert
-from ..connectors.pgoutput import (
-    UNCHANGED,
-    Change,
-    Relation,
-    Transaction,
-    Truncate,
-    Value,
-    lsn_text,
-)
+from ..connectors.pgoutput import UNCHANGED, Relation, Transaction, Truncate, Value, lsn_text
+from ..connectors.pgoutput import Change as PgChange
 from ..connectors.pgslot import KEY_KINDS, LogicalSlot, Parts, Undecodable, Visibility
 from ..connectors.relational import deliveries
-from ..state import NodeResult
-from ..util.faults import fault
-from .changes import (
-    ROWS_PER_FILE,
-    BatchParts,
-    check_shape,
-    deletes,
-    history,
-    newest,
-    next_seq,
+from .changelog import (
+    Batch,
+    Change,
+    ChangeLog,
+    LogContext,
+    LogPosition,
+    LogSession,
+    LogSource,
+    Rows,
+    held_position,
 )
+from .changes import BatchParts, history, newest
 from .extract import Extraction
-from .landing import Landing, Position, new_batch_id
 
 SEQ = 10**9  # seq = commit LSN * SEQ + the change's place in its transaction
 IDLE_ADVANCE = 16 << 20  # a WAL segment
 
 
-@dataclass(frozen=True, kw_only=True)
-class CdcContext:
-    nid: str
-    name: str  # "source.table"
-    table: SourceTable
-    config: PostgresCdcConfig
-    conn: Conn
-    slot: str
-    publication: str
-    tables: list[str]  # the database tables of every table of the source
-    landing: Landing
-    siblings: list[Landing]  # the landing tables of the source's tables (this one included)
-    run_id: str
-    full_refresh: bool
-    resume_from: str | None
+@dataclass(frozen=True)
+class PgPosition(LogPosition):
+    """The log position a table holds every change before, and what its snapshot held."""
+
+    lsn: int
+    parts: Parts
+    reading: bool = False  # a snapshot read in parts, under way
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lsn": self.lsn,
+            **self.parts.to_json(),
+            **({"reading": True} if self.reading else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PgPosition:
+        return cls(int(data["lsn"]), Parts.from_json(data), bool(data.get("reading")))
+
+    def describe(self) -> str:
+        return lsn_text(self.lsn)
 
 
-@dataclass
-class _Rows:
-    """Envelopes gathered for one batch, as text images and their changes' facts."""
+@dataclass(frozen=True)
+class _Commit:
+    txn: Transaction
 
-    ops: list[str] = field(default_factory=list)
-    before: list[tuple[Value, ...] | None] = field(default_factory=list)
-    after: list[tuple[Value, ...] | None] = field(default_factory=list)
-    lsn: list[int | None] = field(default_factory=list)
-    seq: list[int] = field(default_factory=list)
-    txid: list[int | None] = field(default_factory=list)
-    time: list[Any] = field(default_factory=list)
-    # the row image an insert half of a moved key came from (its TOASTed values are that row's)
-    origin: list[tuple[Value, ...] | None] = field(default_factory=list)
-    base: int = 0  # the snapshot's seq: 0, or after the landed history for a new snapshot
-
-    def add(
-        self,
-        op: str,
-        before: Any,
-        after: Any,
-        txn: Transaction | None,
-        i: int,
-        origin: tuple[Value, ...] | None = None,
-    ) -> None:
-        self.ops.append(op)
-        self.before.append(before)
-        self.after.append(after)
-        self.origin.append(origin)
-        self.lsn.append(None if txn is None else txn.final_lsn)
-        self.seq.append(self.base if txn is None else txn.final_lsn * SEQ + i)
-        self.txid.append(None if txn is None else txn.xid)
-        self.time.append(None if txn is None else txn.commit_time)
-
-    def __len__(self) -> int:
-        return len(self.ops)
-
-    def clear(self) -> None:
-        for name in ("ops", "before", "after", "lsn", "seq", "txid", "time", "origin"):
-            getattr(self, name).clear()
+    def seq(self, i: int) -> int:
+        return self.txn.final_lsn * SEQ + i
 
 
 @dataclass(frozen=True)
@@ -137,201 +98,213 @@ def slot_names(project: str, source: str, config: PostgresCdcConfig) -> tuple[st
     return slot, config.publication_name or f"rivc_{source}"
 
 
-def extract_changes(ctx: CdcContext) -> Extraction:
-    """The table's changes since its position, landed as one batch. A log the slot can no
-    longer decode (its publication dropped under it) is refused naming the full refresh
-    that recovers; that full refresh makes slot and publication again first, before any of
-    the source's tables reads where the slot stands (so every snapshot meets the new slot's
-    log, whichever thread or process comes first)."""
-    if ctx.full_refresh:
-        with connection(ctx.conn) as db:
-            db.execute("SET default_transaction_read_only = off")
-            slot = LogicalSlot(db, ctx.slot, ctx.publication)
-            if slot.confirmed() is not None:  # a slot that may not decode: made again
-                slot.remake([t for t in ctx.tables if t not in slot.refusals(ctx.tables)])
-    try:
-        return _extract(ctx)
-    except Undecodable as exc:
-        source = ctx.name.split(".")[0]
-        raise ConnectorError(
-            f"source {ctx.name}: {exc.message} after slot {ctx.slot} began, so the log "
-            "since cannot be decoded through it: take a new snapshot of the source's "
-            f"tables with `rivc run --full-refresh --select source:{source}` (docs/cdc.md)"
-        ) from None
+class PgOutputLog(ChangeLog):
+    """PostgreSQL's log through a logical replication slot and a publication (pgoutput), one
+    of each per source."""
 
+    def position(self, data: dict[str, Any]) -> PgPosition:
+        return PgPosition.from_json(data)
 
-def _extract(ctx: CdcContext) -> Extraction:
-    landing, label = ctx.landing, f"source {ctx.name}"
-    at = landing.position()
-    reading = bool((at.cdc or {}).get("reading"))  # a snapshot read in part
-    if ctx.resume_from is not None and at.run == ctx.resume_from and not reading:
-        kept, lag = _advance(ctx)  # the killed run may have died before it moved the slot
-        message = f"batch {at.batch}, landed by the run this one resumes{kept}"
-        result = NodeResult(ctx.nid, "source", "success", message=message, log_behind=lag)
-        return Extraction(result, at.batch)
-    held = None if ctx.full_refresh else at.cdc
-    table = ctx.table.table or ""
-    with connection(ctx.conn) as db:
-        db.execute("SET default_transaction_read_only = off")  # the slot and publication
-        slot = LogicalSlot(db, ctx.slot, ctx.publication)
-        refused = slot.refusals(ctx.tables)
-        if refused and ctx.config.auto_create_publication:
-            slot.unpublish(list(refused))  # never left where the application's writes fail
-        if table in refused:
-            raise ConnectorError(f"{label}: {refused[table]}")
-        held_any = any(s.position().cdc for s in ctx.siblings)
-        slot.ensure(
-            [t for t in ctx.tables if t not in refused],
-            ctx.config.auto_create_slot,
-            ctx.config.auto_create_publication,
-            held=held_any and not ctx.full_refresh,
-        )
-        confirmed = slot.confirmed() or 0
-        if held is not None and confirmed > int(held["lsn"]):
+    def land(self, ctx: LogContext) -> Extraction:
+        """A log the slot can no longer decode (its publication dropped under it) is refused
+        naming the full refresh that recovers; that full refresh makes slot and publication
+        again first, before any of the source's tables reads where the slot stands (so every
+        snapshot meets the new slot's log, whichever thread or process comes first)."""
+        slot_name, _ = slot_names(ctx.source.project, ctx.source.name, ctx.source.config)
+        if ctx.full_refresh:
+            with self._slot(ctx.source) as slot:
+                if slot.confirmed() is not None:  # a slot that may not decode: made again
+                    tables = ctx.source.tables
+                    slot.remake([t for t in tables if t not in slot.refusals(tables)])
+        try:
+            return super().land(ctx)
+        except Undecodable as exc:
             raise ConnectorError(
-                f"{label}: slot {ctx.slot} confirms {lsn_text(confirmed)}, past what the table "
-                f"holds ({lsn_text(int(held['lsn']))}): the log between is gone (the slot was "
-                "dropped and made again, or moved by another reader); take a new snapshot with "
-                f"`rivc run --full-refresh --select source:{ctx.name}`"
+                f"source {ctx.name}: {exc.message} after slot {slot_name} began, so the log "
+                "since cannot be decoded through it: take a new snapshot of the source's "
+                f"tables with `rivc run --full-refresh --select source:{ctx.source.name}` "
+                "(docs/cdc.md)"
+            ) from None
+
+    @contextmanager
+    def _slot(self, source: LogSource) -> Iterator[LogicalSlot]:
+        slot, publication = slot_names(source.project, source.name, source.config)
+        with connection(source.conn) as db:
+            db.execute("SET default_transaction_read_only = off")  # the slot and publication
+            yield LogicalSlot(db, slot, publication)
+
+    @contextmanager
+    def open(self, ctx: LogContext, held: LogPosition | None) -> Iterator[LogSession]:
+        assert held is None or isinstance(held, PgPosition)
+        config: PostgresCdcConfig = ctx.source.config
+        table, tables = ctx.table.table or "", ctx.source.tables
+        with self._slot(ctx.source) as slot:
+            refused = slot.refusals(tables)
+            if refused and config.auto_create_publication:
+                slot.unpublish(list(refused))  # never left where the application's writes fail
+            if table in refused:
+                raise ConnectorError(f"{ctx.label}: {refused[table]}")
+            held_any = any(s.position().cdc for s in ctx.siblings)
+            slot.ensure(
+                [t for t in tables if t not in refused],
+                config.auto_create_slot,
+                config.auto_create_publication,
+                held=held_any and not ctx.full_refresh,
             )
-        upto = slot.current()  # first: the table now has every column the log up to it has
-        plan = deliveries(
-            "postgres",
-            database("postgres").probe(db, f"SELECT * FROM {table}"),
-            dict(ctx.table.columns),
-            label,
-        )
-        if held is not None:
-            added = check_shape(at.columns, _spark_columns(plan), label, ctx.name)
-            _check_defaults(db, ctx, added)
-        batch = new_batch_id(at.batch)
-        schema = _envelopes(ctx, plan, _Rows(), label).schema
-        parts = BatchParts(ctx.landing, batch, schema, ROWS_PER_FILE)
-        resnapshot = held is None and at.cdc is not None  # a full refresh of landed changes
-        landed, base = {}, 0
-        if resnapshot:  # the rows the new snapshot does not find are deleted after it
-            files = history(ctx.landing)
-            names = [plan[j].name for j in _key_columns(ctx, plan)]
-            landed, base = newest(ctx.landing, files, names), next_seq(ctx.landing, files)
-        rows = _Rows(base=base)
-        snapped, replacing, total = held is None or bool(held.get("reading")), ctx.full_refresh, 0
-        if snapped:  # the first run, a full refresh, or a snapshot a killed run left part read
-            taken: set[tuple[Any, ...]] | None = set() if resnapshot else None
-            going = None if held is None else Parts.from_json(held)
-            # the log it meets begins where the slot stood when its first part was read
-            origin = confirmed if held is None else int(held["lsn"])
-            for seen in _snapshot(db, table, plan, rows, parts, ctx, going, taken):
-                if seen.after() is None:
-                    break  # read to the end
-                cdc = {"lsn": origin, **seen.to_json(), "reading": True}
-                part = Position(batch=batch, columns=_spark_columns(plan), run=ctx.run_id, cdc=cdc)
-                landing.commit(batch, parts.files(), part, parts.schema, replace=replacing)
-                fault("between-chunks", ctx.name)
-                replacing, total = False, total + parts.rows
-                batch = new_batch_id(batch)
-                parts.begin(batch)
-            held = {"lsn": origin, **seen.to_json()}
-            if taken is not None:
-                gone = [image for key, image in landed.items() if key not in taken]
-                parts.write(deletes(gone, base, parts.schema))
-        assert held is not None  # the table's, or the snapshot's just read
-        seen = Parts.from_json(held)
-        after, reached = int(held["lsn"]), int(held["lsn"])
+            confirmed = slot.confirmed() or 0
+            if held is not None and confirmed > held.lsn:
+                raise ConnectorError(
+                    f"{ctx.label}: slot {slot.slot} confirms {lsn_text(confirmed)}, past what the "
+                    f"table holds ({lsn_text(held.lsn)}): the log between is gone (the slot was "
+                    "dropped and made again, or moved by another reader); " + ctx.refresh_hint()
+                )
+            upto = slot.current()  # first: the table now has every column the log up to it has
+            plan = deliveries(
+                "postgres",
+                database("postgres").probe(slot.con, f"SELECT * FROM {table}"),
+                dict(ctx.table.columns),
+                ctx.label,
+            )
+            yield _Session(ctx, slot, plan, upto, confirmed)
+
+    def release(self, ctx: LogContext) -> tuple[str, int | None]:
+        """Move the slot to the lowest log position the source's tables hold (a table that
+        never ran takes a snapshot of its own, and needs none of the log before it). Returns
+        how much log the server keeps for the slot then: for the node's message, and in
+        bytes."""
+        from ..ops.report import human_bytes
+        from ..util.faults import fault
+
+        held = [
+            p.lsn
+            for p in (held_position(self, s) for s in ctx.siblings)
+            if isinstance(p, PgPosition)
+        ]
+        if held:
+            fault("before-slot-advance", ctx.name)
+        with self._slot(ctx.source) as slot:
+            if held:
+                slot.advance(min(held))
+            lag = slot.lag_bytes()
+        kept = "" if lag is None else f"; the server keeps {human_bytes(lag)} of log for the slot"
+        return kept, lag
+
+    def status(
+        self, source: LogSource, held: dict[str, LogPosition | None]
+    ) -> list[dict[str, Any]]:
+        with self._slot(source) as slot:
+            confirmed, lag = slot.confirmed(), slot.lag_bytes()
+        return [
+            {
+                "table": nid,
+                "slot": slot.slot,
+                "confirmed": None if confirmed is None else lsn_text(confirmed),
+                "held": None if at is None else at.describe(),
+                "lag_bytes": lag,
+            }
+            for nid, at in held.items()
+        ]
+
+    def drop(self, source: LogSource) -> str:
+        with self._slot(source) as slot:
+            slot.drop()
+        return f"dropped slot {slot.slot} and publication {slot.publication}"
+
+
+class _Session(LogSession):
+    spills = False  # an unchanged TOASTed value is filled from the batch's earlier changes
+
+    def __init__(
+        self, ctx: LogContext, slot: LogicalSlot, plan: list[Delivery], upto: int, confirmed: int
+    ) -> None:
+        self.ctx, self.slot, self.plan = ctx, slot, plan
+        self.upto, self.confirmed, self.end = upto, confirmed, upto
+        self.table = ctx.table.table or ""
+        self.seen: Parts | None = None  # the snapshot's parts, once the log is read after it
+        self.key_cols: list[int] = []  # the key's places for a snapshot in parts
+        self._keys: list[int] | None = None
+
+    @property
+    def columns(self) -> dict[str, str]:
+        return _spark_columns(self.plan)
+
+    def check_added(self, added: list[str]) -> None:
+        _check_defaults(self.slot.con, self.ctx, added)
+
+    def key_columns(self) -> list[int]:
+        if self._keys is None:
+            self._keys = _key_columns(self.ctx, self.plan)
+        return self._keys
+
+    def key_names(self) -> list[str]:
+        return [self.plan[j].name for j in self.key_columns()]
+
+    def snapshot(self, out: Batch, going: LogPosition | None) -> Iterator[LogPosition]:
+        assert going is None or isinstance(going, PgPosition)
+        # the log it meets begins where the slot stood when its first part was read
+        origin = self.confirmed if going is None else going.lsn
+        parts = None if going is None else going.parts
+        for seen in _snapshot(self.slot.con, self.table, self.plan, out, self, parts):
+            yield PgPosition(origin, seen, reading=seen.after() is not None)
+
+    def changes(self, held: LogPosition) -> Iterator[tuple[_Commit, list[Change]]]:
+        assert isinstance(held, PgPosition)
+        seen, plan, qualified = held.parts, self.plan, _qualified(self.table)
+        self.seen = seen
+        self.key_cols = self.key_columns() if len(seen.seen) > 1 else []
+        self.end = max(held.lsn, self.upto)
         layouts: dict[Relation, tuple[int | None, ...] | None] = {}
-        key_cols = _key_columns(ctx, plan) if len(seen.seen) > 1 else []
-        keys: list[int] | None = key_cols or None  # the primary key's, once an update needs it
-        for txn in slot.changes(after, upto):
-            reached = max(reached, txn.end_lsn)
+        for txn in self.slot.changes(held.lsn, self.upto):
+            self.end = max(self.end, txn.end_lsn)
             if seen.everywhere(txn.xid):
                 continue  # the snapshot has its changes
+            found: list[Change] = []
             for i, change in enumerate(txn.changes):
                 if isinstance(change, Truncate):
-                    if any(r.qualified == _qualified(table) for r in change.relations):
-                        # every row the table held goes: a delete for each, in its place
-                        if len(rows):
-                            parts.write(_envelopes(ctx, plan, rows, label, parts))
-                            rows.clear()
-                        held_rows = _newest(ctx, plan, history(ctx.landing) + parts.files())
-                        taken_by = [v for k, v in held_rows.items() if not seen.holds(txn.xid, k)]
-                        seq = txn.final_lsn * SEQ + i
-                        parts.write(deletes(taken_by, seq, parts.schema))
+                    if any(r.qualified == qualified for r in change.relations):
+                        found.append(Change("truncate", None, None, i))
                     continue
-                if change.relation.qualified != _qualified(table):
+                if change.relation.qualified != qualified:
                     continue
                 if change.relation not in layouts:
-                    layouts[change.relation] = _layout(ctx, change.relation, plan)
+                    layouts[change.relation] = _layout(self.ctx, change.relation, plan)
                 layout = layouts[change.relation]
                 before, image = _reshape(change.before, layout), _reshape(change.after, layout)
                 op = {"insert": "c", "update": "u", "delete": "d"}[change.op]
-                before = _image(before, change, plan)
-                halves: list[tuple[str, Any, Any, Any]] = [(op, before, image, None)]
-                if op == "u" and before is not None:  # the key changed, or REPLICA IDENTITY FULL
-                    keys = keys if keys is not None else _key_columns(ctx, plan)
-                    if image is not None and any(before[j] != image[j] for j in keys):  # moved:
-                        # the old key goes; the new one comes with the old row's other values
-                        halves = [("d", before, None, None), ("c", None, image, before)]
-                for op, was, now, origin in halves:
-                    if key_cols:  # a snapshot in parts: the part that read the key decides
-                        op, was, now = seen.unread(txn.xid, key_cols, op, was, now)
-                    if op:
-                        rows.add(op, was, now, txn, i, origin)
-        reached = max(reached, upto)
-    if len(rows):
-        parts.write(_envelopes(ctx, plan, rows, label, parts))
-    fault("after-staging", ctx.name)
-    if not parts.rows and not snapped:
-        # nothing of this table: a new position only once the log moved a segment past the
-        # held one (what the slot keeps stays bounded; idle runs commit nothing)
-        parts.discard()
-        if reached - int(held["lsn"]) >= IDLE_ADVANCE:
-            moved = replace(at, run=ctx.run_id, cdc={**held, "lsn": reached})
-            dt = landing.table()
-            assert dt is not None  # it holds a position
-            landing.commit(at.batch or 0, [], moved, landing.schema(dt))
-        kept, lag = _advance(ctx)
-        message = f"no new changes (at {lsn_text(reached)}){kept}"
-        result = NodeResult(ctx.nid, "source", "success", rows=0, message=message, log_behind=lag)
-        return Extraction(result, at.batch)
-    position = Position(
-        batch=batch,
-        columns=_spark_columns(plan),
-        floor=None if ctx.full_refresh else at.floor,
-        run=ctx.run_id,
-        cdc={**held, "lsn": reached},
-    )
-    landing.commit(batch, parts.files(), position, parts.schema, replace=replacing)
-    fault("after-landing", ctx.name)
-    kept, lag = _advance(ctx)
-    total += parts.rows
-    message = f"batch {batch}: {total} changes up to {lsn_text(reached)}{kept}"
-    result = NodeResult(ctx.nid, "source", "success", rows=total, message=message, log_behind=lag)
-    return Extraction(result, batch)
+                found.append(Change(op, _image(before, change, plan), image, i))
+            if found:
+                yield _Commit(txn), found
 
+    def admit(self, commit: Any, change: Change) -> Change:
+        if not self.key_cols or self.seen is None:
+            return change
+        # a snapshot in parts: the part that read the key decides
+        op, before, after = self.seen.unread(
+            commit.txn.xid, self.key_cols, change.op, change.before, change.after
+        )
+        return Change(op, before, after, change.place)
 
-def _advance(ctx: CdcContext) -> tuple[str, int | None]:
-    """Move the slot to the lowest log position the source's tables hold (a table that never
-    ran takes a snapshot of its own, and needs none of the log before it). Returns how much
-    log the server keeps for the slot then: for the node's message, and in bytes."""
-    from ..ops.report import human_bytes
+    def spared(self, commit: Any, key: tuple[Any, ...]) -> bool:
+        return self.seen is not None and self.seen.holds(commit.txn.xid, key)
 
-    held = [p.cdc["lsn"] for p in (s.position() for s in ctx.siblings) if p.cdc]
-    if held:
-        fault("before-slot-advance", ctx.name)
-    with connection(ctx.conn) as db:
-        db.execute("SET default_transaction_read_only = off")
-        slot = LogicalSlot(db, ctx.slot, ctx.publication)
-        if held:
-            slot.advance(min(int(x) for x in held))
-        lag = slot.lag_bytes()
-    kept = "" if lag is None else f"; the server keeps {human_bytes(lag)} of log for the slot"
-    return kept, lag
+    def envelopes(self, rows: Rows, parts: BatchParts | None) -> Any:
+        return _envelopes(self.ctx, self.plan, rows, self.ctx.label, parts)
+
+    def reached(self, held: LogPosition) -> PgPosition:
+        assert isinstance(held, PgPosition)
+        return replace(held, lsn=max(held.lsn, self.end), reading=False)
+
+    def worth_recording(self, held: LogPosition, reached: LogPosition) -> bool:
+        # the log moved a segment past the held position
+        assert isinstance(held, PgPosition) and isinstance(reached, PgPosition)
+        return reached.lsn - held.lsn >= IDLE_ADVANCE
 
 
 def _qualified(table: str) -> str:
     return table if "." in table else f"public.{table}"
 
 
-def _check_defaults(db: Any, ctx: CdcContext, new: list[str]) -> None:
+def _check_defaults(db: Any, ctx: LogContext, new: list[str]) -> None:
     """A column added with a default gave the rows it found that value with no change in the
     log, so merged tables would hold NULL there: refused by name."""
     if not new:
@@ -350,7 +323,7 @@ def _check_defaults(db: Any, ctx: CdcContext, new: list[str]) -> None:
 
 
 def _layout(
-    ctx: CdcContext, relation: Relation, plan: list[Delivery]
+    ctx: LogContext, relation: Relation, plan: list[Delivery]
 ) -> tuple[int | None, ...] | None:
     """Where each of the plan's columns is in a change of `relation`, or None when they are
     the same. A column the change lacks was added to the table after it: NULL. A column the
@@ -378,7 +351,7 @@ def _reshape(
     return tuple(None if i is None else image[i] for i in layout)
 
 
-def _image(before: tuple[Value, ...] | None, change: Change, plan: list[Delivery]) -> Any:
+def _image(before: tuple[Value, ...] | None, change: PgChange, plan: list[Delivery]) -> Any:
     """A before-image, or for a key-only one the key with the other columns NULL."""
     if before is None:
         return None
@@ -392,29 +365,25 @@ def _snapshot(
     db: Any,
     table: str,
     plan: list[Delivery],
-    rows: _Rows,
-    parts: BatchParts,
-    ctx: CdcContext,
+    out: Batch,
+    session: _Session,
     going: Parts | None,
-    taken: set[tuple[Any, ...]] | None,
 ) -> Iterator[Parts]:
-    """Every row of `table` now, as `r` changes, in a REPEATABLE READ snapshot, written
-    ROWS_PER_FILE rows at a time to `parts` (memory stays bounded). A table whose primary key Python orders
-    as the server does (KEY_KINDS) is read in key order, above the parts `going` holds (an
-    earlier run's), and what the landed parts and this one hold is yielded after every
-    `snapshot_chunk_size` rows, for the caller to land; then once more at the end (the last part
-    open above). `taken`, when given (a new snapshot of landed changes, read whole), collects
-    the keys found."""
-    label = f"source {ctx.name}"
+    """Every row of `table` now, as `r` changes added to `out`, in a REPEATABLE READ snapshot.
+    A table whose primary key Python orders as the server does (KEY_KINDS) is read in key
+    order, above the parts `going` holds (an earlier run's), and what the landed parts and this
+    one hold is yielded after every `snapshot_chunk_size` rows, for the driver to land; then
+    once more at the end (the last part open above). A new snapshot of landed changes (`out`
+    collects the keys it finds) is read whole."""
+    ctx = session.ctx
     cols = ", ".join(f'"{d.name}"::text' for d in plan)
-    key = _key_columns(ctx, plan)
+    key = session.key_columns()
     kinds = tuple(KEY_KINDS.get(_db_type(plan[j]), "") for j in key)
-    parted = taken is None and bool(key) and all(kinds)
+    parted = out.taken is None and bool(key) and all(kinds)
     if going is not None and not parted:
         raise ConnectorError(
-            f"{label}: the snapshot a killed run began cannot be read on (the table's primary "
-            f"key changed): take a new snapshot with `rivc run --full-refresh --select "
-            f"source:{ctx.name}`"
+            f"{ctx.label}: the snapshot a killed run began cannot be read on (the table's "
+            "primary key changed): " + ctx.refresh_hint()
         )
     # the table's own columns: a bare name in ORDER BY would be the selected text
     query, args, size = f"SELECT {cols} FROM {table} AS rivc_t", (), 0
@@ -428,18 +397,8 @@ def _snapshot(
             query += f" WHERE ({', '.join(exprs)}) > ({', '.join(['%s'] * len(exprs))})"
             args = tuple(start)
         query += f" ORDER BY {', '.join(exprs)}"
-        size = ctx.config.snapshot_chunk_size
+        size = ctx.source.config.snapshot_chunk_size
     uptos, seen = (going.uptos, going.seen) if going is not None else ((), ())
-    names = [plan[j].name for j in key]
-
-    def flush() -> None:
-        envelopes = _envelopes(ctx, plan, rows, label, parts)
-        if taken is not None and names:
-            after = envelopes.column("after").combine_chunks()
-            taken.update(zip(*(after.field(k).to_pylist() for k in names), strict=True))
-        parts.write(envelopes)
-        rows.clear()
-
     with db.transaction():
         db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         now = Visibility.parse(db.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
@@ -447,14 +406,10 @@ def _snapshot(
             cur.itersize = 10_000
             cur.execute(query, args)
             for n, row in enumerate(cur, 1):
-                rows.add("r", None, tuple(row), None, 0)
-                if len(rows) >= ROWS_PER_FILE or (size and n % size == 0):
-                    flush()
+                out.add("r", None, tuple(row))
                 if size and n % size == 0:
                     last = Parts(kinds, (), ()).key(row[j] for j in key)
                     yield Parts(kinds, (*uptos, last), (*seen, now))
-    if len(rows):
-        flush()
     yield Parts(kinds if parted else (), (*uptos, None), (*seen, now))
 
 
@@ -506,7 +461,7 @@ def _images(
 
 
 def _envelopes(
-    ctx: CdcContext, plan: list[Delivery], rows: _Rows, label: str, parts: BatchParts | None = None
+    ctx: LogContext, plan: list[Delivery], rows: Rows, label: str, parts: BatchParts | None = None
 ) -> Any:
     """`rows` as an Arrow table of change envelopes, values delivered as the `postgres` source
     delivers them; untouched TOASTed values filled in from the row's last version (in `rows`,
@@ -527,26 +482,17 @@ def _envelopes(
             "before": before,
             "after": after,
             "commit_lsn": pa.array(
-                [None if x is None else _dec(x) for x in rows.lsn], pa.decimal128(20, 0)
+                [None if c is None else _dec(c.txn.final_lsn) for c in rows.commits],
+                pa.decimal128(20, 0),
             ),
             "seq": pa.array([_dec(x) for x in rows.seq], pa.decimal128(38, 0)),
-            "txid": pa.array(rows.txid, pa.int64()),
-            "commit_time": pa.array(rows.time, pa.timestamp("us", tz="UTC")),
+            "txid": pa.array([None if c is None else c.txn.xid for c in rows.commits], pa.int64()),
+            "commit_time": pa.array(
+                [None if c is None else c.txn.commit_time for c in rows.commits],
+                pa.timestamp("us", tz="UTC"),
+            ),
         }
     )
-
-
-def _newest(ctx: CdcContext, plan: list[Delivery], files: list[str]) -> dict[Any, Any]:
-    """Each key's newest image in `files` before a truncate is applied; a table without a
-    primary key cannot be emptied key by key: refused by name."""
-    names = [plan[j].name for j in _key_columns(ctx, plan)]
-    if not names:
-        raise ConnectorError(
-            f"source {ctx.name}: {ctx.table.table} was truncated and has no primary key, so its "
-            "rows cannot be deleted one by one in the consumers: take a new snapshot with "
-            f"`rivc run --full-refresh --select source:{ctx.name}`"
-        )
-    return newest(ctx.landing, files, names)
 
 
 def _dec(value: int) -> Any:
@@ -560,7 +506,7 @@ def _db_type(d: Delivery) -> str:
 
 
 def _fill_unchanged(
-    ctx: CdcContext, rows: _Rows, plan: list[Delivery]
+    ctx: LogContext, rows: Rows, plan: list[Delivery]
 ) -> tuple[list[int], dict[int, tuple[tuple[Value, ...] | None, list[int]]]]:
     """Give every TOASTed value an update left alone the row's last value: its before-image's
     (REPLICA IDENTITY FULL), or an earlier change's in this batch (the row's own, or for a
@@ -605,7 +551,7 @@ def _fill_unchanged(
 
 
 def _from_history(
-    ctx: CdcContext,
+    ctx: LogContext,
     after: Any,
     key_cols: list[int],
     rest: dict[int, tuple[tuple[Value, ...] | None, list[int]]],
@@ -647,10 +593,10 @@ def _key_only(image: tuple[Value, ...], key_cols: list[int]) -> bool:
     return all(v is None for j, v in enumerate(image) if j not in key_cols)
 
 
-def _key_columns(ctx: CdcContext, plan: list[Delivery]) -> list[int]:
+def _key_columns(ctx: LogContext, plan: list[Delivery]) -> list[int]:
     """The columns that identify a row in the log: the replica identity's index (REPLICA
     IDENTITY USING INDEX), else the primary key."""
-    with connection(ctx.conn) as db:
+    with connection(ctx.source.conn) as db:
         names = {
             r[0]
             for r in db.execute(

@@ -1,4 +1,4 @@
-"""What every change-log source (postgres-cdc, mysql-cdc) does with its landing table: a batch's
+"""What the change-log driver (changelog.py) does with a log's landing table: a batch's
 envelope files written as the changes come, the landed history's newest image of each key, the
 sequence value after it, and deletes in the envelope's own shape (a truncate, a row a new
 snapshot no longer finds)."""

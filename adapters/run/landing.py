@@ -54,8 +54,7 @@ class Position:
     floor: int | None = None  # retention folded the batches up to this one into it
     base: int | None = None  # the first batch this table held (carried by every commit)
     run: str | None = None  # the run that made the last commit
-    # a change-log table: `lsn`, the log position it holds every change before; `visibility`,
-    # the transactions its snapshot held (adapters/run/cdc.py)
+    # a change-log table: its log's position (a LogPosition's to_json, adapters/run/changelog.py)
     cdc: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:

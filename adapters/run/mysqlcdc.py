@@ -1,18 +1,16 @@
-"""Running a mysql-cdc table (docs/cdc.md): its changes from the server's row-based binary log
-since the coordinates its landing table holds, landed as one batch of change envelopes.
+"""mysql-cdc's change log (docs/cdc.md): the server's row-based binary log, read through the
+change-log driver (changelog.py) from the coordinates a table's landing table holds.
 
-- The first run (and a full refresh) reads the table in a consistent snapshot whose binlog
-  coordinates MariaDB reports with it (`binlog_snapshot_file/position`; on MySQL the tables are
-  locked for the moment it takes to read the coordinates), as `op = r` changes; the log is read
-  from exactly there, so no change is lost or doubled.
-- A batch holds every change of the table in transactions committed before the log's end when
-  the run began, whole. Values are the server's own (pymysql and the binlog decode them); each
-  is delivered exactly in the column's type or refused by name.
-- One Delta commit adds the batch and records the coordinates it holds (`Position.cdc`), on
-  MariaDB with the GTID position there: after a failover to a replica the next run reads on
-  from the GTIDs (connectors/binlog.py). The server keeps no state for rivc: nothing to
-  advance, and a run killed anywhere reads the same transactions again from what the table
-  holds.
+- A snapshot is consistent, and its binlog coordinates are those MariaDB reports with it
+  (`binlog_snapshot_file/position`; on MySQL the tables are locked for the moment it takes to
+  read the coordinates): the log is read from exactly there, so no change is lost or doubled.
+- A batch reads the transactions committed before the log's end when the run began. Values are
+  the server's own (pymysql and the binlog decode them); each is delivered exactly in the
+  column's type or refused by name.
+- A position holds the coordinates and, on MariaDB, the GTID position there: after a failover
+  to a replica the next run reads on from the GTIDs (connectors/binlog.py). The server keeps no
+  state for rivc: nothing to release, and a run killed anywhere reads the same transactions
+  again from what the table holds.
 """
 
 from __future__ import annotations
@@ -20,7 +18,9 @@ from __future__ import annotations
 import logging
 import re
 import zlib
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -28,7 +28,6 @@ from typing import Any
 from rivc.compiler.connector_specs import MysqlCdcConfig, mysql_cdc_columns
 from rivc.compiler.dbtypes import DbColumn, Delivery, declared_type
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.specs import SourceTable
 
 from ..connectors.binlog import (
     binary_logs,
@@ -39,22 +38,21 @@ from ..connectors.binlog import (
     log_end,
     moved_server,
 )
-from ..connectors.databases import Conn, connection, database
+from ..connectors.databases import connection, database
 from ..connectors.pgcopy import arrow_type
 from ..connectors.relational import deliveries
-from ..state import NodeResult
-from ..util.faults import fault
-from .changes import (
-    ROWS_PER_FILE,
-    BatchParts,
-    check_shape,
-    deletes,
-    history,
-    newest,
-    next_seq,
+from .changelog import (
+    Batch,
+    Change,
+    ChangeLog,
+    LogContext,
+    LogPosition,
+    LogSession,
+    LogSource,
+    Rows,
+    held_position,
 )
-from .extract import Extraction
-from .landing import Landing, Position, new_batch_id
+from .changes import BatchParts, history, next_seq
 
 SEQ = 10**9  # seq = (binlog file number << 32 | commit end position) * SEQ + place in its commit
 IDLE_ADVANCE = 16 << 20  # an idle table records a new position past this much log, or a new file
@@ -84,47 +82,27 @@ _AS_TEXT: dict[str, Any] = {"enum": lambda v, _: v, "time": _duration, "bit": _b
 _READ = ("native", "decimal", "date", "timestamp")  # deliveries the log gives as the snapshot does
 
 
-@dataclass(frozen=True, kw_only=True)
-class BinlogContext:
-    nid: str
-    name: str  # "source.table"
-    table: SourceTable
-    conn: Conn
-    server_id: int
-    landing: Landing
-    run_id: str
-    full_refresh: bool
-    resume_from: str | None
+@dataclass(frozen=True)
+class BinlogPosition(LogPosition):
+    """Binlog coordinates a table holds every change before; on MariaDB the GTID position
+    there; `shift` puts changes read from another server after every landed one."""
 
+    file: str
+    pos: int
+    gtid: str | None = None
+    shift: int = 0
 
-@dataclass
-class _Rows:
-    ops: list[str] = field(default_factory=list)
-    before: list[list[Any] | None] = field(default_factory=list)
-    after: list[list[Any] | None] = field(default_factory=list)
-    file: list[str | None] = field(default_factory=list)
-    pos: list[int | None] = field(default_factory=list)
-    seq: list[int] = field(default_factory=list)
-    gtid: list[str | None] = field(default_factory=list)
-    time: list[datetime | None] = field(default_factory=list)
-    base: int = 0  # the snapshot's seq
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file, "pos": self.pos, "gtid": self.gtid}
+        return {**out, "shift": self.shift} if self.shift else out
 
-    def add(self, op: str, before: Any, after: Any, commit: _Commit | None, i: int) -> None:
-        self.ops.append(op)
-        self.before.append(before)
-        self.after.append(after)
-        self.file.append(None if commit is None else commit.file)
-        self.pos.append(None if commit is None else commit.pos)
-        self.seq.append(self.base if commit is None else commit.seq(i))
-        self.gtid.append(None if commit is None else commit.gtid)
-        self.time.append(None if commit is None else commit.time)
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BinlogPosition:
+        shift = int(data.get("shift", 0))
+        return cls(str(data["file"]), int(data["pos"]), data.get("gtid"), shift)
 
-    def __len__(self) -> int:
-        return len(self.ops)
-
-    def clear(self) -> None:
-        for name in ("ops", "before", "after", "file", "pos", "seq", "gtid", "time"):
-            getattr(self, name).clear()
+    def describe(self) -> str:
+        return f"{self.file}:{self.pos}"
 
 
 @dataclass(frozen=True)
@@ -147,119 +125,125 @@ def server_id(project: str, source: str, config: MysqlCdcConfig) -> int:
     return 65_536 + zlib.crc32(f"{project}:{source}".encode()) % (2**31 - 65_536)
 
 
-def extract_binlog(ctx: BinlogContext) -> Extraction:
-    landing, label = ctx.landing, f"source {ctx.name}"
-    at = landing.position()
-    if ctx.resume_from is not None and at.run == ctx.resume_from:
-        message = f"batch {at.batch}, landed by the run this one resumes"
-        result = NodeResult(
-            ctx.nid, "source", "success", message=message, log_behind=_behind(ctx, at.cdc)
+class BinlogLog(ChangeLog):
+    """MySQL's and MariaDB's binary log, read as one of the server's replicas."""
+
+    def position(self, data: dict[str, Any]) -> BinlogPosition:
+        return BinlogPosition.from_json(data)
+
+    @contextmanager
+    def open(self, ctx: LogContext, held: LogPosition | None) -> Iterator[LogSession]:
+        assert held is None or isinstance(held, BinlogPosition)
+        label = ctx.label
+        schema, table = _split(ctx.table.table or "", ctx.source.conn.database or "")
+        qualified = f"`{schema}`.`{table}`"
+        with connection(ctx.source.conn) as db:
+            mariadb = check_server(db, label)
+            # a batch after a snapshot reads up to the log's end as it is now; the table then
+            # has every column the log up to there has
+            upto = None if held is None else log_end(db)
+            columns = database("mysql").probe(db, f"SELECT * FROM {qualified}")
+            plan = _plan(columns, dict(ctx.table.columns), label)
+            by_gtid = held is not None and moved_server(db, held.file, held.pos, held.gtid, mariadb)
+            if held is not None and not by_gtid and held.file not in binary_logs(db):
+                raise ConnectorError(
+                    f"{label}: the binlog file {held.file} that the table holds a position in "
+                    "was purged from the server: the log between is gone; " + ctx.refresh_hint()
+                )
+            yield _Session(ctx, db, plan, columns, (schema, table), mariadb, upto, by_gtid)
+
+    def release(self, ctx: LogContext) -> tuple[str, int | None]:
+        return "", _behind(ctx.source.conn, held_position(self, ctx.landing))
+
+    def status(
+        self, source: LogSource, held: dict[str, LogPosition | None]
+    ) -> list[dict[str, Any]]:
+        """Each table's held binlog coordinates beside the server's log end."""
+        with connection(source.conn) as db:
+            end = "{}:{}".format(*log_end(db))
+        return [
+            {
+                "table": nid,
+                "held": None if at is None else at.describe(),
+                "gtid": None if not isinstance(at, BinlogPosition) else at.gtid,
+                "log_end": end,
+            }
+            for nid, at in held.items()
+        ]
+
+    def drop(self, source: LogSource) -> str:
+        raise ConnectorError(
+            f"{source.name!r} is a mysql-cdc source: it keeps nothing on the server (the "
+            "server purges its binlog by its own expiry settings)"
         )
-        return Extraction(result, at.batch)
-    held = None if ctx.full_refresh else at.cdc
-    schema_name, table_name = _split(ctx.table.table or "", ctx.conn.database or "")
-    qualified = f"`{schema_name}`.`{table_name}`"
-    with connection(ctx.conn) as db:
-        mariadb = check_server(db, label)
-        # a batch after a snapshot reads up to the log's end as it is now; the table then has
-        # every column the log up to there has
-        upto = None if held is None else log_end(db)
-        columns = database("mysql").probe(db, f"SELECT * FROM {qualified}")
-        plan = _plan(columns, dict(ctx.table.columns), label)
-        if held is not None:
-            check_shape(at.columns, _envelope(plan), label, ctx.name)
-        keys = key_names(db, schema_name, table_name)
-        by_gtid = held is not None and moved_server(db, held, mariadb)
-        if held is not None and not by_gtid and held["file"] not in binary_logs(db):
-            raise ConnectorError(
-                f"{label}: the binlog file {held['file']} that the table holds a position in "
-                "was purged from the server: the log between is gone; take a new snapshot with "
-                f"`rivc run --full-refresh --select source:{ctx.name}`"
-            )
-        batch = new_batch_id(at.batch)
-        convert = _Converter(plan, columns, label)
-        parts = BatchParts(landing, batch, convert.table(_Rows()).schema, ROWS_PER_FILE)
-        resnapshot = held is None and at.cdc is not None
-        landed, base = {}, 0
-        if resnapshot:  # the rows the new snapshot does not find are deleted after it
-            files = history(landing)
-            landed, base = newest(landing, files, keys), next_seq(landing, files)
-        rows = _Rows(base=base)
-        if held is None:
-            held, taken = _snapshot(db, qualified, plan, rows, parts, convert, keys, mariadb)
-            if resnapshot:
-                gone = [image for key, image in landed.items() if key not in taken]
-                parts.write(deletes(gone, base, parts.schema))
-        if upto is None:  # after the snapshot: the batch reads on from its coordinates
-            upto = log_end(db)
+
+
+class _Session(LogSession):
+    def __init__(
+        self,
+        ctx: LogContext,
+        db: Any,
+        plan: list[Delivery],
+        columns: list[DbColumn],
+        name: tuple[str, str],
+        mariadb: bool,
+        upto: tuple[str, int] | None,
+        by_gtid: bool,
+    ) -> None:
+        self.ctx, self.db, self.plan, self.name = ctx, db, plan, name
+        self.mariadb, self.upto, self.by_gtid = mariadb, upto, by_gtid
+        self.convert = _Converter(plan, columns, ctx.label)
+        self.keys = key_names(db, *name)
+        self._reached: BinlogPosition | None = None
+
+    @property
+    def columns(self) -> dict[str, str]:
+        return _envelope(self.plan)
+
+    def key_names(self) -> list[str]:
+        return self.keys
+
+    def key_columns(self) -> list[int]:
+        names = [d.name for d in self.plan]
+        return [names.index(k) for k in self.keys]
+
+    def snapshot(self, out: Batch, going: LogPosition | None) -> Iterator[LogPosition]:
+        assert going is None  # read whole
+        yield _snapshot(self.db, "`{}`.`{}`".format(*self.name), self.plan, out, self.mariadb)
+
+    def changes(self, held: LogPosition) -> Iterator[tuple[_Commit, list[Change]]]:
+        assert isinstance(held, BinlogPosition)
+        ctx, db = self.ctx, self.db
+        if self.upto is None:  # after the snapshot: the batch reads on from its coordinates
+            self.upto = log_end(db)
         # the GTIDs up to the batch's end, for a failover; changes read from another server
         # than the landed ones are sequenced after them
-        carried = int((at.cdc or {}).get("shift", 0))
-        shift = next_seq(landing, history(landing)) if by_gtid else carried
-        reached = {"file": upto[0], "pos": upto[1], "gtid": gtid_at(db, upto, mariadb)}
-        reached.update({"shift": shift} if shift else {})
-    names = [d.name for d in plan]
-    for commit, changes in _transactions(ctx, held, by_gtid, upto, shift, schema_name, table_name):
-        for i, (op, before, after) in enumerate(changes):
-            if op == "truncate":
-                if not keys:
-                    raise ConnectorError(
-                        f"{label}: {qualified} was truncated and has no primary key, so its "
-                        "rows cannot be deleted one by one in the consumers: take a new "
-                        f"snapshot with `rivc run --full-refresh --select source:{ctx.name}`"
-                    )
-                if len(rows):
-                    parts.write(convert.table(rows))
-                    rows.clear()
-                found = newest(landing, history(landing) + parts.files(), keys)
-                parts.write(deletes(list(found.values()), commit.seq(i), parts.schema))
-                continue
-            was, now = _ordered(before, names, ctx), _ordered(after, names, ctx)
-            if op == "u" and any(before[k] != after[k] for k in keys):  # a moved row's old key
-                rows.add("d", was, None, commit, i)  # goes, and its new one comes
-                op, was = "c", None
-            rows.add(op, was, now, commit, i)
-            if len(rows) >= ROWS_PER_FILE:
-                parts.write(convert.table(rows))
-                rows.clear()
-    if len(rows):
-        parts.write(convert.table(rows))
-    fault("after-staging", ctx.name)
-    if not parts.rows and at.cdc is not None and not ctx.full_refresh:
-        parts.discard()
-        moved = by_gtid or reached["file"] != at.cdc["file"]
-        moved = moved or reached["pos"] - at.cdc["pos"] >= IDLE_ADVANCE
-        if moved:  # a held position stays inside the log the server keeps
-            dt = landing.table()
-            assert dt is not None  # it holds a position
-            landing.commit(
-                at.batch or 0, [], replace(at, run=ctx.run_id, cdc=reached), landing.schema(dt)
+        landed = held_position(BinlogLog(), ctx.landing)
+        carried = landed.shift if isinstance(landed, BinlogPosition) else 0
+        shift = next_seq(ctx.landing, history(ctx.landing)) if self.by_gtid else carried
+        gtid = gtid_at(db, self.upto, self.mariadb)
+        self._reached = BinlogPosition(self.upto[0], self.upto[1], gtid, shift)
+        names = [d.name for d in self.plan]
+        for commit, found in _transactions(ctx, held, self.by_gtid, self.upto, shift, *self.name):
+            yield (
+                commit,
+                [
+                    Change(op, _ordered(before, names, ctx), _ordered(after, names, ctx), i)
+                    for i, (op, before, after) in enumerate(found)
+                ],
             )
-        message = f"no new changes (at {reached['file']}:{reached['pos']})"
-        behind = _behind(ctx, reached)
-        result = NodeResult(
-            ctx.nid, "source", "success", rows=0, message=message, log_behind=behind
-        )
-        return Extraction(result, at.batch)
-    position = Position(
-        batch=batch,
-        columns=_envelope(plan),
-        floor=None if ctx.full_refresh else at.floor,
-        run=ctx.run_id,
-        cdc=reached,
-    )
-    landing.commit(batch, parts.files(), position, parts.schema, replace=ctx.full_refresh)
-    fault("after-landing", ctx.name)
-    message = f"batch {batch}: {parts.rows} changes up to {reached['file']}:{reached['pos']}"
-    result = NodeResult(
-        ctx.nid,
-        "source",
-        "success",
-        rows=parts.rows,
-        message=message,
-        log_behind=_behind(ctx, reached),
-    )
-    return Extraction(result, batch)
+
+    def envelopes(self, rows: Rows, parts: BatchParts | None) -> Any:
+        return self.convert.table(rows)
+
+    def reached(self, held: LogPosition) -> BinlogPosition:
+        assert self._reached is not None  # the changes were read
+        return self._reached
+
+    def worth_recording(self, held: LogPosition, reached: LogPosition) -> bool:
+        # a held position stays inside the log the server keeps
+        assert isinstance(held, BinlogPosition) and isinstance(reached, BinlogPosition)
+        return self.by_gtid or reached.file != held.file or reached.pos - held.pos >= IDLE_ADVANCE
 
 
 # ----------------------------------------------------------------------------- the server
@@ -270,41 +254,24 @@ def _split(table: str, database: str) -> tuple[str, str]:
     return (schema or database).strip("`"), name.strip("`")
 
 
-def _behind(ctx: BinlogContext, held: dict[str, Any] | None) -> int | None:
+def _behind(conn: Any, held: LogPosition | None) -> int | None:
     """Bytes of binlog the server wrote past the position `held` (how far the table is behind
     the log's end)."""
-    if not held:
+    if not isinstance(held, BinlogPosition):
         return None
-    with connection(ctx.conn) as db, db.cursor() as cur:
+    with connection(conn) as db, db.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         logs = [(str(row[0]), int(row[1])) for row in cur.fetchall()]
-    first = file_number(held["file"])
-    return sum(size for name, size in logs if file_number(name) >= first) - int(held["pos"])
+    first = file_number(held.file)
+    return sum(size for name, size in logs if file_number(name) >= first) - held.pos
 
 
 def _snapshot(
-    db: Any,
-    qualified: str,
-    plan: list[Delivery],
-    rows: _Rows,
-    parts: BatchParts,
-    convert: _Converter,
-    keys: list[str],
-    mariadb: bool,
-) -> tuple[dict[str, Any], set[tuple[Any, ...]]]:
-    """Every row of the table now, as `r` changes, and the binlog coordinates of that moment;
-    also the keys the snapshot found. Written ROWS_PER_FILE rows at a time."""
+    db: Any, qualified: str, plan: list[Delivery], out: Batch, mariadb: bool
+) -> BinlogPosition:
+    """Every row of the table now, as `r` changes added to `out`, and the binlog coordinates
+    of that moment."""
     import pymysql
-
-    taken: set[tuple[Any, ...]] = set()
-
-    def flush() -> None:
-        table = convert.table(rows)
-        if keys:
-            after = table.column("after").combine_chunks()
-            taken.update(zip(*(after.field(k).to_pylist() for k in keys), strict=True))
-        parts.write(table)
-        rows.clear()
 
     with db.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -324,13 +291,9 @@ def _snapshot(
     with db.cursor(pymysql.cursors.SSCursor) as cur:
         cur.execute(f"SELECT {cols} FROM {qualified}")
         for row in cur:
-            rows.add("r", None, list(row), None, 0)
-            if len(rows) >= ROWS_PER_FILE:
-                flush()
+            out.add("r", None, list(row))
     db.commit()
-    if len(rows):
-        flush()
-    return {"file": at[0], "pos": at[1]}, taken
+    return BinlogPosition(at[0], at[1])
 
 
 _DDL = re.compile(r"^\s*(alter|truncate|drop|rename|create\s+or\s+replace)\b", re.IGNORECASE)
@@ -341,8 +304,8 @@ _RESHAPE = re.compile(r"^\s*alter\b(?!.*\brename\s+(?!column\b|index\b|key\b))",
 
 
 def _transactions(
-    ctx: BinlogContext,
-    held: dict[str, Any],
+    ctx: LogContext,
+    held: BinlogPosition,
     by_gtid: bool,
     upto: tuple[str, int],
     shift: int,
@@ -359,7 +322,7 @@ def _transactions(
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)  # check_server speaks
-    c = ctx.conn
+    c = ctx.source.conn
     reader = BinLogStreamReader(
         connection_settings={
             "host": c.host,
@@ -368,11 +331,11 @@ def _transactions(
             "password": c.password or "",
             **c.tls.pymysql(),
         },
-        server_id=ctx.server_id,
+        server_id=server_id(ctx.source.project, ctx.source.name, ctx.source.config),
         **(
-            {"auto_position": held["gtid"], "is_mariadb": True}
+            {"auto_position": held.gtid, "is_mariadb": True}
             if by_gtid  # MariaDB's mode starts at a GTID; without one, at the first binlog
-            else {"log_file": held["file"], "log_pos": int(held["pos"]), "is_mariadb": False}
+            else {"log_file": held.file, "log_pos": held.pos, "is_mariadb": False}
         ),
         resume_stream=True,
         blocking=False,
@@ -438,7 +401,7 @@ def _transactions(
     except pymysql.err.OperationalError as e:
         if e.args[0] != 1236:  # the server has no log from the held position on
             raise
-        at = f"GTIDs {held['gtid']}" if by_gtid else f"position {held['file']}:{held['pos']}"
+        at = f"GTIDs {held.gtid}" if by_gtid else f"position {held.describe()}"
         raise ConnectorError(
             f"source {ctx.name}: the server's binlog does not reach back to the {at} the table "
             "holds: the log between is gone; take a new snapshot with "
@@ -448,7 +411,7 @@ def _transactions(
         reader.close()
 
 
-def _ordered(values: dict[str, Any] | None, names: list[str], ctx: BinlogContext) -> Any:
+def _ordered(values: dict[str, Any] | None, names: list[str], ctx: LogContext) -> Any:
     """A row event's values in the plan's order. A column the event lacks was added to the
     table after it: NULL. A column the table no longer has is refused by name."""
     if values is None:
@@ -521,19 +484,22 @@ class _Converter:
         self.text = [_AS_TEXT.get(c.type) for c in columns]
         self.width = [c.precision or 1 for c in columns]
 
-    def table(self, rows: _Rows) -> Any:
+    def table(self, rows: Rows) -> Any:
         import pyarrow as pa
 
+        commits = rows.commits
         return pa.table(
             {
                 "op": pa.array(rows.ops, pa.string()),
                 "before": self._images(rows.before),
                 "after": self._images(rows.after),
-                "binlog_file": pa.array(rows.file, pa.string()),
-                "binlog_pos": pa.array(rows.pos, pa.int64()),
+                "binlog_file": pa.array([c and c.file for c in commits], pa.string()),
+                "binlog_pos": pa.array([c and c.pos for c in commits], pa.int64()),
                 "seq": pa.array([Decimal(x) for x in rows.seq], pa.decimal128(38, 0)),
-                "gtid": pa.array(rows.gtid, pa.string()),
-                "commit_time": pa.array(rows.time, pa.timestamp("us", tz="UTC")),
+                "gtid": pa.array([c and c.gtid for c in commits], pa.string()),
+                "commit_time": pa.array(
+                    [c and c.time for c in commits], pa.timestamp("us", tz="UTC")
+                ),
             }
         )
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from rivc.compiler.connector_specs import MysqlCdcConfig, PostgresCdcConfig
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.manifest import ManifestNode
 
@@ -69,50 +68,21 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
 
 
 def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
-    """A change-log table: its changes landed (postgres-cdc: then the slot moved; cdc.py;
-    mysql-cdc: mysqlcdc.py)."""
-    from ..connectors.databases import Conn
-    from .cdc import CdcContext, extract_changes, slot_names
+    """A change-log table: its changes landed by the change-log driver (changelog.py)."""
+    from .changelog import LogContext, source_log
 
-    source = rt.plan.project.sources[node.name]
-    spec = rt.plan.profile.connections.get(source.source.connection or "")
-    if spec is None:
-        raise ConnectorError(
-            f"source {node.name}: connection {source.source.connection!r} is not in the profile"
-        )
-    config = source.config
-    name = source.source.name
-    if isinstance(config, MysqlCdcConfig):
-        from .mysqlcdc import BinlogContext, extract_binlog, server_id
-
-        return extract_binlog(
-            BinlogContext(
-                nid=nid,
-                name=node.name,
-                table=source.table,
-                conn=Conn.resolve(spec, os.environ),
-                server_id=server_id(rt.plan.manifest.project, name, config),
-                landing=rt.landing(nid),
-                run_id=rt.run_id,
-                full_refresh=rt.full_refresh,
-                resume_from=rt.resume_from,
-            )
-        )
-    assert isinstance(config, PostgresCdcConfig)
-    slot, publication = slot_names(rt.plan.manifest.project, name, config)
-    tables = {fqn: t for fqn, t in rt.plan.project.sources.items() if t.source.name == name}
-    return extract_changes(
-        CdcContext(
+    table = rt.plan.project.sources[node.name]
+    name = table.source.name
+    log, source = source_log(rt.plan, name)
+    siblings = sorted(f for f, t in rt.plan.project.sources.items() if t.source.name == name)
+    return log.land(
+        LogContext(
             nid=nid,
             name=node.name,
-            table=source.table,
-            config=config,
-            conn=Conn.resolve(spec, os.environ),
-            slot=slot,
-            publication=publication,
-            tables=sorted({t.table.table or "" for t in tables.values()}),
+            table=table.table,
+            source=source,
             landing=rt.landing(nid),
-            siblings=[rt.landing(f"source:{fqn}") for fqn in sorted(tables)],
+            siblings=[rt.landing(f"source:{fqn}") for fqn in siblings],
             run_id=rt.run_id,
             full_refresh=rt.full_refresh,
             resume_from=rt.resume_from,

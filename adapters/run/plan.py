@@ -91,7 +91,7 @@ class Plan:
         if node.kind != "source":
             return False
         connector = self.project.sources[node.name].connector
-        return connector.relational or connector.log
+        return connector.relational or connector.log is not None
 
     @property
     def warehouse(self) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ..connectors.pgoutput import lsn_text
 from .runtime import Runtime
 
 
@@ -38,7 +37,7 @@ def positions(runtime: Runtime) -> list[dict[str, Any]]:
                 "source": nid,
                 "batch": at.batch,
                 "landed_at": batch_time(at.batch),
-                "cursor": _cursor(at),
+                "cursor": _cursor(plan, nid, at),
                 "batches": len(held),
                 "chunks_done": None if at.chunking is None else len(at.chunking["done"]),
                 "log_behind": runtime.state.log_behind(nid) if at.cdc else None,
@@ -47,13 +46,14 @@ def positions(runtime: Runtime) -> list[dict[str, Any]]:
     return out
 
 
-def _cursor(at: Any) -> Any:
+def _cursor(plan: Any, nid: str, at: Any) -> Any:
     """A landing table's cursor; a change-log table's is the log position it holds every change
-    before: an LSN (postgres-cdc), binlog file and offset (mysql-cdc)."""
+    before, as its log describes it."""
     if at.cdc:
-        return (
-            lsn_text(int(at.cdc["lsn"])) if "lsn" in at.cdc else f"{at.cdc['file']}:{at.cdc['pos']}"
-        )
+        from ..plane.registry import change_log
+
+        info = plan.project.sources[plan.nodes[nid].name].connector
+        return change_log(info).position(at.cdc).describe()
     return None if at.cursor is None else at.cursor.value
 
 

@@ -211,9 +211,9 @@ def orders(capture):
 def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     tmp_path, orders, logical_pg, monkeypatch
 ):
-    from rivc.adapters.run import cdc
+    from rivc.adapters.run import changes
 
-    monkeypatch.setattr(cdc, "ROWS_PER_FILE", 700)  # the snapshot's 2000 rows: three files
+    monkeypatch.setattr(changes, "ROWS_PER_FILE", 700)  # the snapshot's 2000 rows: three files
     con = orders
     con.execute("DROP SCHEMA IF EXISTS mirror CASCADE")  # the postgres sink's, created by it
     root = project(tmp_path / "cdc", logical_pg, SOURCES, SINKS)
