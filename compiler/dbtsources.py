@@ -21,7 +21,12 @@ from .errors import ProjectError
 from .property_specs import DbtSource, DbtSourceTable
 from .yamlio import YamlDoc, YamlPath
 
-FILE_FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json", "jsonl": "jsonl"}
+# dbt's `external: {file_format}` -> the rivc source connector that reads it, the config field
+# its location goes in, and the rest of its config
+EXTERNAL: dict[str, tuple[str, str, dict[str, str]]] = {
+    "delta": ("delta", "table_uri", {}),
+    **{fmt: ("files", "path", {"format": fmt}) for fmt in ("parquet", "csv", "json", "jsonl")},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +70,15 @@ class DbtTable:
                     self.doc.location(where),
                 )
             fmt = str(ext.get("file_format") or ext.get("using") or "delta").lower()
-            if fmt == "delta":
-                connector, config = "delta", {"table_uri": location}
-            elif fmt in FILE_FORMATS:
-                connector, config = "files", {"path": location, "format": FILE_FORMATS[fmt]}
-            else:
+            if fmt not in EXTERNAL:
                 raise ProjectError(
-                    f"dbt source {self.fqn}: file_format {fmt!r} is not read; rivc reads delta, "
-                    f"{', '.join(FILE_FORMATS)} (an Iceberg table: an iceberg source in "
+                    f"dbt source {self.fqn}: file_format {fmt!r} is not read; rivc reads "
+                    f"{', '.join(EXTERNAL)} (an Iceberg table: an iceberg source in "
                     "sources/*.yml)",
                     self.doc.location(where),
                 )
+            connector, field, rest = EXTERNAL[fmt]
+            config = {field: location, **rest}
         else:
             connector, config = "table", {"name": self.catalog_name()}
         table = {

@@ -81,6 +81,11 @@ def _nowhere(_config: Any) -> str | None:
     return None
 
 
+def _named(config: Mapping[str, Any]) -> str | None:
+    """A sink's dataset as lineage names it: its table or path, from the manifest's config."""
+    return next((str(config[k]) for k in ("table_uri", "path", "table") if config.get(k)), None)
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectorInfo:
     name: str
@@ -99,6 +104,8 @@ class ConnectorInfo:
     log: str | None = None
     columns: Columns = declared  # a source table's columns, known at compile time
     location: Callable[[Any], str | None] = _nowhere  # a sink's path or URI (doctor, preflight)
+    # a sink's dataset name in OpenLineage events, from its config as the manifest holds it
+    dataset: Callable[[Mapping[str, Any]], str | None] = _named
     # what a sink stores values in, for the check of the types it can hold (dbtypes.unwritable):
     # "table" (Delta, Iceberg), "files" (of its config's `format`), None (no typed store)
     holds: Literal["table", "files"] | None = None
@@ -110,6 +117,9 @@ class ConnectorInfo:
     # "module:attribute": a stream source's messages waiting for its sink, read from the broker
     # for the scrape endpoint, (config, project, "source.table") -> count or None
     lag: str | None = None
+    # "module:attribute": `rivc source freshness` of a source table without Spark, (config,
+    # root, storage, column) -> the column's newest value (None: the table is empty)
+    newest: str | None = None
     # "module:attribute": `rivc check` of a change-log table, (conn, tables of its source,
     # table) -> what stops it from running, each named (empty: ready)
     preflight: str | None = None
@@ -196,6 +206,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             DeltaSourceConfig,
             "an existing Delta table (its current version), read by Spark's tasks",
             f"{_RUNTIME}.delta:read_source",
+            newest=f"{_RUNTIME}.delta:newest",
         ),
         ConnectorInfo(
             "table",
@@ -277,6 +288,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             "Apache Iceberg tables (pyiceberg), exactly-once per batch",
             f"{_RUNTIME}.iceberg:IcebergSink",
             probe=f"{_RUNTIME}.iceberg_catalog:probe",
+            dataset=lambda config: f"{config.get('namespace')}.{config.get('table')}",
             holds="table",
             aliases=aliases.iceberg_sink,
         ),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rivc.compiler.connector_specs import DeltaSinkConfig, parse_size
+from rivc.compiler.connector_specs import DeltaSinkConfig, DeltaSourceConfig, parse_size
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.transforms import DELETE_COLUMN
 
@@ -37,7 +37,7 @@ from ..plane.deltatable import (
     write_batch,
 )
 from ..plane.taskwrite import Written
-from ..util.storage import Store, join
+from ..util.storage import Store, join, resolve
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -60,6 +60,18 @@ def read_source(spark: SparkSession, ctx: SourceContext) -> DataFrame:
     if missing:
         raise ConnectorError(f"source {ctx.name}: {uri} has no column {', '.join(missing)}")
     return df
+
+
+def newest(config: DeltaSourceConfig, root: Path, storage: Mapping[str, str], column: str) -> Any:
+    """`rivc source freshness`: the newest value of `column` in the table, read without
+    Spark."""
+    import pyarrow.compute as pc
+
+    uri = resolve(config.table_uri, root)
+    dt = open_table(uri, Store.of(uri, dict(storage), dict(config.storage_options)).delta)
+    if dt is None:
+        raise ConnectorError(f"no Delta table at {uri}")
+    return pc.max(dt.to_pyarrow_table(columns=[column]).column(column)).as_py()
 
 
 class DeltaSink(Sink):

@@ -22,6 +22,7 @@ from rivc.compiler.registry import connector
 from rivc.compiler.specs import Freshness
 
 from ..connectors.databases import Conn, connection, driver_errors
+from ..plane.registry import newest
 
 
 @dataclass
@@ -118,26 +119,13 @@ def _newest(runtime: Any, nid: str, field: str | None, where: str | None) -> dat
             cur.execute(query)
             row = cur.fetchone()
         return _utc(None if row is None else row[0])
-    if facts.connector == "delta":
-        return _delta_newest(runtime, facts.table, field)
+    source = plan.project.sources[node.name]
+    told, value = newest(source.connector, source.config, plan.root, plan.profile.storage, field)
+    if told:
+        return _utc(value)
     raise RuntimeError(
         f"a {facts.connector} source's freshness needs Spark to read it: not measured"
     )
-
-
-def _delta_newest(runtime: Any, table: dict[str, Any], field: str) -> datetime | None:
-    import pyarrow.compute as pc
-
-    from ..plane import deltatable
-    from ..util.storage import resolve
-
-    uri = resolve(str(table.get("config", {}).get("table_uri", "")), runtime.plan.root)
-    store = runtime.plan.store(uri)
-    dt = deltatable.open_table(uri, store.delta)
-    if dt is None:
-        raise RuntimeError(f"no Delta table at {uri}")
-    column = dt.to_pyarrow_table(columns=[field]).column(field)
-    return _utc(pc.max(column).as_py())
 
 
 def _utc(value: Any) -> datetime | None:

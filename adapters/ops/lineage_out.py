@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rivc.compiler.manifest import Manifest, ManifestNode
+from rivc.compiler.registry import connector
 from rivc.compiler.specs import OpenLineageSpec
 from rivc.compiler.version import VERSION
 
@@ -101,13 +102,9 @@ def _output(namespace: str, manifest: Manifest, node: ManifestNode, result: Any)
     """What the node wrote: a sink's target (its connector's location), or the node's table;
     with the column lineage and the rows and bytes written."""
     if node.kind == "sink":
-        config = node.sink.config
         where = node.sink.connector
-        name = next(
-            (str(config[k]) for k in ("table_uri", "path", "table") if config.get(k)), node.id
-        )
-        if node.sink.connector == "iceberg":
-            name = f"{config.get('namespace')}.{config.get('table')}"
+        info = connector("sink", where)
+        name = (info.dataset(node.sink.config) if info else None) or node.id
         origin = node.sink.from_
         source = manifest.nodes.get(origin if ":" in origin else f"model:{origin}")
         columns = source.columns if source is not None else None

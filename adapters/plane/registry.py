@@ -53,6 +53,16 @@ def probe(
     return result
 
 
+def newest(
+    info: ConnectorInfo, config: Any, root: Path, storage: Mapping[str, str], column: str
+) -> tuple[bool, Any]:
+    """A source table's newest value of `column` read without Spark: (whether its connector can
+    tell, the value)."""
+    if info.newest is None:
+        return False, None
+    return True, _load(info.newest)(config, root, storage, column)
+
+
 def change_log(info: ConnectorInfo) -> Any:
     """A change-log source's log (adapters/run/changelog.py: ChangeLog)."""
     assert info.log is not None

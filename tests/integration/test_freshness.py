@@ -95,3 +95,56 @@ def test_measuring_a_database_starts_no_jvm(tmp_path):
             [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120
         )
         assert done.stdout.splitlines()[-2:] == ["exit 1", "False"], done.stdout + done.stderr
+
+
+def test_a_delta_sources_age_is_read_from_the_table_without_a_jvm(tmp_path):
+    """A delta source (a table another writer keeps, written here with deltalake) is measured
+    by its connector reading the column's newest value: no Spark; an empty table fails the
+    threshold, a missing one is a runtime error naming it."""
+    import subprocess
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    now = datetime.now(UTC)
+    loaded = [now - timedelta(hours=5), now - timedelta(minutes=30), None]
+    write_deltalake(
+        str(tmp_path / "events"),
+        pa.table({"id": [1, 2, 3], "loaded_at": pa.array(loaded, pa.timestamp("us", "UTC"))}),
+    )
+    write_deltalake(
+        str(tmp_path / "empty"),
+        pa.table({"loaded_at": pa.array([], pa.timestamp("us", "UTC"))}),
+    )
+    root = tmp_path / "p"
+    (root / "sources").mkdir(parents=True)
+    (root / "rivc_project.yml").write_text("name: fresh\n")
+    tables = [("events", "events"), ("empty", "empty"), ("gone", "nowhere")]
+    (root / "sources/lake.yml").write_text(
+        "sources:\n  - name: lake\n    connector: delta\n    tables:\n"
+        + "".join(
+            f"      - name: {name}\n        config: {{table_uri: '{tmp_path / path}'}}\n"
+            "        loaded_at_field: loaded_at\n"
+            "        freshness: {error_after: {count: 1, period: hour}}\n"
+            for name, path in tables
+        )
+    )
+    code = (
+        "import sys; from rivc.adapters.cli import main\n"
+        "try: main(['source', 'freshness', '--json', '--project-dir', sys.argv[1]])\n"
+        "except SystemExit as e: print('exit', e.code)\n"
+        "print('pyspark' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120
+    )
+    lines = done.stdout.splitlines()
+    assert lines[-2:] == ["exit 1", "False"], done.stdout + done.stderr
+    got = {r["unique_id"]: r for r in json.loads("\n".join(lines[:-2]))["results"]}
+    events = got["source:lake.events"]
+    assert events["status"] == "pass"  # the newest row is half an hour old
+    assert 1700 < events["max_loaded_at_time_ago_in_s"] < 1900
+    assert got["source:lake.empty"]["status"] == "error"
+    gone = got["source:lake.gone"]
+    assert gone["status"] == "runtime error" and "nowhere" in gone["error"], gone

@@ -65,8 +65,19 @@ sinks:
 
 def test_every_sink_from_spark_read_back_independently(spark, tmp_path):
     root = project(tmp_path / "s", SINKS)
+    (root / "profiles.yml").write_text("default:\n  openlineage: {file: lineage.jsonl}\n")
     result = rivc(root, "run")
     assert result.exit_code == 0, result.output
+    # each sink's dataset in the lineage events, as its connector names it
+    events = [json.loads(line) for line in (root / "lineage.jsonl").read_text().splitlines()]
+    outputs = {
+        e["job"]["name"]: (e["outputs"][0]["namespace"], e["outputs"][0]["name"])
+        for e in events
+        if e["eventType"] == "COMPLETE" and e["job"]["name"].startswith("sink:")
+    }
+    assert outputs["sink:ice"] == ("iceberg", "shop.orders")
+    assert outputs["sink:lake"] == ("delta", "out/delta")
+    assert outputs["sink:pq"] == ("files", "out/pq")
     out = root / "out"
     # table commits and their latency per node; file sinks make none
     nodes = results(root)
