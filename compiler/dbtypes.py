@@ -137,9 +137,9 @@ _PG_NATIVE = {
 _PG_ARRAYS = {"bool", "int2", "int4", "int8", "float4", "float8", "text", "varchar"}
 
 
-def postgres(col: DbColumn, declared: str | None = None) -> Delivery:
-    """The delivery of a PostgreSQL column (`declared`: the user's type from `columns:`)."""
-    q = quote(col.name, "postgres")
+def postgres(col: DbColumn, declared: str | None, q: str) -> Delivery:
+    """The delivery of a PostgreSQL column (`declared`: the user's type from `columns:`; `q`:
+    its name as the database quotes it)."""
     described = _described(col)
     if declared is not None:
         utc = col.type == "timestamptz" and not col.array
@@ -210,9 +210,9 @@ _MY_STRINGS = {
 }
 
 
-def mysql(col: DbColumn, declared: str | None = None) -> Delivery:
-    """The delivery of a MySQL/MariaDB column, always read through JDBC."""
-    q = quote(col.name, "mysql")
+def mysql(col: DbColumn, declared: str | None, q: str) -> Delivery:
+    """The delivery of a MySQL/MariaDB column, always read through JDBC (`q`: its name as the
+    database quotes it)."""
     described = _described(col)
     if declared is not None:
         return _declared(col.name, described, declared, f"CAST({q} AS CHAR)")

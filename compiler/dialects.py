@@ -14,24 +14,16 @@ from typing import Any, ClassVar
 
 from . import dbtypes
 from .dbtypes import DbColumn, Delivery
-from .sql import literal, quote
+from .sql import SqlWriter
 
 
-class Dialect(ABC):
-    """A database as compile knows it."""
+class Dialect(SqlWriter, ABC):
+    """A database as compile knows it; its SQL as rivc writes it (quote, literal: SqlWriter)."""
 
     name: ClassVar[str]  # its connection `type:` in a profile, and connectors' `database`
     sqlglot: ClassVar[str]  # its dialect for sqlglot and for rivc.compiler.sql
     default_port: ClassVar[int]
     title: ClassVar[str]  # how messages and docs name it
-
-    def quote(self, name: str) -> str:
-        """An identifier of this database, quoted."""
-        return quote(name, self.sqlglot)
-
-    def literal(self, value: Any) -> str:
-        """A value as a literal of this database."""
-        return literal(value, self.sqlglot)
 
     @abstractmethod
     def delivery(self, col: DbColumn, declared: str | None = None) -> Delivery:
@@ -43,9 +35,13 @@ class Postgres(Dialect):
     sqlglot = "postgres"
     default_port = 5432
     title = "PostgreSQL"
+    quote_char = '"'
+
+    def bytes_literal(self, value: bytes) -> str:
+        return f"'\\x{value.hex()}'::bytea"
 
     def delivery(self, col: DbColumn, declared: str | None = None) -> Delivery:
-        return dbtypes.postgres(col, declared)
+        return dbtypes.postgres(col, declared, self.quote(col.name))
 
 
 class Mysql(Dialect):
@@ -54,8 +50,12 @@ class Mysql(Dialect):
     default_port = 3306
     title = "MySQL/MariaDB"
 
+    def timestamp_literal(self, text: Any) -> str:
+        # a plain DATETIME would drop the fraction of a second
+        return f"CAST({text.sql(dialect=self.sqlglot)} AS DATETIME(6))"
+
     def delivery(self, col: DbColumn, declared: str | None = None) -> Delivery:
-        return dbtypes.mysql(col, declared)
+        return dbtypes.mysql(col, declared, self.quote(col.name))
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (Postgres(), Mysql())}

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import RenderError, did_you_mean
-from .sql import literal
+from .sql import SqlWriter, literal
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -61,7 +61,7 @@ def placeholders(sql: str) -> list[tuple[str, int, int]]:
 
 
 def bind(
-    sql: str, params: Mapping[str, Any], dialect: str
+    sql: str, params: Mapping[str, Any], dialect: SqlWriter
 ) -> tuple[str, list[tuple[str, int, int]]]:
     """Replace bound placeholders with literals; return the SQL and the unbound ones."""
     if "${" not in sql:

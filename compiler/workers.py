@@ -26,6 +26,7 @@ from .relations import NeedColumns
 from .render import RenderContext, Renderer, source_relation
 from .rules import Finding
 from .specs import SNAPSHOT_ONLY, ModelConfig
+from .sql import SPARK
 from .validate import (
     has_star,
     nondeterministic_in_filters,
@@ -221,7 +222,7 @@ class Worker:
         return res
 
     def _bind(self, sql: str, path: Path, res: ModelResult) -> str | None:
-        bound, unbound = bind(sql, self.params, "spark")
+        bound, unbound = bind(sql, self.params, SPARK)
         for name, line, col in unbound:
             res.findings.append(rules.unbound_parameter(name, SourceLocation(path, line, col)))
         return None if unbound else bound

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.dbtypes import decimal_args
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
 from .databases import Conn, database
@@ -66,7 +65,7 @@ def mysql_type(spark_type: str, key: bool) -> str:
 
 
 def q(name: str) -> str:
-    return quote(name, "mysql")
+    return database("mysql").quote(name)
 
 
 def insert_rows(

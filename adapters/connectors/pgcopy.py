@@ -19,8 +19,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import Delivery, decimal_args, refusal
+from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.sql import quote
 
 NAME = "rivc_pgcopy"
 
@@ -32,7 +32,7 @@ class CopyPlan:
 
     def select(self, base: str, predicate: str) -> str:
         where = f" WHERE {predicate}" if predicate else ""
-        names = (f"{d.copy_expr} AS {quote(d.name, 'postgres')}" for d in self.columns)
+        names = (f"{d.copy_expr} AS {dialect('postgres').quote(d.name)}" for d in self.columns)
         return f"SELECT {', '.join(names)} FROM ({base}) AS _rivc{where}"
 
     def dumps(self) -> str:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.dbtypes import decimal_args
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.sql import quote
 from rivc.compiler.transforms import DELETE_COLUMN
 
 from .databases import Conn, database
@@ -61,7 +60,7 @@ def pg_type(spark_type: str) -> str:
 
 
 def q(name: str) -> str:
-    return quote(name, "postgres")
+    return database("postgres").quote(name)
 
 
 def copy_in(

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import DbColumn, Delivery
+from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import SourceTable
-from rivc.compiler.sql import literal
-from rivc.compiler.sql import quote as quote_name
+from rivc.compiler.sql import quote
 
 from ..plane.base import SourceContext
 from ..util.errortext import CATEGORIES, classify, rivc_error_inside
@@ -147,10 +147,10 @@ def plan_window(
     wrapped = f"({base}) AS _rivc"
 
     def lit(value: Any) -> str:  # a bound or stored value as a literal of the source's dialect
-        return literal(value, kind)
+        return dialect(kind).literal(value)
 
     if table.mode == "incremental":
-        col = quote_name(table.cursor_column or "", kind)
+        col = dialect(kind).quote(table.cursor_column or "")
         hwm = scalar(conn, f"SELECT MAX({col}) FROM {wrapped}")
         if hwm is None:
             return Window("1 = 0", None, description="incremental: the table is empty")
@@ -162,7 +162,7 @@ def plan_window(
             low = f"{col} >= {lit(last)} AND " if last is not None else ""
             seen = ""
             if last is not None and keys:
-                names = [quote_name(k, kind) for k in table.unique_key]
+                names = [dialect(kind).quote(k) for k in table.unique_key]
                 key = names[0] if len(names) == 1 else f"({', '.join(names)})"
                 values = ", ".join(
                     lit(decode(k[0]))
@@ -189,13 +189,13 @@ def plan_window(
             description=f"incremental {col} in [{last}, {hwm})",
         )
     if table.mode == "time_window":
-        col = quote_name(table.time_column or "", kind)
+        col = dialect(kind).quote(table.time_column or "")
         cutoff = (now or datetime.now(UTC)).replace(tzinfo=None) - timedelta(
             days=table.days_window or 0
         )
         return Window(f"{col} >= {lit(cutoff)}", description=f"time window {col} >= {cutoff}")
     if table.mode == "chunked":
-        col = quote_name(table.chunk_column or "", kind)
+        col = dialect(kind).quote(table.chunk_column or "")
         with conn.cursor() as cur:
             cur.execute(f"SELECT MIN({col}), MAX({col}), COUNT(*) FROM {wrapped}")
             lo, hi, count = cur.fetchone()
@@ -240,8 +240,8 @@ def deliveries(
 def select_list(kind: str, plan: list[Delivery]) -> str:
     """Each column's select expression, and beside it its check where it has one."""
     return ", ".join(
-        f"{d.expr} AS {quote_name(d.name, kind)}"
-        + (f", {d.check} AS {quote_name(dbtypes.check_name(d), kind)}" if d.check else "")
+        f"{d.expr} AS {dialect(kind).quote(d.name)}"
+        + (f", {d.check} AS {dialect(kind).quote(dbtypes.check_name(d))}" if d.check else "")
         for d in plan
     )
 
@@ -300,6 +300,6 @@ def read_query(
     for part in parts[1:]:
         df = df.unionAll(part)
     out: DataFrame = df.selectExpr(
-        *(f"{dbtypes.spark_convert(label, d)} AS {quote_name(d.name)}" for d in plan)
+        *(f"{dbtypes.spark_convert(label, d)} AS {quote(d.name)}" for d in plan)
     )
     return out

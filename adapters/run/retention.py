@@ -20,13 +20,15 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rivc.compiler.sql import quote
+from rivc.compiler.sql import StandardQuotes, quote
 
 from ..plane.tableread import DataFile
 from ..util.faults import fault
 from ..util.storage import join
 from .consume import WHOLE
 from .landing import BATCH, Landing, batch_of
+
+DUCKDB = StandardQuotes()  # the files of a landing table are folded in DuckDB
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,11 @@ def _fold(landing: Landing, files: list[DataFile], into: int) -> list[str]:
         partitioning=pads.partitioning(pa.schema([(BATCH, pa.int64())]), flavor="hive"),
         partition_base_dir=root,
     )
-    keys = ", ".join(quote(k, "postgres") for k in landing.keys)  # DuckDB quotes as PostgreSQL
-    order = f"{quote(BATCH, 'postgres')} DESC" + (
-        f", {quote(landing.order, 'postgres')} DESC NULLS LAST" if landing.order else ""
+    keys = ", ".join(quote(k, DUCKDB) for k in landing.keys)
+    order = f"{quote(BATCH, DUCKDB)} DESC" + (
+        f", {quote(landing.order, DUCKDB)} DESC NULLS LAST" if landing.order else ""
     )
-    names = ", ".join(quote(n, "postgres") for n in stored.names)
+    names = ", ".join(quote(n, DUCKDB) for n in stored.names)
     con = duckdb.connect()
     try:
         con.register("landed", data)

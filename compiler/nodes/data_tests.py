@@ -24,7 +24,7 @@ from ..relations import Relation
 from ..render import TEST_CONFIG_KEYS, Rendered, Renderer
 from ..rules import Finding
 from ..specs import NodeId
-from ..sql import literal, quote
+from ..sql import SPARK, literal, quote
 from ..validate import parse_query
 from .common import content_hash, suggest
 
@@ -108,7 +108,7 @@ def test_nodes(
         )
         try:
             rendered = renderer.render(name, singular.path, singular.text, False)
-            sql, unbound = bind(rendered.sql, params, "spark")
+            sql, unbound = bind(rendered.sql, params, SPARK)
             for pname, line, col in unbound:
                 findings.append(
                     rules.unbound_parameter(pname, SourceLocation(singular.path, line, col))
@@ -229,7 +229,7 @@ def generic_test(
         )
     elif kind == "accepted_values":
         values = ", ".join(
-            literal(v, "spark") if spec.quote or not isinstance(v, str) else v for v in spec.values
+            literal(v) if spec.quote or not isinstance(v, str) else v for v in spec.values
         )
         sql = (
             f"SELECT {col}, COUNT(*) AS n_records\nFROM {rel}\nWHERE {col} IS NOT NULL "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import rules
+from ..dialects import dialect
 from ..errors import (
     SqlError,
 )
@@ -14,6 +15,7 @@ from ..params import bind
 from ..project import SourceTableDef
 from ..render import source_relation
 from ..rules import Finding
+from ..sql import SPARK
 from ..validate import check_read_only, output_columns, parse_query
 from .common import content_hash, suggest, transformed
 
@@ -24,16 +26,17 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
     sql: str | None = None
     columns = None if table.connector.relational else table.known_columns()
     if table.connector.relational:
-        dialect = table.connector.database or "spark"
+        db = table.connector.database
+        writer = SPARK if db is None else dialect(db)
         raw = spec.query or f"SELECT * FROM {spec.table}"
         loc = where.location("query" if spec.query else "table")
         offset = (loc.line or 1) - 1
-        bound, unbound = bind(raw, params, dialect)
+        bound, unbound = bind(raw, params, writer)
         for name, _, _ in unbound:
             findings.append(rules.unbound_parameter(name, loc))
         if not unbound:
             try:
-                tree = parse_query(bound, path, dialect, "a source query", offset)
+                tree = parse_query(bound, path, writer.sqlglot, "a source query", offset)
                 check_read_only(tree, bound, path, offset)
                 sql = bound
                 # `columns:` sets the delivered type of the columns it names; which columns

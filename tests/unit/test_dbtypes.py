@@ -6,6 +6,7 @@ import pytest
 
 from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import DbColumn
+from rivc.compiler.dialects import dialect
 from rivc.compiler.sql import quote
 
 
@@ -33,7 +34,7 @@ from rivc.compiler.sql import quote
     ],
 )
 def test_postgres_mapping(column, spark, kind):
-    d = dbtypes.postgres(column)
+    d = dialect("postgres").delivery(column)
     assert (d.spark, d.kind) == (spark, kind)
 
 
@@ -57,20 +58,23 @@ def test_postgres_mapping(column, spark, kind):
     ],
 )
 def test_mysql_mapping(column, spark, kind):
-    d = dbtypes.mysql(column)
+    d = dialect("mysql").delivery(column)
     assert (d.spark, d.kind) == (spark, kind)
     assert not d.copy
 
 
 def test_unknown_mysql_type_is_refused_by_name():
     with pytest.raises(ValueError, match="column g has type geometry"):
-        dbtypes.mysql(DbColumn("g", "geometry"))
+        dialect("mysql").delivery(DbColumn("g", "geometry"))
 
 
 def test_declared_types_are_read_from_the_databases_text():
-    d = dbtypes.postgres(DbColumn("x", "numeric"), "Decimal(38, 4)")
+    d = dialect("postgres").delivery(DbColumn("x", "numeric"), "Decimal(38, 4)")
     assert (d.spark, d.kind, d.expr) == ("decimal(38,4)", "round", '"x"::text')
-    assert dbtypes.mysql(DbColumn("x", "newdecimal", 65, 30), "string").expr == "CAST(`x` AS CHAR)"
+    assert (
+        dialect("mysql").delivery(DbColumn("x", "newdecimal", 65, 30), "string").expr
+        == "CAST(`x` AS CHAR)"
+    )
     with pytest.raises(ValueError, match="cannot be declared"):
         dbtypes.declared_type("array<int>")
     with pytest.raises(ValueError, match="precision is 1..38"):
@@ -78,8 +82,8 @@ def test_declared_types_are_read_from_the_databases_text():
 
 
 def test_identifiers_are_quoted_with_their_quote_doubled():
-    assert quote('a"b', "postgres") == '"a""b"'
-    assert quote("a`b", "mysql") == quote("a`b") == "`a``b`"
+    assert dialect("postgres").quote('a"b') == '"a""b"'
+    assert dialect("mysql").quote("a`b") == quote("a`b") == "`a``b`"
 
 
 def test_exact_decimal_pattern():
@@ -93,7 +97,7 @@ def test_exact_decimal_pattern():
 
 
 def test_spark_refusal_is_a_rivc_error_inside_sparks_text():
-    d = dbtypes.postgres(DbColumn("amount", "numeric"))
+    d = dialect("postgres").delivery(DbColumn("amount", "numeric"))
     sql = dbtypes.spark_convert("source s.t", d)
     assert (
         "raise_error(concat('rivc.compiler.errors.ConnectorError: source s.t: column amount" in sql
@@ -136,7 +140,7 @@ def test_a_declared_type_rivc_cannot_apply_is_a_compile_error(make_project):
     ],
 )
 def test_numeric_with_a_negative_or_large_scale_is_a_decimal_that_holds_it(precision, scale, spark):
-    assert dbtypes.postgres(DbColumn("n", "numeric", precision, scale)).spark == spark
+    assert dialect("postgres").delivery(DbColumn("n", "numeric", precision, scale)).spark == spark
 
 
 @pytest.mark.parametrize(
@@ -151,17 +155,17 @@ def test_numeric_with_a_negative_or_large_scale_is_a_decimal_that_holds_it(preci
     ],
 )
 def test_a_refusal_suggests_the_narrowest_type_that_holds_the_value(column, value, advice):
-    d = dbtypes.postgres(column)
+    d = dialect("postgres").delivery(column)
     assert f"(e.g. {advice})" in dbtypes.refusal("source s.t", d, value)
 
 
 def test_a_declared_timestamp_reads_a_timestamptz_in_utc():
-    d = dbtypes.postgres(DbColumn("at", "timestamptz"), "timestamp")
+    d = dialect("postgres").delivery(DbColumn("at", "timestamptz"), "timestamp")
     assert (d.kind, d.copy_expr) == ("timestamp", "(\"at\" AT TIME ZONE 'UTC')")
 
 
 def test_an_array_is_checked_for_one_dimension_starting_at_1():
-    d = dbtypes.postgres(DbColumn("xs", "int4", array=True))
+    d = dialect("postgres").delivery(DbColumn("xs", "int4", array=True))
     assert d.spark == "array<int>" and "array_lower" in d.check and "array_ndims" in d.expr
     sql = dbtypes.spark_convert("source s.t", d)
     assert sql.startswith("CASE WHEN `_rivc_check:xs` IS NOT NULL THEN raise_error(")

@@ -6,14 +6,16 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import RenderError
 from rivc.compiler.params import bind, resolve_params
+from rivc.compiler.sql import SPARK
 from rivc_testing import analyze_dir, only
 
 
 def test_injection_attempt_stays_one_string_literal():
     params = resolve_params({"region": "eu"}, {"region": "x' OR '1'='1"})
-    sql, unbound = bind("select * from t where region = ${region}", params, "spark")
+    sql, unbound = bind("select * from t where region = ${region}", params, SPARK)
     assert not unbound
     where = sqlglot.parse_one(sql, read="spark").find(exp.Where)
     literal = where.find(exp.EQ).expression
@@ -44,10 +46,10 @@ def test_bad_conversion_and_unknown_param():
 
 def test_literals_per_type():
     sql, _ = bind(
-        "${a} ${b} ${c} ${d}", {"a": 1, "b": True, "c": dt.date(2024, 1, 2), "d": "o'k"}, "spark"
+        "${a} ${b} ${c} ${d}", {"a": 1, "b": True, "c": dt.date(2024, 1, 2), "d": "o'k"}, SPARK
     )
     assert sql == "1 TRUE CAST('2024-01-02' AS DATE) 'o\\'k'"
-    pg, _ = bind("${d}", {"d": "o'k"}, "postgres")
+    pg, _ = bind("${d}", {"d": "o'k"}, dialect("postgres"))
     assert pg == "'o''k'"
 
 

@@ -8,14 +8,16 @@ import pyarrow as pa
 import pytest
 
 from rivc.adapters.connectors.pgcopy import CopyPlan, arrow_type, convert
-from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import DbColumn
+from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import ConnectorError
 
 
 def plan_of(*columns: DbColumn, declared: dict[str, str] | None = None) -> CopyPlan:
     declared = declared or {}
-    return CopyPlan([dbtypes.postgres(c, declared.get(c.name)) for c in columns], "source s.t")
+    return CopyPlan(
+        [dialect("postgres").delivery(c, declared.get(c.name)) for c in columns], "source s.t"
+    )
 
 
 def test_select_reads_timestamptz_in_utc_as_text_and_applies_the_predicate():
@@ -109,7 +111,7 @@ def test_a_refusal_names_the_first_bad_value_after_good_ones():
 def test_a_declared_decimal_holds_38_digits_and_refuses_39():
     """A declared decimal(38,0) holds 38 nines (compared in a context of the value's digits,
     not Python's default 28, which rounded them up to the limit and refused them)."""
-    d = dbtypes.postgres(DbColumn("big", "numeric"), "decimal(38,0)")
+    d = dialect("postgres").delivery(DbColumn("big", "numeric"), "decimal(38,0)")
     got = convert(CopyPlan([d], "source s.t"), d, pa.array(["9" * 38, "-" + "9" * 38, None]))
     assert [str(v) if v is not None else None for v in got.to_pylist()] == [
         "9" * 38,

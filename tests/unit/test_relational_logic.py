@@ -10,9 +10,9 @@ import pytest
 from rivc.adapters.connectors.databases import Conn, ExtractError, database
 from rivc.adapters.connectors.relational import decode, encode, with_retries
 from rivc.adapters.util.errortext import classify, python_error_inside, root_cause
+from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.specs import TUNING_PROFILES, ConnectionSpec
-from rivc.compiler.sql import literal
 
 SPARK_ERROR = """An error occurred while calling o76.parquet.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 failed, most recent
@@ -111,9 +111,10 @@ def test_literals_and_cursor_values_round_trip():
     ts = datetime(2026, 1, 2, 3, 4, 5, 600)
     for value in (ts, date(2026, 1, 2), Decimal("1.50"), 7, "it's", b"\x00\xff"):
         assert decode(encode(value)) == value
-    assert literal(ts, "postgres") == "CAST('2026-01-02 03:04:05.000600' AS TIMESTAMP)"
-    assert literal(ts, "mysql") == "CAST('2026-01-02 03:04:05.000600' AS DATETIME(6))"
-    assert literal(Decimal("1.50"), "postgres") == literal(Decimal("1.50"), "mysql") == "1.50"
+    assert dialect("postgres").literal(ts) == "CAST('2026-01-02 03:04:05.000600' AS TIMESTAMP)"
+    assert dialect("mysql").literal(ts) == "CAST('2026-01-02 03:04:05.000600' AS DATETIME(6))"
+    assert dialect("postgres").literal(Decimal("1.50")) == "1.50"
+    assert dialect("mysql").literal(Decimal("1.50")) == "1.50"
 
 
 @pytest.mark.parametrize(
@@ -126,8 +127,8 @@ def test_literals_and_cursor_values_round_trip():
     ],
 )
 def test_string_literals_escape_quotes_and_backslashes(value, postgres, mysql):
-    assert literal(value, "postgres") == postgres
-    assert literal(value, "mysql") == mysql
+    assert dialect("postgres").literal(value) == postgres
+    assert dialect("mysql").literal(value) == mysql
 
 
 def test_sessions_pin_the_settings_literals_and_text_forms_rely_on():
@@ -203,8 +204,8 @@ def test_tls_settings_reach_every_driver_and_a_url_may_carry_them():
 
 def test_binary_keys_are_hex_literals():
     key = b"\x00'\\\xff"
-    assert literal(key, "postgres") == "'\\x0027 5cff'::bytea".replace(" ", "")
-    assert literal(key, "mysql") == "X'00275cff'"
+    assert dialect("postgres").literal(key) == "'\\x0027 5cff'::bytea".replace(" ", "")
+    assert dialect("mysql").literal(key) == "X'00275cff'"
 
 
 def test_key_columns_are_quoted_identifiers_whatever_their_name():
