@@ -36,11 +36,11 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=1_000_000)
     args = parser.parse_args()
 
-    from rivc.adapters.plane import deltamerge, deltatable
+    from rivc.adapters.lake import deltamerge, deltatable
     from rivc.adapters.plane.taskwrite import DESCRIPTION, _Task
-    from rivc.adapters.run.spark import get_session
+    from rivc.adapters.spark.session import get_session
     from rivc.adapters.util.storage import Store
-    from rivc.compiler.specs import SparkSpec
+    from rivc.compiler.loading.specs import SparkSpec
 
     spark = get_session(
         SparkSpec(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}), app_name="bench"

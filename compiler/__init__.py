@@ -17,8 +17,8 @@ _EXPORTS = {
     "CompileFailed": "errors",
     "RivcError": "errors",
     "SourceLocation": "errors",
-    "find_project_root": "locate",
-    "load_project": "project",
+    "find_project_root": "loading.locate",
+    "load_project": "loading.project",
 }
 __all__ = sorted(_EXPORTS)
 

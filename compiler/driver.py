@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import rules
+from .analysis import rules
+from .analysis.rules import Finding
+from .dag.graph import Node, ProjectGraph, node_id
+from .dag.selector import select
 from .errors import CompileFailed, GraphError, RivcError, SelectionError, SourceLocation
-from .graph import Node, ProjectGraph, node_id
-from .locate import TARGET_DIR, project_file
+from .loading.locate import TARGET_DIR, project_file
+from .loading.project import Located, Project, load_project
+from .loading.specs import NodeId
 from .nodes.consumers import sink_inputs
 from .nodes.data_tests import test_nodes
 from .nodes.models import CompileCache, analyze_models, check_model_keys, model_node
@@ -24,12 +28,8 @@ from .nodes.seeds import seed_nodes
 from .nodes.sinks import check_targets, sink_node, star_feeding_sinks
 from .nodes.sources import source_node
 from .nodes.unit_tests import unit_test_nodes
-from .params import resolve_params
-from .project import Located, Project, load_project
-from .render import RenderContext, Renderer, source_relation
-from .rules import Finding
-from .selector import select
-from .specs import NodeId
+from .rendering.params import resolve_params
+from .rendering.render import RenderContext, Renderer, source_relation
 
 __all__ = [
     "CompileCache",
@@ -297,6 +297,6 @@ def _changed(
         return {}
     if options.state is None:
         return None
-    from . import statediff
+    from .dag import statediff
 
     return statediff.changes(graph, statediff.load(root / options.state))

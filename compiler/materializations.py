@@ -4,7 +4,7 @@ An entry says what compile needs to know of a way of building a model (whether `
 may name it, whether it is a stored table whose versions a downstream sink tracks, whether
 rows pass through it batch by batch, whether a Python model may have it, which command builds
 it) and names, by import path, the class of the runtime that builds it (for `incremental`, one
-per strategy). Compile never imports the runtime: rivc.adapters.run.node_model loads the class.
+per strategy). Compile never imports the runtime: rivc.adapters.models.node_model loads the class.
 
 Adding a materialization is one entry here and one class in adapters/run/ (docs/architecture.md).
 """
@@ -17,7 +17,7 @@ from typing import Literal
 
 from .errors import did_you_mean
 
-_RUN = "rivc.adapters.run"
+_RUN = "rivc.adapters.models"
 
 
 @dataclass(frozen=True, slots=True)

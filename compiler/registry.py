@@ -8,8 +8,9 @@ needs it, so compile never imports Spark or an adapter, and nothing registers by
 effect of an import.
 
 Adding a connector takes three pieces (docs/architecture.md): a spec class in
-connector_specs.py (message_specs.py), a runtime module under adapters/connectors/ (a `Sink` subclass, or a
-`read(spark, ctx)` function for a source) and one entry in CONNECTORS. Connectors are not
+loading/connector_specs.py (loading/message_specs.py), a runtime module under
+adapters/connectors/ (a `Sink` subclass, or a `read(spark, ctx)` function for a source) and one
+entry in CONNECTORS. Connectors are not
 loaded from Python entry points: a connector changes what compile accepts, so it ships with
 rivc.
 """
@@ -20,9 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import aliases
-from .aliases import Translator
-from .connector_specs import (
+from .errors import did_you_mean
+from .importers import aliases
+from .importers.aliases import Translator
+from .loading.connector_specs import (
     KAFKA_METADATA,
     MQTT_METADATA,
     DatagenConfig,
@@ -46,8 +48,7 @@ from .connector_specs import (
     datagen_columns,
     mysql_cdc_columns,
 )
-from .errors import did_you_mean
-from .message_specs import (
+from .loading.message_specs import (
     NATS_METADATA,
     RABBITMQ_METADATA,
     NatsSinkConfig,
@@ -56,7 +57,7 @@ from .message_specs import (
     RabbitmqSourceConfig,
     WebhookSinkConfig,
 )
-from .specbase import Spec
+from .loading.specbase import Spec
 
 Columns = Callable[[Any, Mapping[str, str]], "dict[str, str] | None"]
 
@@ -94,11 +95,11 @@ class ConnectorInfo:
     config: type[Spec]
     description: str
     runtime: str  # "module:attribute": a Sink class, or a source's read(spark, ctx) function
-    relational: bool = False  # extracted through a profile connection (adapters/run/extract.py)
+    relational: bool = False  # extracted through a profile connection (adapters/ingest/extract.py)
     # the database it reads or writes through a profile connection (compiler/dialects.py), whose
     # connection `type:` must be this
     database: str | None = None
-    # "module:attribute": a change log (a ChangeLog class, adapters/run/changelog.py) its
+    # "module:attribute": a change log (a ChangeLog class, adapters/ingest/changelog.py) its
     # tables are read from, through a profile connection when `database` is set; its `config:`
     # is the source's, its tables name a table of the log each
     log: str | None = None
@@ -110,7 +111,7 @@ class ConnectorInfo:
     # "table" (Delta, Iceberg), "files" (of its config's `format`), None (no typed store)
     holds: Literal["table", "files"] | None = None
     # the config names users bring from the systems rivc replaces: renamed, or refused with a
-    # pointer (compiler/aliases.py)
+    # pointer (compiler/importers/aliases.py)
     aliases: Translator | None = None
     # "module:attribute": doctor's reach check, (config, root, storage) -> (ok, detail)
     probe: str | None = None
@@ -165,7 +166,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             PostgresCdcConfig,
             "PostgreSQL's change log (logical replication, pgoutput): inserts, updates, deletes",
             f"{_RUNTIME}.logsource:read",
-            log="rivc.adapters.run.cdc:PgOutputLog",
+            log="rivc.adapters.ingest.cdc:PgOutputLog",
             database="postgres",
             columns=cdc_columns,
             preflight=f"{_RUNTIME}.pgslot:preflight",
@@ -177,7 +178,7 @@ CONNECTORS: dict[tuple[str, str], ConnectorInfo] = {
             MysqlCdcConfig,
             "MySQL's and MariaDB's binary log (row-based): inserts, updates, deletes",
             f"{_RUNTIME}.logsource:read",
-            log="rivc.adapters.run.mysqlcdc:BinlogLog",
+            log="rivc.adapters.ingest.mysqlcdc:BinlogLog",
             database="mysql",
             columns=mysql_cdc_columns,
             preflight=f"{_RUNTIME}.binlog:preflight",

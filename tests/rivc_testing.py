@@ -15,9 +15,9 @@ from click.testing import CliRunner, Result
 
 from rivc.adapters.cli import main
 from rivc.compiler import CompileOptions
+from rivc.compiler.analysis.rules import Finding
 from rivc.compiler.driver import CompiledProject, analyze
-from rivc.compiler.project import load_project
-from rivc.compiler.rules import Finding
+from rivc.compiler.loading.project import load_project
 
 
 def write_files(root: Path, files: dict[str, str]) -> Path:

@@ -1,5 +1,5 @@
 """`rivc cdc status|drop`: where change-log sources stand in their logs (docs/cdc.md). Each
-source's log (its connector's ChangeLog, adapters/run/changelog.py) says what it shows and
+source's log (its connector's ChangeLog, adapters/ingest/changelog.py) says what it shows and
 what dropping means."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _sources(runtime: Any) -> dict[str, list[str]]:
 def cdc_status(as_json: bool, project_dir: str | None) -> None:
     """Each change-log source's log: the position each of its tables holds, beside what the
     server keeps (a slot's confirmed position and its log; a binlog's end)."""
-    from ..run.changelog import held_position, source_log
+    from ..ingest.changelog import held_position, source_log
 
     runtime = _runtime(_root(project_dir))
     rows = []
@@ -60,7 +60,7 @@ def cdc_drop(source: str, project_dir: str | None) -> None:
     publication), so that the server keeps no log for it. Its landing tables stay; a later run
     refuses to continue from them (the log between is gone) until `rivc run --full-refresh`
     takes a new snapshot."""
-    from ..run.changelog import source_log
+    from ..ingest.changelog import source_log
 
     runtime = _runtime(_root(project_dir))
     runtime.state.close()

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import click
 
 from rivc.compiler.errors import RivcError
-from rivc.compiler.locate import PROFILES_DIR_ENV, TARGET_ENV, find_project_root
-from rivc.compiler.secrets import redact_text
+from rivc.compiler.loading.locate import PROFILES_DIR_ENV, TARGET_ENV, find_project_root
+from rivc.compiler.loading.secrets import redact_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_FAILED, EXIT_INVALID = 1, 2

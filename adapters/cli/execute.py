@@ -13,8 +13,8 @@ from typing import Any
 import click
 
 from rivc.compiler.errors import CompileFailed, EnvironmentFault
-from rivc.compiler.locate import SPARK_LOG, STATE_DIR
-from rivc.compiler.secrets import redact_text
+from rivc.compiler.loading.locate import SPARK_LOG, STATE_DIR
+from rivc.compiler.loading.secrets import redact_text
 
 from ..util.sparkkind import is_connect
 from .common import (
@@ -41,8 +41,8 @@ def _debug() -> bool:
 def _spark(plan: Any, debug: bool = False, shared: bool = False) -> Any:
     from pyspark.errors import PySparkException
 
-    from ..run.server import for_run
-    from ..run.spark import get_session
+    from ..spark.server import for_run
+    from ..spark.session import get_session
     from ..util.storage import mark_same_disk
 
     log = None if debug else plan.root / STATE_DIR / SPARK_LOG  # --debug: Spark's output too
@@ -95,7 +95,7 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
 def _run(root: Path, options: Any) -> None:
     from ..ops.report import Progress, summary
     from ..run.scheduler import execute
-    from ..run.sparkprogress import SparkProgress
+    from ..spark.progress import SparkProgress
 
     console = _console()
     tracker = SparkProgress()
@@ -200,8 +200,8 @@ def retry(project_dir: str | None) -> None:
     import json
     from dataclasses import replace
 
+    from rivc.compiler.dag.selector import RESULTS
     from rivc.compiler.errors import ProjectError
-    from rivc.compiler.selector import RESULTS
 
     from ..run.scheduler import RunOptions
 
@@ -280,8 +280,8 @@ def check(
 ) -> None:
     """Preflight: EXPLAIN every selected database extraction; verdict and advice. Exit 1 if
     a check failed or a verdict is UNSAFE."""
+    from ..ingest.landing import Landing
     from ..ops.preflight import check_log, check_table, to_json
-    from ..run.landing import Landing
     from ..run.warehouse import landing_uri
     from ..util.storage import Store, resolve
 
@@ -330,8 +330,8 @@ def check(
 @handle_errors
 def doctor(project_dir: str | None) -> None:
     """Connect to every connection of the profile and write-probe every sink location."""
-    from rivc.compiler.project import load_project, project_secrets
-    from rivc.compiler.secrets import Scrubber
+    from rivc.compiler.loading.project import load_project, project_secrets
+    from rivc.compiler.loading.secrets import Scrubber
 
     from ..ops.preflight import doctor as run_doctor
 
@@ -351,8 +351,8 @@ def server() -> None:
 
 
 def _profile_spark(project_dir: str | None) -> tuple[Path, Any]:
-    from rivc.compiler.profiles import load_profile
-    from rivc.compiler.project import load_project_spec
+    from rivc.compiler.loading.profiles import load_profile
+    from rivc.compiler.loading.project import load_project_spec
 
     root = _root(project_dir)
     spec, _ = load_project_spec(root, os.environ)
@@ -365,7 +365,7 @@ def _profile_spark(project_dir: str | None) -> tuple[Path, Any]:
 @handle_errors
 def server_start(project_dir: str | None) -> None:
     """Start (or restart) the project's Spark Connect server on 127.0.0.1, with a token."""
-    from ..run import server as warm
+    from ..spark import server as warm
 
     root, spark = _profile_spark(project_dir)
     started = time.perf_counter()
@@ -382,7 +382,7 @@ def server_start(project_dir: str | None) -> None:
 @handle_errors
 def server_stop(project_dir: str | None) -> None:
     """Stop the project's warm Spark server."""
-    from ..run import server as warm
+    from ..spark import server as warm
 
     stopped = warm.stop(_root(project_dir))
     click.echo("warm Spark server stopped" if stopped else "no warm Spark server was running")
@@ -393,7 +393,7 @@ def server_stop(project_dir: str | None) -> None:
 @handle_errors
 def server_status(project_dir: str | None) -> None:
     """Whether the project's warm Spark server runs, and whether runs can use it as it is."""
-    from ..run import server as warm
+    from ..spark import server as warm
 
     root, spark = _profile_spark(project_dir)
     s = warm.read(root)

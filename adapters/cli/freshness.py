@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from rivc.compiler.locate import TARGET_DIR
+from rivc.compiler.loading.locate import TARGET_DIR
 
 from .common import _console, _root, apply, handle_errors, project_dir_option, select_options
 from .state import _chosen, _runtime

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from rivc.compiler.locate import TARGET_DIR
-from rivc.compiler.secrets import redact_text
+from rivc.compiler.loading.locate import TARGET_DIR
+from rivc.compiler.loading.secrets import redact_text
 
 from .common import (
     EXIT_FAILED,
@@ -35,7 +35,7 @@ from .common import (
 @handle_errors
 def deps(project_dir: str | None) -> None:
     """Install the packages packages.yml asks for into dbt_packages/."""
-    from rivc.compiler.project import load_project_spec
+    from rivc.compiler.loading.project import load_project_spec
 
     from ..ops.deps import install
 
@@ -60,7 +60,7 @@ def clean(project_dir: str | None) -> None:
     import shutil
 
     from rivc.compiler.errors import ProjectError
-    from rivc.compiler.project import load_project_spec
+    from rivc.compiler.loading.project import load_project_spec
 
     root = _root(project_dir).resolve()
     spec, _ = load_project_spec(root, os.environ)
@@ -112,8 +112,8 @@ def import_cmd() -> None:
 @handle_errors
 def import_rivet(config: str, name: str, project_dir: str) -> None:
     """A Rivet config (rivet.yaml): a connection, a source of its exports, a files sink each."""
-    from rivc.compiler.migrate import import_rivet as convert
-    from rivc.compiler.yamlio import load_yaml
+    from rivc.compiler.importers.migrate import import_rivet as convert
+    from rivc.compiler.loading.yamlio import load_yaml
 
     path = Path(config).resolve()
     doc = load_yaml(path.parent, Path(path.name), env=os.environ)
@@ -127,7 +127,7 @@ def import_rivet(config: str, name: str, project_dir: str) -> None:
 def import_rivven(config: str, project_dir: str) -> None:
     """A Rivven Connect file: connections and sources of its CDC sources, a sink per source
     table each sink's topics carry."""
-    from rivc.compiler.migrate import import_rivven as convert
+    from rivc.compiler.importers.migrate import import_rivven as convert
 
     path = Path(config).resolve()
     doc = read_verbatim(path)
@@ -138,7 +138,7 @@ def read_verbatim(path: Path) -> Any:
     """A YAML file with its lines, and ${VAR} kept as written (an import writes it as it is)."""
     import yaml
 
-    from rivc.compiler.yamlio import AnyEnv, parse_yaml
+    from rivc.compiler.loading.yamlio import AnyEnv, parse_yaml
 
     text = path.read_text()
     doc = parse_yaml(text, Path(path.name), env=AnyEnv())  # for the marks
@@ -256,13 +256,14 @@ def lint(
 ) -> None:
     """Check SQL models without a JVM: exit 0 clean, 1 findings, 2 invalid project. With
     --state, also a column a sink delivers that was removed, retyped or redefined since."""
-    from rivc.compiler.lint import format_findings, lint_findings
+    from rivc.compiler.analysis.lint import format_findings, lint_findings
 
     ends_with_compile()
     root = _root(project_dir)
     compiled = _compile(root, (), (), _params(params), _vars(vars_), None)
     if state is not None:
-        from rivc.compiler import breaking, statediff
+        from rivc.compiler.analysis import breaking
+        from rivc.compiler.dag import statediff
 
         earlier = statediff.load(Path(state))
         compiled.findings += breaking.findings(compiled.graph, earlier, root)
@@ -299,7 +300,8 @@ def diff(
 ) -> None:
     """Column changes since the --state compile, each breaking or not for each node that
     reads it (no JVM)."""
-    from rivc.compiler import breaking, statediff
+    from rivc.compiler.analysis import breaking
+    from rivc.compiler.dag import statediff
     from rivc.compiler.errors import ProjectError
 
     if state is None:
@@ -402,7 +404,7 @@ def ls_cmd(
 
 
 def _print_lineage(graph: Any, wanted: str, as_json: bool) -> None:
-    from rivc.compiler import lineage
+    from rivc.compiler.analysis import lineage
     from rivc.compiler.errors import SelectionError, did_you_mean
 
     name, _, column = wanted.rpartition(".")

@@ -249,12 +249,12 @@ def maintain(
     project's landing_retention; compact and VACUUM the Delta tables of landed sources, models
     and sinks; compact Iceberg sinks, expire their old snapshots and delete their unreferenced
     files (under the run lock)."""
-    from rivc.compiler.specs import parse_duration
+    from rivc.compiler.loading.specs import parse_duration
 
-    from ..plane import deltatable
+    from ..ingest.retention import retain
+    from ..lake import deltatable
     from ..plane.base import SinkContext
     from ..plane.registry import sink_for
-    from ..run.retention import retain
     from ..run.runtime import Runtime
     from ..run.scheduler import RunOptions, compile_for_run
     from ..run.tables import consumers

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rivc.compiler.connector_specs import TableSourceConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.loading.connector_specs import TableSourceConfig
 
 from ..plane.base import SourceContext
 

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, quote, unquote, urlparse
 from rivc.compiler.dbtypes import DbColumn
 from rivc.compiler.dialects import Dialect, Mysql, Postgres
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.specs import ConnectionSpec
+from rivc.compiler.loading.specs import ConnectionSpec
 
 from ..util.errortext import classify, root_cause
 

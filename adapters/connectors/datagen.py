@@ -24,8 +24,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
-from rivc.compiler.connector_specs import DatagenConfig, datagen_columns
-from rivc.compiler.secrets import with_secrets
+from rivc.compiler.loading.connector_specs import DatagenConfig, datagen_columns
+from rivc.compiler.loading.secrets import with_secrets
 from rivc.compiler.sql import quote
 
 from ..plane.base import SourceContext, register_data_source

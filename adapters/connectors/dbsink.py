@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connector_specs import DatabaseSinkConfig
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.transforms import DELETE_COLUMN
+from rivc.compiler.loading.connector_specs import DatabaseSinkConfig
+from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
 from ..plane.base import Sink, WriteResult, arrow_columns, stream
 from ..util.faults import fault

@@ -1,4 +1,4 @@
-"""The delta sink and the delta source (the table format is plane/deltatable.py)."""
+"""The delta sink and the delta source (the table format is lake/deltatable.py)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rivc.compiler.connector_specs import DeltaSinkConfig, DeltaSourceConfig, parse_size
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.transforms import DELETE_COLUMN
+from rivc.compiler.loading.connector_specs import DeltaSinkConfig, DeltaSourceConfig, parse_size
+from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
-from ..plane.base import (
-    Sink,
-    SourceContext,
-    WriteResult,
-    large,
-    parquet_stats,
-)
-from ..plane.deltamerge import merge
-from ..plane.deltatable import (
+from ..lake.deltamerge import merge
+from ..lake.deltatable import (
     SPARK_CODECS,
     Stamp,
     arrow_schema,
@@ -35,6 +28,13 @@ from ..plane.deltatable import (
     table_schema,
     write,
     write_batch,
+)
+from ..plane.base import (
+    Sink,
+    SourceContext,
+    WriteResult,
+    large,
+    parquet_stats,
 )
 from ..plane.taskwrite import Written
 from ..util.storage import Store, join, resolve

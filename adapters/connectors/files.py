@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connector_specs import FilesSinkConfig, parse_size
+from rivc.compiler.loading.connector_specs import FilesSinkConfig, parse_size
 
 from ..plane.base import Sink, WriteResult, stream
 from ..util.storage import Store, is_local, resolve, shares_disk

@@ -11,8 +11,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connector_specs import FilesSinkConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.loading.connector_specs import FilesSinkConfig
 
 if TYPE_CHECKING:
     pass

@@ -7,8 +7,8 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connector_specs import FilesSourceConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.loading.connector_specs import FilesSourceConfig
 from rivc.compiler.sql import quote
 
 from ..plane.base import JSON_OPTIONS, SourceContext

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rivc.compiler.connector_specs import IcebergSinkConfig, parse_size
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.loading.connector_specs import IcebergSinkConfig, parse_size
+from rivc.compiler.loading.locate import STATE_DIR
+from rivc.compiler.rendering.transforms import DELETE_COLUMN
 from rivc.compiler.sql import quote
-from rivc.compiler.transforms import DELETE_COLUMN
 
+from ..lake.history import versions
 from ..plane.base import (
     Sink,
     WriteResult,
@@ -30,7 +31,6 @@ from ..plane.base import (
     spark_repeated_key,
     stream,
 )
-from ..plane.history import versions
 from ..util.faults import fault
 from ..util.storage import Store, join, shares_disk
 from .iceberg_catalog import (

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from rivc.compiler.connector_specs import IcebergCatalog, IcebergSinkConfig
-from rivc.compiler.locate import STATE_DIR
-from rivc.compiler.secrets import mask_url
+from rivc.compiler.loading.connector_specs import IcebergCatalog, IcebergSinkConfig
+from rivc.compiler.loading.locate import STATE_DIR
+from rivc.compiler.loading.secrets import mask_url
 
 from ..util.storage import Store
 

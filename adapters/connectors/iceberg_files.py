@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rivc.compiler.connector_specs import Scd2Columns
+from rivc.compiler.loading.connector_specs import Scd2Columns
+from rivc.compiler.rendering.transforms import DELETE_COLUMN
 from rivc.compiler.sql import quote
-from rivc.compiler.transforms import DELETE_COLUMN
 
-from ..plane.history import versions
+from ..lake.history import versions
 from ..util.storage import Store
 from .iceberg_catalog import footer_data_file, spark_arrow_schema, store_path
 
@@ -28,7 +28,7 @@ def upsert_files(table: Any, df: Any, key: str) -> list[Any] | None:
 
     from pyiceberg.conversions import from_bytes
 
-    from ..plane.deltamerge import KeyProbe
+    from ..lake.deltamerge import KeyProbe
 
     tasks = list(table.scan().plan_files())
     if any(t.delete_files for t in tasks):

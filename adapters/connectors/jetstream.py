@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.message_specs import NatsServer, NatsSinkConfig
-from rivc.compiler.secrets import mask_url
+from rivc.compiler.loading.message_specs import NatsServer, NatsSinkConfig
+from rivc.compiler.loading.secrets import mask_url
 
 from ..plane.base import Sink, WriteResult, stream
 from ..util.faults import fault

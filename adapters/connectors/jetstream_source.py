@@ -22,8 +22,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.message_specs import NatsSourceConfig
-from rivc.compiler.secrets import with_secrets
+from rivc.compiler.loading.message_specs import NatsSourceConfig
+from rivc.compiler.loading.secrets import with_secrets
 
 from ..plane.base import SourceContext, json_stream, payload_text, register_data_source
 from .jetstream import connect, durable_name, run, server_params, subject_matches

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rivc.compiler.connector_specs import KafkaSourceConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.loading.connector_specs import KafkaSourceConfig
 
 from ..plane.base import SourceContext, json_stream
 from ..util.errortext import missing_data_source

@@ -23,9 +23,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from rivc.compiler.connector_specs import MqttSourceConfig
-from rivc.compiler.locate import STATE_DIR
-from rivc.compiler.secrets import with_secrets
+from rivc.compiler.loading.connector_specs import MqttSourceConfig
+from rivc.compiler.loading.locate import STATE_DIR
+from rivc.compiler.loading.secrets import with_secrets
 
 from ..plane.base import SourceContext, json_stream, register_data_source
 

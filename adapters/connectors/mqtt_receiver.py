@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from rivc.compiler.connector_specs import MqttSourceConfig
+from rivc.compiler.loading.connector_specs import MqttSourceConfig
 
 from .mqtt import CONNECT_TIMEOUT_S, FSYNC_EVERY_S, STATUS, Spool
 

@@ -1,7 +1,7 @@
 """PostgreSQL's logical replication messages (the built-in `pgoutput` plugin, protocol 1),
 decoded into the changes of whole transactions (docs/cdc.md).
 
-Each message is one row of `pg_logical_slot_peek_binary_changes` (adapters/run/cdc.py reads them). A
+Each message is one row of `pg_logical_slot_peek_binary_changes` (adapters/ingest/cdc.py reads them). A
 transaction arrives whole and in commit order: Begin, the Relation messages of tables it is the
 first to touch since the slot started (or whose shape changed), its changes, Commit. Values come
 as PostgreSQL's text; `UNCHANGED` marks a TOASTed column an update did not touch (its value is

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.dbtypes import decimal_args
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.transforms import DELETE_COLUMN
+from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
 from .databases import Conn, database
 from .dbsink import PART, REFUSED, DatabaseSink, nonempty, one_line, partition_column

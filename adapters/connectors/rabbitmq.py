@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.message_specs import RabbitmqSinkConfig
+from rivc.compiler.loading.message_specs import RabbitmqSinkConfig
 
 from ..plane.base import WriteResult
 from ..util.faults import armed, fault

@@ -3,7 +3,7 @@
 Control queries (high-water marks, chunk bounds, EXPLAIN, connection checks, column probes) go
 through the Python drivers (psycopg, pymysql). Rows go through PostgreSQL's COPY (pgcopy.py)
 where it can carry every column, else through Spark's JDBC reader (read_query). Extraction
-itself (modes, windows, staging, positions) is adapters/run/extract.py; `read` here is the plain read
+itself (modes, windows, staging, positions) is adapters/ingest/extract.py; `read` here is the plain read
 of a source's whole query that previews, tests and unselected upstream sources use.
 """
 
@@ -21,7 +21,7 @@ from rivc.compiler import dbtypes
 from rivc.compiler.dbtypes import DbColumn, Delivery
 from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.specs import SourceTable
+from rivc.compiler.loading.specs import SourceTable
 from rivc.compiler.sql import quote
 
 from ..plane.base import SourceContext

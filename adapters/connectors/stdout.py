@@ -6,7 +6,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from rivc.compiler.connector_specs import StdoutSinkConfig
+from rivc.compiler.loading.connector_specs import StdoutSinkConfig
 
 from ..plane.base import Sink, WriteResult
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.message_specs import WebhookSinkConfig
-from rivc.compiler.secrets import from_env
+from rivc.compiler.loading.message_specs import WebhookSinkConfig
+from rivc.compiler.loading.secrets import from_env
 
 from ..plane.base import WriteResult
 from ..util.faults import armed, fault

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from rivc.compiler.packages import Wanted, wanted
+from rivc.compiler.dbt.packages import Wanted, wanted
 
 HUB = "https://hub.getdbt.com/api/v1"
 TIMEOUT_S = 60

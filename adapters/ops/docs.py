@@ -11,7 +11,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from rivc.compiler.inline import compiled_sql
+from rivc.compiler.analysis.inline import compiled_sql
 
 
 def payload(compiled: Any) -> dict[str, Any]:

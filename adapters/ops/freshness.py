@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from rivc.compiler.errors import RivcError
+from rivc.compiler.loading.specs import Freshness
 from rivc.compiler.registry import connector
-from rivc.compiler.specs import Freshness
 
 from ..connectors.databases import Conn, connection, driver_errors
 from ..plane.registry import newest

@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rivc.compiler.manifest import Manifest, ManifestNode
+from rivc.compiler.emit.manifest import Manifest, ManifestNode
+from rivc.compiler.loading.specs import OpenLineageSpec
 from rivc.compiler.registry import connector
-from rivc.compiler.specs import OpenLineageSpec
 from rivc.compiler.version import VERSION
 
 PRODUCER = f"https://github.com/rivc/rivc/tree/{VERSION}"

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rivc.compiler.specs import MetricsSpec
+from rivc.compiler.loading.specs import MetricsSpec
 
 OK = ("success", "pass", "warn")
 

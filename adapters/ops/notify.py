@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rivc.compiler.secrets import mask_url
-from rivc.compiler.specs import NotifySpec
+from rivc.compiler.loading.secrets import mask_url
+from rivc.compiler.loading.specs import NotifySpec
 
 FAILED = ("error", "fail")
 MOST = 20  # nodes named in one message; the rest are counted

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.project import Project
+from rivc.compiler.loading.project import Project
+from rivc.compiler.loading.secrets import mask_url
+from rivc.compiler.loading.specs import SourceTable
 from rivc.compiler.registry import ConnectorInfo
-from rivc.compiler.secrets import mask_url
-from rivc.compiler.specs import SourceTable
 
 from ..connectors.databases import Conn, ExtractError, connection, driver_errors
 from ..connectors.relational import Cursor, plan_window

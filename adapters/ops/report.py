@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from rivc.compiler.secrets import redact_text
+from rivc.compiler.loading.secrets import redact_text
 
 from ..state import NodeResult
 

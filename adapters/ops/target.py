@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rivc.compiler.locate import (
+from rivc.compiler.loading.locate import (
     DEFAULT_PATHS,
     TARGET_DIR,
     find_profiles,
@@ -27,7 +27,7 @@ CACHE_DIR = (
 FINGERPRINT = "fingerprint.json"
 CACHE = "compile_cache.pickle"
 # 2: the cache keeps seeds' inferred types; 3: each model's column lineage; 4: its vars, macros
-FORMAT = 4
+FORMAT = 5
 
 
 def _env_digest(env: Mapping[str, str], names: list[str]) -> str:
@@ -101,7 +101,15 @@ def load_cache(target: Path) -> Any:
             version, cache = pickle.load(fh)
         if version == FORMAT and isinstance(cache, CompileCache):
             return cache
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError):
+    except (
+        OSError,
+        pickle.UnpicklingError,
+        EOFError,
+        AttributeError,
+        ValueError,
+        TypeError,
+        ImportError,
+    ):  # a cache of another version: its classes moved or changed
         pass
     return CompileCache()
 
@@ -163,8 +171,8 @@ def compile_to_target(
 ) -> tuple[Any, dict[str, str]]:
     """Compile and write target/: the one way `compile`, `run`, `build`, `test` and `show` do
     it. Returns the compiled project and the files written (path under target/ -> text)."""
-    from rivc.compiler.codegen import artifacts
     from rivc.compiler.driver import no_cyclic_gc
+    from rivc.compiler.emit.codegen import artifacts
     from rivc.compiler.errors import CompileFailed
 
     with no_cyclic_gc():

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.specs import ConnectionSpec
-from rivc.compiler.transforms import DELETE_COLUMN
+from rivc.compiler.loading.specs import ConnectionSpec
+from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
 from ..util.storage import resolve
 

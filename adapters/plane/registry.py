@@ -64,7 +64,7 @@ def newest(
 
 
 def change_log(info: ConnectorInfo) -> Any:
-    """A change-log source's log (adapters/run/changelog.py: ChangeLog)."""
+    """A change-log source's log (adapters/ingest/changelog.py: ChangeLog)."""
     assert info.log is not None
     return _load(info.log)()
 

@@ -3,8 +3,8 @@ available to the selected nodes (node_source.bind, node_model's materializations
 
 from __future__ import annotations
 
-from . import node_source
-from .node_model import builder
+from ..ingest import node_source
+from ..models.node_model import builder
 from .runtime import Runtime
 
 

@@ -7,18 +7,18 @@ import sys
 import time
 
 from rivc.compiler.errors import EnvironmentFault, RivcError
-from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.loading.locate import STATE_DIR
 
+from ..delivery.node_sink import run_sink
+from ..ingest.node_source import run_source
+from ..models.node_model import run_model
+from ..models.node_test import run_test
+from ..spark.session import peak_rss_mb
 from ..state import NodeResult
 from ..util.errortext import model_error, python_error_inside, rivc_error_inside, spark_message
 from ..util.faults import fault
 from .binding import bind_views
-from .node_model import run_model
-from .node_sink import run_sink
-from .node_source import run_source
-from .node_test import run_test
 from .runtime import Runtime
-from .spark import peak_rss_mb
 
 
 def execute(rt: Runtime, nid: str) -> NodeResult:

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from rivc.compiler.emit.manifest import Manifest, ManifestNode
 from rivc.compiler.errors import StateError
-from rivc.compiler.locate import TARGET_DIR
-from rivc.compiler.manifest import Manifest, ManifestNode
-from rivc.compiler.project import Project, load_project, project_secrets
-from rivc.compiler.secrets import Scrubber
-from rivc.compiler.specs import ProfileSpec
+from rivc.compiler.loading.locate import TARGET_DIR
+from rivc.compiler.loading.project import Project, load_project, project_secrets
+from rivc.compiler.loading.secrets import Scrubber
+from rivc.compiler.loading.specs import ProfileSpec
 
+from ..ingest.landing import Landing
 from ..util.storage import Store, resolve
-from .landing import Landing
 from .warehouse import landing_uri
 
 
@@ -77,7 +77,7 @@ class Plan:
     @cached_property
     def scrub(self) -> Scrubber:
         """Masks the project's secrets (declared on its specs) in any text a run prints or
-        writes: node errors and messages, warnings, errors.log (compiler/secrets.py)."""
+        writes: node errors and messages, warnings, errors.log (compiler/loading/secrets.py)."""
         return Scrubber(project_secrets(self.project, os.environ))
 
     @property
@@ -126,7 +126,7 @@ class Plan:
         return self.compiled[str(rel)]
 
     def batch_sql(self, nid: str) -> str:
-        """A sink's SQL over the new batches of its changing sources (compiler/increments.py)."""
+        """A sink's SQL over the new batches of its changing sources (compiler/analysis/increments.py)."""
         rel = self.nodes[nid].sink.compiled_batches_path
         if rel is None or rel not in self.compiled:
             raise StateError(f"{nid}: its batch SQL is missing from target/; run `rivc compile`")

@@ -64,7 +64,7 @@ def _stored_rows(plan: Plan, name: str, limit: int) -> Any:
     from ..util.storage import join
 
     uri = join(plan.warehouse, name)
-    from ..plane.deltatable import head
+    from ..lake.deltatable import head
 
     return head(uri, plan.store(uri), limit)
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from rivc.compiler.errors import SelectionError, StateError
 
-from .consume import WHOLE
+from ..delivery.consume import WHOLE
 from .runtime import Runtime
 from .tables import batch_time
 

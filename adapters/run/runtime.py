@@ -15,22 +15,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rivc.compiler.connector_specs import history_of, merge_keys_of
-from rivc.compiler.manifest import ManifestNode
-from rivc.compiler.specs import RateLimit
+from rivc.compiler.emit.manifest import ManifestNode
+from rivc.compiler.loading.connector_specs import history_of, merge_keys_of
+from rivc.compiler.loading.specs import RateLimit
 
-from ..plane import deltatable
+from ..delivery.deliver import BatchWriter
+from ..delivery.sinkwriter import SinkWriter
+from ..ingest.landing import Landing
+from ..lake import deltatable
 from ..plane.base import SinkContext
+from ..spark.progress import SparkProgress
+from ..spark.session import fence
 from ..state import StateStore
 from ..util.faults import carried
 from ..util.sparkkind import is_connect
 from ..util.storage import environment, join
-from .delivery import BatchWriter
-from .landing import Landing
 from .plan import Plan
-from .sinkwriter import SinkWriter
-from .spark import fence
-from .sparkprogress import SparkProgress
 from .warehouse import writer_id
 
 if TYPE_CHECKING:

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rivc.compiler.errors import ProjectError
-from rivc.compiler.locate import TARGET_DIR
+from rivc.compiler.loading.locate import TARGET_DIR
 from rivc.compiler.materializations import of_node
 
+from ..models.hooks import operations
+from ..spark.progress import SparkProgress
 from ..state import NodeResult, StateStore, new_run_id, now, run_lock
 from .binding import bind
 from .execute import execute as execute_node
-from .hooks import operations
 from .plan import Plan
 from .runtime import Runtime
-from .sparkprogress import SparkProgress
 from .streaming import FAILED, follow, graceful_interrupt, log_stream
 
 if TYPE_CHECKING:
@@ -421,7 +421,7 @@ def _import_for_workers() -> None:
         "pyarrow.parquet",
         "pyarrow.dataset",
         "deltalake",
-        "rivc.adapters.run.extract",
-        "rivc.adapters.run.sinkwriter",
+        "rivc.adapters.ingest.extract",
+        "rivc.adapters.delivery.sinkwriter",
     ):
         importlib.import_module(module)

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..delivery.sinkwriter import SinkWriter
 from ..state import NodeResult
 from ..util.storage import Store
-from .sinkwriter import SinkWriter
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -94,7 +94,7 @@ def log_stream(plan: Plan, graph: Any, todo: list[str]) -> tuple[float, list[str
     """A run that follows change logs (docs/cdc.md, "Streaming"): the selected change-log
     tables that feed a selected sink with a `processing_time` trigger, with every selected node
     below them, and the shortest of those triggers; None when there are none."""
-    from rivc.compiler.specs import interval_seconds
+    from rivc.compiler.loading.specs import interval_seconds
 
     chosen, waits, followed = set(todo), [], set()
     for nid in todo:

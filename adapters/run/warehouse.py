@@ -15,7 +15,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.loading.locate import STATE_DIR
 
 from ..util.storage import Store, join
 

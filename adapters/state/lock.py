@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rivc.compiler.errors import StateError
-from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.loading.locate import STATE_DIR
 
 from .base import now
 

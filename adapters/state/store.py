@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rivc.compiler.locate import STATE_DIR
+from rivc.compiler.loading.locate import STATE_DIR
 
 from .base import now
 from .batches import BatchRecords

@@ -5,14 +5,14 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from .. import rules
-from .. import transforms as tf
+from ..analysis import rules
+from ..analysis.rules import Finding
 from ..errors import (
     SqlError,
     did_you_mean,
 )
-from ..project import Located
-from ..rules import Finding
+from ..loading.project import Located
+from ..rendering import transforms as tf
 
 
 def content_hash(*parts: Any) -> str:

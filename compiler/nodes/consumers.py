@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..connector_specs import sink_mode
-from ..graph import Node, ProjectGraph
-from ..increments import batch_sql, changes, new_batches_relation
-from ..inline import final_sql
-from ..manifest import SinkFacts, SinkInput
+from ..analysis.increments import batch_sql, changes, new_batches_relation
+from ..analysis.inline import final_sql
+from ..analysis.rules import Finding
+from ..dag.graph import Node, ProjectGraph
+from ..emit.manifest import SinkFacts, SinkInput
+from ..loading.connector_specs import sink_mode
+from ..loading.project import Project
+from ..loading.specs import NodeId
 from ..materializations import of_node
-from ..project import Project
-from ..render import source_relation
-from ..rules import Finding
-from ..specs import NodeId
+from ..rendering.render import source_relation
 from .common import spec_finding
 
 

@@ -7,7 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .. import rules
+from ..analysis import rules
+from ..analysis.rules import Finding
+from ..analysis.validate import parse_query
+from ..dag.graph import Node, node_id, ref_id
 from ..errors import (
     GraphError,
     RenderError,
@@ -16,16 +19,13 @@ from ..errors import (
     SqlError,
     did_you_mean,
 )
-from ..graph import Node, node_id, ref_id
-from ..params import bind
-from ..project import Located, Project
-from ..property_specs import GENERIC_TESTS, DbtSourceTable, ModelProps, SeedProps
-from ..relations import Relation
-from ..render import TEST_CONFIG_KEYS, Rendered, Renderer
-from ..rules import Finding
-from ..specs import NodeId
+from ..loading.project import Located, Project
+from ..loading.property_specs import GENERIC_TESTS, DbtSourceTable, ModelProps, SeedProps
+from ..loading.specs import NodeId
+from ..rendering.params import bind
+from ..rendering.relations import Relation
+from ..rendering.render import TEST_CONFIG_KEYS, Rendered, Renderer
 from ..sql import SPARK, literal, quote
-from ..validate import parse_query
 from .common import content_hash, suggest
 
 REF_ARG = re.compile(r"""^\s*ref\(\s*['"](\w+)['"]\s*\)\s*$""")
@@ -403,7 +403,7 @@ def custom_test(
 def _test_config(kind: str, given: dict[str, Any], loc: SourceLocation) -> Any:
     from pydantic import ValidationError
 
-    from ..property_specs import TestConfig
+    from ..loading.property_specs import TestConfig
 
     try:
         return TestConfig.model_validate(given)

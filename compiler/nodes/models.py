@@ -7,20 +7,20 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import rules
+from ..analysis import rules
+from ..analysis.rules import Finding
+from ..analysis.workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
+from ..dag.graph import Node, node_id, ref_id
 from ..errors import (
     RenderError,
     SourceLocation,
     SqlError,
 )
-from ..folders import folder_config, merge
-from ..graph import Node, node_id, ref_id
-from ..project import Project
-from ..render import RenderContext
-from ..rules import Finding
-from ..specs import NodeId
+from ..loading.folders import folder_config, merge
+from ..loading.project import Project
+from ..loading.specs import NodeId
+from ..rendering.render import RenderContext
 from ..version import VERSION
-from ..workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
 from .common import content_hash, suggest
 
 

@@ -14,14 +14,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .. import rules
+from ..analysis import rules
+from ..analysis.rules import Finding
+from ..dag.graph import Node, node_id, ref_id
 from ..errors import GraphError, ProjectError, RivcError, SourceLocation, did_you_mean
-from ..folders import folder_config
-from ..graph import Node, node_id, ref_id
+from ..loading.folders import folder_config
+from ..loading.project import Project, SqlFile
+from ..loading.specs import SNAPSHOT_ONLY, ModelConfig, NodeId
 from ..materializations import MATERIALIZATIONS, materialization
-from ..project import Project, SqlFile
-from ..rules import Finding
-from ..specs import SNAPSHOT_ONLY, ModelConfig, NodeId
 
 
 def python_model_nodes(

@@ -1,4 +1,4 @@
-"""Seed nodes: one per seeds/*.csv, with every column's type known at compile (compiler/seeds.py)."""
+"""Seed nodes: one per seeds/*.csv, with every column's type known at compile (compiler/loading/seeds.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .. import rules
+from ..analysis import rules
+from ..analysis.rules import Finding
+from ..dag.graph import Node, node_id
 from ..errors import ProjectError, RivcError, SourceLocation, SqlError
-from ..folders import HOOKS, folder_config
-from ..graph import Node, node_id
-from ..project import Project, SqlFile
-from ..property_specs import SeedConfig
-from ..rules import Finding
-from ..seeds import column_types, inferred, read_csv
-from ..transforms import spark_type
+from ..loading.folders import HOOKS, folder_config
+from ..loading.project import Project, SqlFile
+from ..loading.property_specs import SeedConfig
+from ..loading.seeds import column_types, inferred, read_csv
+from ..rendering.transforms import spark_type
 from .common import suggest
 
 

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from .. import rules
-from .. import transforms as tf
-from ..connector_specs import history_of, merge_keys_of
+from ..analysis import rules
+from ..analysis.rules import Finding
+from ..analysis.workers import ModelResult
+from ..dag.graph import Node, node_id, ref_id
 from ..dbtypes import unwritable
+from ..emit.manifest import SinkFacts
 from ..errors import (
     GraphError,
     SourceLocation,
     SqlError,
     did_you_mean,
 )
-from ..graph import Node, node_id, ref_id
-from ..manifest import SinkFacts
+from ..loading.connector_specs import history_of, merge_keys_of
+from ..loading.project import Located, Project, SinkDef
+from ..loading.specs import NodeId
 from ..materializations import of_node
-from ..project import Located, Project, SinkDef
-from ..rules import Finding
-from ..specs import NodeId
+from ..rendering import transforms as tf
 from ..sql import quote
-from ..workers import ModelResult
 from .common import content_hash, spec_finding, suggest, transformed
 
 
@@ -107,7 +107,7 @@ def sink_node(
         connector=spec.connector,
         from_=src,
         relation=relation,
-        config=sink.config.model_dump(mode="json"),  # its secret fields masked (secrets.py)
+        config=sink.config.model_dump(mode="json"),  # its secret fields masked (loading/secrets.py)
         trigger=spec.trigger
         if isinstance(spec.trigger, str)
         else spec.trigger.model_dump(mode="json"),

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import rules
+from ..analysis import rules
+from ..analysis.rules import Finding
+from ..analysis.validate import check_read_only, output_columns, parse_query
+from ..dag.graph import Node, node_id
 from ..dialects import dialect
+from ..emit.manifest import SourceFacts
 from ..errors import (
     SqlError,
 )
-from ..graph import Node, node_id
-from ..manifest import SourceFacts
-from ..params import bind
-from ..project import SourceTableDef
-from ..render import source_relation
-from ..rules import Finding
+from ..loading.project import SourceTableDef
+from ..rendering.params import bind
+from ..rendering.render import source_relation
 from ..sql import SPARK
-from ..validate import check_read_only, output_columns, parse_query
 from .common import content_hash, suggest, transformed
 
 

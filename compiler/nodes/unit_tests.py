@@ -20,14 +20,14 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from .. import rules
+from ..analysis import rules
+from ..analysis.rules import Finding
+from ..dag.graph import Node, node_id, ref_id
 from ..errors import RivcError, SourceLocation, SqlError, did_you_mean
-from ..graph import Node, node_id, ref_id
-from ..project import Located, Project
-from ..property_specs import UnitRows, UnitTestSpec
-from ..render import RenderContext, Renderer, source_relation
-from ..rules import Finding
-from ..specs import NodeId
+from ..loading.project import Located, Project
+from ..loading.property_specs import UnitRows, UnitTestSpec
+from ..loading.specs import NodeId
+from ..rendering.render import RenderContext, Renderer, source_relation
 from ..sql import literal, quote
 from .common import content_hash
 from .data_tests import REF_ARG, SOURCE_ARG

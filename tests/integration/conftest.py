@@ -14,8 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from rivc.adapters.run.spark import get_session
-    from rivc.compiler.specs import SparkSpec
+    from rivc.adapters.spark.session import get_session
+    from rivc.compiler.loading.specs import SparkSpec
 
     catalog = tmp_path_factory.mktemp("spark-warehouse")  # not the checkout's spark-warehouse/
     conf = {

@@ -80,7 +80,7 @@ def test_the_progress_of_a_running_node_is_read_from_its_spark_jobs(spark):
     import threading
     import time
 
-    from rivc.adapters.run.sparkprogress import SparkProgress
+    from rivc.adapters.spark.progress import SparkProgress
 
     tracker = SparkProgress()
     tracker.attach(spark)

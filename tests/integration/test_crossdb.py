@@ -10,7 +10,7 @@ import itertools
 import duckdb
 import pytest
 
-from rivc.compiler.crossdb import dateadd, datediff, last_day
+from rivc.compiler.dbt.crossdb import dateadd, datediff, last_day
 
 pytestmark = pytest.mark.integration
 

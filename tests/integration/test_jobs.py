@@ -148,7 +148,7 @@ def test_a_job_runs_a_published_copy_of_its_project(spark, sample, tmp_path, mon
 def test_a_detached_job_refuses_a_stream(spark, tmp_path, capsys):
     """A copied project's state ends with its job: a stream would start over from a new
     checkpoint, so it is refused by name (a relational extraction's cursor likewise)."""
-    from rivc.adapters.run.job import run_sink_job
+    from rivc.adapters.spark.job import run_sink_job
     from rivc_testing import write_files
 
     root = write_files(

@@ -211,7 +211,7 @@ def orders(capture):
 def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     tmp_path, orders, logical_pg, monkeypatch
 ):
-    from rivc.adapters.run import changes
+    from rivc.adapters.ingest import changes
 
     monkeypatch.setattr(changes, "ROWS_PER_FILE", 700)  # the snapshot's 2000 rows: three files
     con = orders

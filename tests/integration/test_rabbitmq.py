@@ -209,7 +209,7 @@ sinks:
         )
         monkeypatch.setenv("MQ_PASSWORD", "guest")
         from rivc.adapters.plane.registry import lag
-        from rivc.compiler.project import load_project
+        from rivc.compiler.loading.project import load_project
 
         source = load_project(root).sources["mq.readings"]
         assert lag(source.connector, source.config, "mqsrc", "mq.readings") == 1500  # all ready

@@ -553,8 +553,8 @@ def test_validate_counts_each_window_again_in_the_database(spark, tmp_path, kind
     does; a difference is an error that lands nothing."""
     from rivc.adapters.connectors.databases import Conn, connection
     from rivc.adapters.connectors.relational import Cursor, encode, plan_window
-    from rivc.adapters.run.extract import count_window, validation_error
-    from rivc.compiler.project import load_project
+    from rivc.adapters.ingest.extract import count_window, validation_error
+    from rivc.compiler.loading.project import load_project
 
     with database(kind) as db:
         db.execute("CREATE TABLE ev (id int PRIMARY KEY, at int)")

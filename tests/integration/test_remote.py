@@ -111,7 +111,7 @@ def connect(hidden: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "SPARK_LOG_DIR": str(logs),
         "SPARK_PID_DIR": str(logs),
     }
-    from rivc.adapters.run.spark import jdbc_jars
+    from rivc.adapters.spark.session import jdbc_jars
 
     start = (
         f'mount -t tmpfs rivc-hidden "{hidden}" && exec "{home}/sbin/start-connect-server.sh" '

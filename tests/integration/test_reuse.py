@@ -1,5 +1,5 @@
 """A table model whose SQL and inputs are unchanged is reused, decided from its own commit
-(adapters/run/inputs.py): a rerun with nothing new starts no Spark, a lost `.rivc/` decides the
+(adapters/models/inputs.py): a rerun with nothing new starts no Spark, a lost `.rivc/` decides the
 same, and anything that changes what the table would hold builds it again."""
 
 from __future__ import annotations

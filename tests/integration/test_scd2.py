@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from deltalake import DeltaTable
 
-from rivc.adapters.plane.deltamerge import merge
+from rivc.adapters.lake.deltamerge import merge
 from rivc.adapters.util.storage import Store
-from rivc.compiler.connector_specs import Scd2Columns
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.loading.connector_specs import Scd2Columns
 
 pytestmark = pytest.mark.integration
 

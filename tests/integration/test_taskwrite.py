@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from rivc.adapters.plane import deltatable
+from rivc.adapters.lake import deltatable
 from rivc.adapters.plane.tableread import read_group
 from rivc.adapters.plane.taskwrite import DESCRIPTION, Written, _Task
 from rivc.adapters.util.storage import Store

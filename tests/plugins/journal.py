@@ -2,7 +2,7 @@
 `ChangeLog` with its typed position and session, and one registry entry (the test adds it). Its
 log is a JSON-lines file: each line one transaction, `{"time": ..., "changes": [{"table",
 "op": "c"|"u"|"d"|"truncate", "before", "after"}]}`, and a table is what its lines did to it.
-The change-log driver (adapters/run/changelog.py) lands, kills and resumes it as it does
+The change-log driver (adapters/ingest/changelog.py) lands, kills and resumes it as it does
 postgres-cdc and mysql-cdc: snapshot, moved keys, truncates, full refresh, shape checks."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rivc.adapters.connectors.pgcopy import arrow_type
-from rivc.adapters.run.changelog import (
+from rivc.adapters.ingest.changelog import (
     Batch,
     Change,
     ChangeLog,
@@ -27,10 +27,10 @@ from rivc.adapters.run.changelog import (
     LogSource,
     Rows,
 )
-from rivc.compiler.connector_specs import envelope
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.loading.connector_specs import envelope
+from rivc.compiler.loading.specbase import Spec
 from rivc.compiler.registry import ConnectorInfo
-from rivc.compiler.specbase import Spec
 
 
 class JournalConfig(Spec):

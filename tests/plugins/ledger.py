@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rivc.adapters.plane.base import Sink, WriteResult
-from rivc.compiler.connector_specs import SinkConfig
+from rivc.compiler.loading.connector_specs import SinkConfig
 from rivc.compiler.registry import ConnectorInfo
 
 

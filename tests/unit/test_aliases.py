@@ -7,7 +7,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from rivc.adapters.cli import main
-from rivc.compiler.project import load_project
+from rivc.compiler.loading.project import load_project
 
 
 def compile_(root):
@@ -195,7 +195,7 @@ def test_every_unknown_or_refused_key_is_reported_in_one_run(make_project):
 
 
 def test_each_rivven_transform_type_points_to_rivcs(make_project):
-    from rivc.compiler.aliases import TRANSFORMS
+    from rivc.compiler.importers.aliases import TRANSFORMS
 
     for rivven, rivc_name in TRANSFORMS.items():
         root = make_project(

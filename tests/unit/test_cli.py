@@ -231,7 +231,7 @@ def test_recompile_removes_stale_compiled_files(make_project):
 
 
 def test_a_spark_connect_token_is_redacted_in_text():
-    from rivc.compiler.secrets import redact_text
+    from rivc.compiler.loading.secrets import redact_text
 
     text = "cannot reach sc://localhost:5555/;token=abc_DEF-123;session_id=9 (UNAVAILABLE)"
     shown = redact_text(text)
@@ -242,7 +242,7 @@ def test_a_spark_connect_token_is_redacted_in_text():
 def test_a_detached_job_refuses_an_extraction_before_any_connection(make_project, capsys):
     """A job run from a copied project (--project) keeps no state between runs: a relational
     source's cursor would be lost, so the job stops before it reaches Spark or the database."""
-    from rivc.adapters.run.job import run_sink_job
+    from rivc.adapters.spark.job import run_sink_job
 
     root = make_project(
         {
@@ -296,3 +296,29 @@ def test_clean_removes_the_clean_targets_inside_the_project_only(make_project):
     code, out, err = run("clean", "--project-dir", str(root))
     assert code == 2 and "'../elsewhere' is not a folder inside the project" in out + err
     assert (root / "dbt_packages/x").is_dir()  # refused before anything is removed
+
+
+def test_a_compile_cache_of_another_version_is_rebuilt_not_a_crash(make_project):
+    """An upgrade can move the classes a pickled cache names: the cache is ignored and
+    rewritten, and the compile answers as without it."""
+    import pickle
+    import types
+
+    from rivc.adapters.ops.target import CACHE, CACHE_DIR, FORMAT
+
+    root = make_project({})
+    assert CliRunner().invoke(main, ["compile", "--project-dir", str(root)]).exit_code == 0
+    gone = types.ModuleType("rivc.compiler.moved_away")
+    exec("class Old:\n    pass", gone.__dict__)
+    gone.Old.__module__ = "rivc.compiler.moved_away"
+    sys.modules["rivc.compiler.moved_away"] = gone
+    try:
+        stale = pickle.dumps((FORMAT, gone.Old()))
+    finally:
+        del sys.modules["rivc.compiler.moved_away"]
+    cache = root / "target" / CACHE_DIR / CACHE
+    cache.write_bytes(stale)
+    (root / "models" / "extra.sql").write_text("select 1 as x\n")  # not up to date: loads it
+    again = CliRunner().invoke(main, ["compile", "--project-dir", str(root)])
+    assert again.exit_code == 0, again.output
+    assert cache.read_bytes() != stale

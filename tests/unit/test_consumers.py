@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from rivc.adapters.run.consume import WHOLE, Landed, Step, plan_steps
+from rivc.adapters.delivery.consume import WHOLE, Landed, Step, plan_steps
+from rivc.compiler.analysis.increments import changes
+from rivc.compiler.emit.manifest import SinkInput
 from rivc.compiler.errors import StateError
-from rivc.compiler.increments import changes
-from rivc.compiler.manifest import SinkInput
 from rivc_testing import analyze_dir
 
 C = {"src__t"}

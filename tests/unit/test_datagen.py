@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from rivc.adapters.connectors.datagen import Generator, ranges, seed_of
-from rivc.compiler.connector_specs import DATAGEN_COLUMNS, DatagenConfig
+from rivc.compiler.loading.connector_specs import DATAGEN_COLUMNS, DatagenConfig
 
 
 def test_rows_depend_only_on_seed_and_index():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rivc.compiler.dbtjinja import macro_blocks
+from rivc.compiler.dbt.jinja import macro_blocks
 from rivc_testing import analyze_dir, rivc
 
 PACKAGE = {

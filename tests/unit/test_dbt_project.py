@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rivc.compiler.errors import CompileFailed, ProjectError
-from rivc.compiler.locate import find_project_root
+from rivc.compiler.loading.locate import find_project_root
 from rivc_testing import analyze_dir, findings
 
 DBT_PROJECT = """
@@ -311,7 +311,7 @@ sources:
     ],
 )
 def test_a_dbt_spark_target_maps_to_rivcs_profile(make_project, target, remote, said):
-    from rivc.compiler.profiles import load_profile
+    from rivc.compiler.loading.profiles import load_profile
 
     profiles = f"shop:\n  target: dev\n  outputs:\n    dev: {target}\n"
     root = dbt_project(make_project, {"profiles.yml": profiles})

@@ -107,7 +107,7 @@ def test_spark_refusal_is_a_rivc_error_inside_sparks_text():
 
 def test_a_declared_type_rivc_cannot_apply_is_a_compile_error(make_project):
     from rivc.compiler.errors import CompileFailed
-    from rivc.compiler.project import load_project
+    from rivc.compiler.loading.project import load_project
 
     root = make_project(
         {

@@ -14,7 +14,7 @@ import pytest
 
 from rivc.adapters.connectors.files import FilesSink
 from rivc.adapters.plane.base import SinkContext
-from rivc.compiler.connector_specs import FilesSinkConfig
+from rivc.compiler.loading.connector_specs import FilesSinkConfig
 
 ROWS = [
     {

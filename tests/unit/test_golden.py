@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 from rivc.compiler import CompileOptions
-from rivc.compiler.codegen import artifacts
 from rivc.compiler.driver import analyze
-from rivc.compiler.project import load_project
+from rivc.compiler.emit.codegen import artifacts
+from rivc.compiler.loading.project import load_project
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = REPO / "tests" / "golden" / "sample_project"

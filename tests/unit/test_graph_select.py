@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from rivc.compiler.dag.selector import select
 from rivc.compiler.errors import GraphError, SelectionError
-from rivc.compiler.selector import select
 from rivc_testing import analyze_dir
 
 FILES = {
@@ -134,7 +134,7 @@ def test_result_selects_by_the_last_runs_status(make_project):
 
 
 def write_target(compiled, folder) -> None:
-    from rivc.compiler.codegen import artifacts
+    from rivc.compiler.emit.codegen import artifacts
 
     for rel, text in artifacts(compiled).items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -253,7 +253,8 @@ def test_modified_macros_vars_sources_and_sinks(make_project):
 
 
 def test_diff_and_lint_state_name_the_readers_a_column_change_breaks(make_project):
-    from rivc.compiler import breaking, statediff
+    from rivc.compiler.analysis import breaking
+    from rivc.compiler.dag import statediff
     from rivc_testing import rivc
 
     root = make_project(

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from rivc.adapters.connectors.iceberg_catalog import open_catalog
 from rivc.adapters.util.storage import Store
-from rivc.compiler.connector_specs import IcebergCatalog
+from rivc.compiler.loading.connector_specs import IcebergCatalog
 
 
 def test_rest_properties_reach_the_catalogs_requests(tmp_path):

@@ -13,8 +13,8 @@ import pytest
 
 from rivc.adapters.connectors.iceberg import IcebergSink
 from rivc.adapters.plane.base import SinkContext
-from rivc.compiler.connector_specs import IcebergSinkConfig
 from rivc.compiler.errors import ConnectorError
+from rivc.compiler.loading.connector_specs import IcebergSinkConfig
 
 
 def batch(ids: list[int], extra: bool = False) -> pads.Dataset:

@@ -11,7 +11,7 @@ from pyiceberg.transforms import BucketTransform, DayTransform, TruncateTransfor
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
 from rivc.adapters.connectors.iceberg import _spec, _transform_name
-from rivc.compiler.connector_specs import IcebergPartition
+from rivc.compiler.loading.connector_specs import IcebergPartition
 
 
 def test_the_configured_partitioning_is_compared_with_the_tables(tmp_path):

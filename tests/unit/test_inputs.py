@@ -1,11 +1,11 @@
 """Which compiled SQL a table model may be reused for: no value that changes from run to run,
-no relation rivc does not version (adapters/run/inputs.py)."""
+no relation rivc does not version (adapters/models/inputs.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rivc.adapters.run.inputs import _reads_only
+from rivc.adapters.models.inputs import _reads_only
 
 KNOWN = frozenset({"orders", "shop__customers"})
 

@@ -1,4 +1,4 @@
-"""Column lineage (compiler/lineage.py): each model column's origins and how, in the manifest
+"""Column lineage (compiler/analysis/lineage.py): each model column's origins and how, in the manifest
 and `rivc ls --lineage`, checked against sqlglot's own lineage on real projects."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_how_each_column_is_made_and_what_filters_the_rows(make_project):
         ("model:b", "id"),
         ("model:b", "name"),
     ]
-    from rivc.compiler.codegen import artifacts
+    from rivc.compiler.emit.codegen import artifacts
 
     written = json.loads(artifacts(analyze_dir(root))["manifest.json"])["nodes"]["model:m"]
     assert written["lineage"]["columns"]["total"] == [["model:a", "amount", "aggregated"]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rivc.compiler.manifest import Manifest
+from rivc.compiler.emit.manifest import Manifest
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sample_project" / "manifest.json"
 

@@ -8,7 +8,7 @@ from sqlglot import exp
 
 from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import RenderError
-from rivc.compiler.params import bind, resolve_params
+from rivc.compiler.rendering.params import bind, resolve_params
 from rivc.compiler.sql import SPARK
 from rivc_testing import analyze_dir, only
 

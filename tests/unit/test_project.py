@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from rivc.compiler.errors import CompileFailed, ProjectError
-from rivc.compiler.locate import find_project_root
-from rivc.compiler.project import load_project
+from rivc.compiler.loading.locate import find_project_root
+from rivc.compiler.loading.project import load_project
 
 
 def _error(root: Path, env: dict[str, str] | None = None) -> ProjectError:
@@ -185,7 +185,7 @@ def test_the_compile_cache_answers_as_a_compile_without_it(make_project):
     filled and without any: the findings are the same every time."""
     from rivc.compiler import CompileOptions
     from rivc.compiler.driver import CompileCache, analyze
-    from rivc.compiler.project import load_project
+    from rivc.compiler.loading.project import load_project
 
     root = make_project(  # the base project's demo.orders source
         {

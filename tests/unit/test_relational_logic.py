@@ -12,7 +12,7 @@ from rivc.adapters.connectors.relational import decode, encode, with_retries
 from rivc.adapters.util.errortext import classify, python_error_inside, root_cause
 from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.specs import TUNING_PROFILES, ConnectionSpec
+from rivc.compiler.loading.specs import TUNING_PROFILES, ConnectionSpec
 
 SPARK_ERROR = """An error occurred while calling o76.parquet.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 failed, most recent
@@ -210,7 +210,7 @@ def test_binary_keys_are_hex_literals():
 
 def test_key_columns_are_quoted_identifiers_whatever_their_name():
     from rivc.adapters.connectors.relational import Cursor, plan_window
-    from rivc.compiler.specs import SourceTable
+    from rivc.compiler.loading.specs import SourceTable
 
     class Recorder:
         """A connection that records its queries and answers 5 to each."""

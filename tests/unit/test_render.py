@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from rivc.compiler.errors import GraphError, RenderError
-from rivc.compiler.render import RenderContext, Renderer
+from rivc.compiler.rendering.render import RenderContext, Renderer
 from rivc_testing import analyze_dir, only
 
 

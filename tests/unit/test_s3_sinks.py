@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from rivc.adapters.connectors.delta import DeltaSink
 from rivc.adapters.connectors.files import FilesSink
 from rivc.adapters.plane.base import SinkContext
-from rivc.compiler.connector_specs import DeltaSinkConfig, FilesSinkConfig
+from rivc.compiler.loading.connector_specs import DeltaSinkConfig, FilesSinkConfig
 from rivc_testing import S3_KEYS, moto_s3
 
 KEYS = S3_KEYS
@@ -130,8 +130,8 @@ def test_a_rivven_iceberg_config_writes_to_s3(tmp_path, endpoint):
     data and metadata to S3 with those settings; a replayed batch is skipped, an upsert
     replaces rows by key."""
     from rivc.adapters.connectors.iceberg import IcebergSink
-    from rivc.compiler.aliases import iceberg_sink, translate
-    from rivc.compiler.connector_specs import IcebergSinkConfig
+    from rivc.compiler.importers.aliases import iceberg_sink, translate
+    from rivc.compiler.loading.connector_specs import IcebergSinkConfig
 
     rivven = {
         "catalog": {"type": "memory", "warehouse": "s3://lake/ice"},

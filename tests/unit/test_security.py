@@ -169,7 +169,7 @@ def test_config_that_is_no_secret_stays_visible_and_diffable(make_project):
     ],
 )
 def test_a_url_shows_its_user_and_masks_its_password_and_tokens(url, shown):
-    from rivc.compiler.secrets import Scrubber, _url_secrets, mask_url
+    from rivc.compiler.loading.secrets import Scrubber, _url_secrets, mask_url
 
     assert mask_url(url) == shown
     scrubbed = Scrubber(_url_secrets(url, False))(f"failed: {url}; user guest, user app")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rivc.compiler.errors import ProjectError
-from rivc.compiler.seeds import infer_type, read_csv
+from rivc.compiler.loading.seeds import infer_type, read_csv
 from rivc_testing import analyze_dir, only
 
 
@@ -141,9 +141,9 @@ def test_a_malformed_seed_fails_compile_at_its_line(make_project):
 
 def test_a_seed_is_read_again_only_when_its_file_changes(make_project, monkeypatch):
     from rivc.compiler.driver import CompileOptions, analyze
+    from rivc.compiler.loading.project import load_project
     from rivc.compiler.nodes import seeds as seed_nodes
     from rivc.compiler.nodes.models import CompileCache
-    from rivc.compiler.project import load_project
 
     root = make_project({"seeds/prices.csv": SEED})
     cache = CompileCache()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from rivc.adapters.run import server
-from rivc.compiler.specs import SparkSpec
+from rivc.adapters.spark import server
+from rivc.compiler.loading.specs import SparkSpec
 
 
 def test_an_earlier_record_is_still_read_so_stop_finds_the_server(tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from rivc.adapters.run import sinkwriter as pipeline
-from rivc.adapters.run.sinkwriter import SinkWriter
+from rivc.adapters.delivery import sinkwriter as pipeline
+from rivc.adapters.delivery.sinkwriter import SinkWriter
 from rivc.adapters.util.errortext import transient
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.specs import RateLimit
+from rivc.compiler.loading.specs import RateLimit
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rivc.adapters.run.spark import jdbc_jars, session_conf
-from rivc.compiler.specs import SparkSpec
+from rivc.adapters.spark.session import jdbc_jars, session_conf
+from rivc.compiler.loading.specs import SparkSpec
 
 
 def test_spark_conf_puts_found_jdbc_jars_first(tmp_path):

@@ -105,7 +105,7 @@ def test_profiles_are_found_where_dbt_looks_and_render_env_var(make_project, tmp
     assert "'ci' as target_name" in target_of("--profiles-dir", str(elsewhere))
     assert "'ci' as target_name" in target_of(DBT_PROFILES_DIR=str(elsewhere))
 
-    from rivc.compiler.profiles import load_profile
+    from rivc.compiler.loading.profiles import load_profile
 
     spec, _, _ = load_profile(root, "default", {"DBT_PROFILES_DIR": str(elsewhere)})
     assert spec.warehouse == "ci_lake"

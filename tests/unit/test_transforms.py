@@ -6,8 +6,8 @@ import pytest
 import sqlglot
 from pydantic import ValidationError
 
-from rivc.compiler import transforms as tf
-from rivc.compiler.specs import SinkSpec
+from rivc.compiler.loading.specs import SinkSpec
+from rivc.compiler.rendering import transforms as tf
 from rivc_testing import findings
 
 COLS = {"id": "bigint", "card": "string", "amount": "string", "region": "string"}

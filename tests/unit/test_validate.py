@@ -207,7 +207,7 @@ def test_a_column_s_type_follows_it_through_ctes_and_is_unknown_when_computed():
 
     import sqlglot
 
-    from rivc.compiler.validate import resolve_columns
+    from rivc.compiler.analysis.validate import resolve_columns
 
     sql = (
         "with source as (select * from raw),\n"
@@ -258,7 +258,7 @@ def test_dbt_test_configs_compile_as_dbt_runs_them(make_project):
     [(0, "!= 0", False), (1, "!= 0", True), (5, ">5", False), (6, ">5", True), (2, "<>2", False)],
 )
 def test_a_threshold_compares_the_failing_rows(count, threshold, met):
-    from rivc.compiler.property_specs import failed
+    from rivc.compiler.loading.property_specs import failed
 
     assert failed(count, threshold) is met
 

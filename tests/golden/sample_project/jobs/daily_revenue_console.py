@@ -20,7 +20,7 @@ view is its SQL; a table is read from the warehouse):
 import sys
 from pathlib import Path
 
-from rivc.adapters.run.job import main
+from rivc.adapters.spark.job import main
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 SINK = 'daily_revenue_console'

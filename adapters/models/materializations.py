@@ -1,0 +1,319 @@
+"""Model and seed nodes, one class per materialization (snapshots: snapshot.py): an ephemeral model is inlined by compile; a view is
+its SQL; a table is replaced and an incremental model appended or merged, each in one Delta
+commit of the warehouse (plane/deltatable) stamped with the model's batch id.
+
+Each class builds its model in a run (`build`) and, for an unselected model a selected one reads,
+makes its relation available without building it (`bind`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rivc.compiler.emit.manifest import ManifestNode
+from rivc.compiler.errors import ConnectorError, StateError
+
+from ..lake import deltamerge, deltatable
+from ..plane.base import WriteResult
+from ..run.runtime import Runtime
+from ..state import NodeResult
+from ..util.faults import fault
+from ..util.storage import join
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class Ephemeral:
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+        return NodeResult(nid, "model", "success", message="ephemeral: inlined")
+
+    def bind(self, rt: Runtime, node: ManifestNode) -> None:
+        pass  # compile inlined it into every model that reads it
+
+
+class View:
+    """A view: registered now when Spark runs, else, when a node of the run reads it, once a
+    node first needs Spark (a run whose tables are all reused starts none)."""
+
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+        sql = rt.plan.sql(nid)
+        if rt.later(nid):
+            rt.view(node.name, lambda spark: _view(spark, node, sql))
+            return NodeResult(nid, "model", "success", message="view")
+        df = rt.spark.sql(sql)
+        df.createOrReplaceTempView(node.name)
+        return NodeResult(nid, "model", "success", schema=rt.schema_of(nid, df), message="view")
+
+    def bind(self, rt: Runtime, node: ManifestNode) -> None:
+        rt.spark.sql(rt.plan.sql(node.id)).createOrReplaceTempView(node.name)
+
+
+def _view(spark: SparkSession, node: ManifestNode, sql: str) -> DataFrame:
+    """A view registered after its node ran: an error in it names the view."""
+    from pyspark.errors import PySparkException
+
+    from ..util.errortext import spark_message
+
+    try:
+        return spark.sql(sql)
+    except PySparkException as exc:
+        raise ConnectorError(f"view {node.name} ({node.path}): {spark_message(exc)}") from None
+
+
+class Table:
+    """A table model: its whole result replaces the table, stamped with the model's batch id (a
+    resumed run skips the batch a killed one committed) and with what it was built from
+    (inputs.py): a table that holds what its SQL gives over its inputs as they are now is
+    reused, not built again (--full-refresh builds it)."""
+
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        table = deltatable.open_table(uri, store.delta)
+        built = self.built_from(rt, node)
+        if table is not None and built is not None and not rt.full_refresh:
+            if _recorded(table) == built:
+                rt.view(node.name, lambda spark: deltatable.read(spark, uri, store))
+                return NodeResult(nid, node.kind, "success", message=self.REUSED)
+        grows = self.grows(rt, table)
+        if grows:
+            deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)  # {{ this }}
+        df = self.frame(rt, node, grows)
+        if df.isStreaming:
+            raise ConnectorError(
+                f"model {node.name!r} reads a stream: materialize it as a view and deliver it "
+                "with a sink"
+            )
+        schema = rt.schema_of(nid, df)
+        app_id = rt.model_app(node.name)
+        last = None if table is None else table.transaction_version(app_id)
+        batch_id = rt.hand_out(nid, None if last is None else int(last))
+        stamp = deltatable.Stamp(((app_id, batch_id),), {BUILT_FROM: built} if built else None)
+        if last is not None and int(last) >= batch_id:  # a resumed run: this batch is in
+            how, result = "already committed by the killed run", WriteResult()
+        elif table is not None and grows:
+            how, result = self.add(rt, node, df, table, stamp)
+        else:
+            result = deltatable.write_batch(
+                df,
+                uri,
+                store,
+                "replace",
+                deltatable.arrow_schema(df),
+                node.model_config.partition_by if node.kind == "model" else (),
+                stamp,
+            )
+            how = self.WRITTEN
+        fault("after-commit", node.name)
+        deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
+        return NodeResult(
+            nid,
+            node.kind,
+            "success",
+            rows=result.rows,
+            bytes=result.bytes,
+            files=len(result.files),
+            retries=result.retries,
+            schema=schema,
+            message=how,
+            commits=result.commits,
+            commit_ms=result.commit_s * 1000,
+        )
+
+    REUSED = "reused: its SQL and inputs are unchanged"
+    WRITTEN = "table"  # what a run that writes the whole table says
+
+    def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
+        """What the table is built from now (inputs.py); None: build it whatever it holds."""
+        from .inputs import built_from
+
+        return built_from(rt, node.id)
+
+    def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
+        """What this run writes: the model's SQL (its is_incremental() variant when it grows),
+        or a Python model's DataFrame."""
+        if node.config.get("language") == "python":
+            from .pymodel import python_frame
+
+            return python_frame(rt, node, grows)
+        return rt.spark.sql(rt.plan.sql(node.id, incremental=grows))
+
+    def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
+        """Whether this run adds to the table rather than replacing it."""
+        return False
+
+    def add(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        table: DeltaTable,
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        raise NotImplementedError  # only incremental models grow
+
+    def bind(self, rt: Runtime, node: ManifestNode) -> None:
+        """An unselected table: this warehouse's, else (--defer) the --state run's."""
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        if deltatable.open_table(uri, store.delta) is None and rt.defer_to is not None:
+            uri = join(rt.defer_to, node.name)
+            store = rt.plan.store(uri)
+        if deltatable.open_table(uri, store.delta) is None:
+            how = f"rivc {node.materialization.command}"
+            where = "" if rt.defer_to is None else f" (here or in the deferred {rt.defer_to})"
+            raise StateError(
+                f"{node.kind} {node.name!r} has not been built yet{where}; "
+                f"run `{how} --select +{node.name}` first"
+            )
+        rt.view(node.name, lambda spark: deltatable.read(spark, uri, store))
+
+
+class Incremental(Table):
+    """An incremental model: its first run (and --full-refresh) builds the table; later runs
+    add the rows its `is_incremental()` SQL selects, the table's schema reconciled by
+    `on_schema_change`."""
+
+    def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
+        return table is not None and not rt.full_refresh
+
+    def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
+        return None  # each run adds what its SQL selects: always run
+
+    def add(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        table: DeltaTable,
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        parts = tuple(table.metadata().partition_columns)
+        given = node.model_config.partition_by
+        if given and tuple(given) != parts:
+            raise ConnectorError(
+                f"model {node.name!r}: partition_by {list(given)} differs from its "
+                f"table's {list(parts)}; run with --full-refresh to rebuild it"
+            )
+        on_change = node.model_config.on_schema_change
+        df, target = deltatable.reconcile(df, table, on_change, f"model {node.name!r}")
+        gone = [n for n in deltatable.table_schema(table).names if n not in target.names]
+        if gone:  # sync_all_columns: the model no longer has them
+            deltatable.drop_columns(rt.spark, uri, store, gone)
+            parts = tuple(p for p in parts if p not in gone)
+        return self.commit(rt, node, df, target, parts, stamp)
+
+    def commit(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        target: pa.Schema,
+        parts: tuple[str, ...],
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        raise NotImplementedError
+
+
+class Append(Incremental):
+    """The new rows added to the table in one commit."""
+
+    MODE, HOW = "append", "incremental append"  # deltatable.commit's mode; the node's message
+
+    def commit(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        target: pa.Schema,
+        parts: tuple[str, ...],
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        uri = rt.table_uri(node)
+        store = rt.plan.store(uri)
+        result = deltatable.write_batch(df, uri, store, self.MODE, target, parts, stamp)
+        return self.HOW, result
+
+
+class InsertOverwrite(Append):
+    """dbt's insert_overwrite: the partitions the new rows fall in are replaced by them, the
+    others kept; a table without partition_by is replaced whole. One commit either way."""
+
+    MODE, HOW = "replace_partitions", "incremental insert_overwrite"
+
+
+class Merge(Incremental):
+    def commit(
+        self,
+        rt: Runtime,
+        node: ManifestNode,
+        df: DataFrame,
+        target: pa.Schema,
+        parts: tuple[str, ...],
+        stamp: deltatable.Stamp,
+    ) -> tuple[str, WriteResult]:
+        uri = rt.table_uri(node)
+        result = deltamerge.merge(df, uri, rt.plan.store(uri), node.unique_key, target, stamp)
+        return f"incremental merge, {result.removed} files rewritten", result
+
+
+class Seed(Table):
+    """A seed: its CSV file, read as compile read it (compiler/loading/seeds.py), each column cast to
+    its type by Spark's tasks (a value a type cannot hold fails the seed, naming it), replaces
+    its table. Each commit records which file and types it holds: a table that already holds
+    them is reused (--full-refresh loads it again)."""
+
+    REUSED = "unchanged: its table holds it"
+
+    def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
+        return _content(node)
+
+    def frame(self, rt: Runtime, node: ManifestNode, grows: bool) -> DataFrame:
+        import pyarrow as pa
+
+        from rivc.compiler.loading.seeds import read_csv
+        from rivc.compiler.sql import quote
+
+        path = rt.plan.root / node.path
+        text = path.read_bytes().decode("utf-8")  # "\r\n" inside quotes is a value's own
+        data = read_csv(text, path, node.config.get("delimiter", ","))
+        types = node.columns or {}
+        columns = [f"_{i}" for i in range(len(data.header))]  # any header, any case
+        text = pa.table(
+            {c: pa.array(v, pa.string()) for c, v in zip(columns, data.columns, strict=True)}
+        )
+        raw = rt.spark.createDataFrame(text)
+        return raw.selectExpr(
+            *(
+                f"CAST({c} AS {types.get(name) or 'string'}) AS {quote(name)}"
+                for c, name in zip(columns, data.header, strict=True)
+            )
+        )
+
+
+def _content(node: ManifestNode) -> str:
+    """A seed's file and column types, as one hash."""
+    import hashlib
+    import json
+
+    text = json.dumps([node.checksum, node.columns], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+BUILT_FROM = "built_from"  # in a table's commit: what it was built from
+
+
+def _recorded(table: DeltaTable) -> str | None:
+    """What the table's newest commit says it was built from."""
+    import json
+
+    for entry in table.history(limit=1):
+        given = entry.get("rivc")
+        if given:
+            return str(json.loads(given).get(BUILT_FROM) or "") or None
+    return None

@@ -1,0 +1,1 @@
+"""The DAG, selection and state: the graph, dbt-style selectors, what changed since a --state compile."""

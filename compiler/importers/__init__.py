@@ -1,0 +1,1 @@
+"""Other tools' projects and names brought to rivc: rivc migrate, config aliases."""

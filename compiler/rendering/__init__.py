@@ -1,0 +1,1 @@
+"""Rendering SQL: Jinja, ${params}, sink and source transforms, the sandbox, relation names."""
