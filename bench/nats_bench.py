@@ -106,7 +106,7 @@ def main() -> None:
 
             from deltalake import DeltaTable
 
-            from rivc.adapters.connectors.files_formats import json_objects
+            from rivc.adapters.connectors.files.formats import json_objects
 
             table = DeltaTable(str(out / "warehouse/orders")).to_pyarrow_table()
             payloads = [

@@ -81,7 +81,7 @@ def main() -> None:
                     print(f"  {r['node']:<16} {secs:6.1f} s {args.rows / secs:>10,.0f} rows/s")
             from deltalake import DeltaTable
 
-            from rivc.adapters.connectors.files_formats import json_objects
+            from rivc.adapters.connectors.files.formats import json_objects
 
             table = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table()
             bodies = [t.encode() for b in table.to_batches() for t in json_objects(b)]

@@ -67,7 +67,7 @@ def main() -> None:
 
         from deltalake import DeltaTable
 
-        from rivc.adapters.connectors.files_formats import json_objects
+        from rivc.adapters.connectors.files.formats import json_objects
 
         table = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table()
         bodies = [t.encode() for b in table.to_batches() for t in json_objects(b)]

@@ -1,7 +1,7 @@
 """The databases rivc reads and writes, one class each: what compile knows of a database (its
 name as a connection `type:`, its SQL dialect for sqlglot, its default port, how each of its
 column types is delivered). The runtime half of each class (its driver, connections, sessions,
-plans, JDBC) is rivc.adapters.connectors.databases, a subclass of the class here.
+plans, JDBC) is rivc.adapters.connectors.database.engine, a subclass of the class here.
 
 Adding a database is a class here, its subclass there, and its connectors' entries naming it
 (docs/architecture.md).

@@ -1,5 +1,5 @@
 """A change-log source's (postgres-cdc, mysql-cdc) reader for a table that has not landed yet:
-its changes are read and landed when it runs (adapters/ingest/cdc.py, mysqlcdc.py)."""
+its changes are read and landed when it runs (adapters/connectors/postgres/log.py, mysqlcdc.py)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from rivc.compiler.errors import ConnectorError
 
 from ..plane.base import Sink, stream
 from ..util.storage import Store, join
-from .files_formats import json_objects
+from .files.formats import json_objects
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rivc.compiler.connector import Scd2Columns
 from rivc.compiler.errors import ConnectorError, RivcError
-from rivc.compiler.loading.connector_specs import Scd2Columns
 from rivc.compiler.loading.specs import RateLimit, SinkRetry
 from rivc.compiler.rendering import transforms as tf
 from rivc.compiler.rendering.transforms import ERROR_COLUMN, Expectation

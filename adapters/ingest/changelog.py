@@ -256,7 +256,7 @@ def source_log(plan: Plan, source: str) -> tuple[ChangeLog, LogSource]:
     """A change-log source's log (its connector's) and what it reads the log with."""
     import os
 
-    from ..connectors.databases import Conn
+    from ..connectors.database.engine import Conn
     from ..plane.registry import change_log
 
     tables = [t for t in plan.project.sources.values() if t.source.name == source]

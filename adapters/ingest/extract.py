@@ -24,8 +24,8 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.specs import SourceTable
 from rivc.compiler.sql import quote
 
-from ..connectors.databases import Conn, ExtractError, connection
-from ..connectors.relational import (
+from ..connectors.database.engine import Conn, ExtractError, connection
+from ..connectors.database.relational import (
     Cursor,
     Window,
     decode,
@@ -302,7 +302,13 @@ def _stager(
     Otherwise Spark's JDBC reader, its tasks writing the Parquet (rivc.connectors.taskwrite).
     """
     if conn.engine.copy:  # PostgreSQL's COPY, where it can carry every column
-        from ..connectors.pgcopy import NAME, CopyPartition, CopyReader, PgCopySource, copy_plan
+        from ..connectors.postgres.copy import (
+            NAME,
+            CopyPartition,
+            CopyReader,
+            PgCopySource,
+            copy_plan,
+        )
 
         plan = copy_plan(columns, label)
         if plan is not None:

@@ -31,7 +31,7 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
             landed_view(rt, nid, done.batch)
         return done.result
     if source.connector.relational:
-        from ..connectors.databases import Conn
+        from ..connectors.database.engine import Conn
         from .extract import ExtractContext, extract
 
         spec = rt.plan.profile.connections.get(source.source.connection or "")

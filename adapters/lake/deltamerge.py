@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rivc.compiler.connector import Scd2Columns
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.loading.connector_specs import Scd2Columns
 from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
 from ..plane.base import WriteResult

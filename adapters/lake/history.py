@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rivc.compiler.connector import Scd2Columns
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.loading.connector_specs import Scd2Columns
 from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
 if TYPE_CHECKING:

@@ -24,8 +24,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from rivc.compiler.loading.connector_specs import DatagenConfig
-
+from ..connectors.datagen.spec import DatagenConfig
 from ..lake import deltatable
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from rivc.compiler.errors import RivcError
 from rivc.compiler.loading.specs import Freshness
 from rivc.compiler.registry import connector
 
-from ..connectors.databases import Conn, connection, driver_errors
+from ..connectors.database.engine import Conn, connection, driver_errors
 from ..plane.registry import newest
 
 

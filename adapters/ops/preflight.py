@@ -16,14 +16,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rivc.compiler.connector import ConnectorInfo
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.project import Project
 from rivc.compiler.loading.secrets import mask_url
 from rivc.compiler.loading.specs import SourceTable
-from rivc.compiler.registry import ConnectorInfo
 
-from ..connectors.databases import Conn, ExtractError, connection, driver_errors
-from ..connectors.relational import Cursor, plan_window
+from ..connectors.database.engine import Conn, ExtractError, connection, driver_errors
+from ..connectors.database.relational import Cursor, plan_window
 from ..plane.registry import preflight as log_preflight
 from ..plane.registry import probe
 from ..util.errortext import classify, doctor_category, root_cause

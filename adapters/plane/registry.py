@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rivc.compiler.connector import ConnectorInfo
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.registry import ConnectorInfo, connector, unknown
+from rivc.compiler.registry import connector, unknown
 
 from .base import Sink, SinkContext, SourceContext
 

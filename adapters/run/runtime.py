@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from rivc.compiler.connector import history_of, merge_keys_of
 from rivc.compiler.emit.manifest import ManifestNode
-from rivc.compiler.loading.connector_specs import history_of, merge_keys_of
 from rivc.compiler.loading.specs import RateLimit
 
 from ..delivery.deliver import BatchWriter

@@ -19,8 +19,9 @@ from typing import Any
 
 import yaml
 
+from rivc.adapters.connectors.webhook.spec import PUBLIC_HEADERS
+
 from ..errors import ProjectError
-from ..loading.message_specs import PUBLIC_HEADERS
 from ..loading.yamlio import YamlDoc, YamlPath
 from . import aliases
 

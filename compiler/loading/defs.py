@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..connector import ConnectorInfo
 from ..errors import SourceLocation
-from ..registry import ConnectorInfo
 from .specbase import Spec
 from .specs import SinkSpec, SourceSpec, SourceTable
 from .yamlio import YamlDoc, YamlPath

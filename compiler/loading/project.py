@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..connector import ConnectorInfo
 from ..dbt.packages import Installed, check_installed, installed
 from ..dbt.project import DBT_ONLY, dbt_project_spec, snapshot_blocks
 from ..dbt.sources import DbtTable, dbt_tables
@@ -15,7 +16,7 @@ from ..dbtypes import declared_type
 from ..errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from ..importers.aliases import translate
 from ..importers.migrate import refuse_foreign
-from ..registry import ConnectorInfo, connector, unknown
+from ..registry import connector, unknown
 from ..rendering.sandbox import SECRET_ENV_PREFIX
 from .defs import Located, SinkDef, SourceTableDef, SqlFile
 from .folders import check_tree

@@ -16,9 +16,9 @@ from dataclasses import replace
 from ..analysis.increments import batch_sql, changes, new_batches_relation
 from ..analysis.inline import final_sql
 from ..analysis.rules import Finding
+from ..connector import sink_mode
 from ..dag.graph import Node, ProjectGraph
 from ..emit.manifest import SinkFacts, SinkInput
-from ..loading.connector_specs import sink_mode
 from ..loading.project import Project
 from ..loading.specs import NodeId
 from ..materializations import of_node

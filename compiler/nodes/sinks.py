@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..analysis import rules
 from ..analysis.rules import Finding
 from ..analysis.workers import ModelResult
+from ..connector import history_of, merge_keys_of
 from ..dag.graph import Node, node_id, ref_id
 from ..dbtypes import unwritable
 from ..emit.manifest import SinkFacts
@@ -14,7 +15,6 @@ from ..errors import (
     SqlError,
     did_you_mean,
 )
-from ..loading.connector_specs import history_of, merge_keys_of
 from ..loading.project import Located, Project, SinkDef
 from ..loading.specs import NodeId
 from ..materializations import of_node

@@ -22,7 +22,7 @@ from ..loading.specbase import Spec, StrList, _as_tuple
 from ..sql import literal, quote
 
 if TYPE_CHECKING:
-    from ..loading.connector_specs import Scd2Columns
+    from ..connector import Scd2Columns
 
 Columns = dict[str, str]  # name -> Spark SQL type ("UNKNOWN" when not known)
 ERROR_COLUMN = "_rivc_error"  # the reason a row was set aside, while a batch is checked

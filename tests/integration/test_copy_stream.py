@@ -6,7 +6,7 @@ import psycopg
 import pytest
 from rivc_dbs import database
 
-from rivc.adapters.connectors.pgcopy import _CopyOut
+from rivc.adapters.connectors.postgres.copy import _CopyOut
 
 pytestmark = pytest.mark.integration
 

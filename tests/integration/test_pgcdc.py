@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from deltalake import DeltaTable
 
-from rivc.adapters.connectors.pgoutput import lsn_int
+from rivc.adapters.connectors.postgres.pgoutput import lsn_int
 from rivc_testing import (
     assert_merged_once,
     busy_writer,

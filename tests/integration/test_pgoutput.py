@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from rivc.adapters.connectors.pgoutput import UNCHANGED, Change, Decoder, Truncate
+from rivc.adapters.connectors.postgres.pgoutput import UNCHANGED, Change, Decoder, Truncate
 
 pytestmark = pytest.mark.integration
 

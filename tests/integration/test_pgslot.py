@@ -12,7 +12,7 @@ import time
 import psycopg
 import pytest
 
-from rivc.adapters.connectors.pgslot import LogicalSlot, Visibility, snapshot
+from rivc.adapters.connectors.postgres.slot import LogicalSlot, Visibility, snapshot
 from rivc.compiler.errors import ConnectorError
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 from deltalake import DeltaTable
 
-from rivc.adapters.connectors.datagen import Generator
+from rivc.adapters.connectors.datagen.source import Generator
 from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ from deltalake import DeltaTable
 
 from rivc.adapters.lake.deltamerge import merge
 from rivc.adapters.util.storage import Store
+from rivc.compiler.connector import Scd2Columns
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.loading.connector_specs import Scd2Columns
 
 pytestmark = pytest.mark.integration
 

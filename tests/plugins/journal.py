@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from rivc.adapters.connectors.pgcopy import arrow_type
+from rivc.adapters.connectors.postgres.copy import arrow_type
 from rivc.adapters.ingest.changelog import (
     Batch,
     Change,
@@ -27,10 +27,9 @@ from rivc.adapters.ingest.changelog import (
     LogSource,
     Rows,
 )
+from rivc.compiler.connector import ConnectorInfo, envelope
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.loading.connector_specs import envelope
 from rivc.compiler.loading.specbase import Spec
-from rivc.compiler.registry import ConnectorInfo
 
 
 class JournalConfig(Spec):

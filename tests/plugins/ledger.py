@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rivc.adapters.plane.base import Sink, WriteResult
-from rivc.compiler.loading.connector_specs import SinkConfig
-from rivc.compiler.registry import ConnectorInfo
+from rivc.compiler.connector import ConnectorInfo, SinkConfig
 
 
 class LedgerConfig(SinkConfig):

@@ -243,9 +243,9 @@ def test_a_mysql_cdc_source_lands_binlog_envelopes_and_checks_its_server_id(make
 
 
 def test_a_table_s_changes_may_add_columns_but_not_drop_or_retype_them():
+    from rivc.adapters.connectors.postgres.spec import cdc_columns
     from rivc.adapters.ingest.changes import check_shape
     from rivc.compiler.errors import ConnectorError
-    from rivc.compiler.loading.connector_specs import cdc_columns
 
     held = cdc_columns(None, {"id": "int", "amount": "decimal(10,2)", "tags": "map<string,int>"})
     assert check_shape(held, dict(held or {}), "source s", "s.t") == []

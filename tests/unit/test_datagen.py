@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from rivc.adapters.connectors.datagen import Generator, ranges, seed_of
-from rivc.compiler.loading.connector_specs import DATAGEN_COLUMNS, DatagenConfig
+from rivc.adapters.connectors.datagen.source import Generator, ranges, seed_of
+from rivc.adapters.connectors.datagen.spec import DATAGEN_COLUMNS, DatagenConfig
 
 
 def test_rows_depend_only_on_seed_and_index():

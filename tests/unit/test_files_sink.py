@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
-from rivc.adapters.connectors.files import FilesSink
+from rivc.adapters.connectors.files.sink import FilesSink
+from rivc.adapters.connectors.files.spec import FilesSinkConfig
 from rivc.adapters.plane.base import SinkContext
-from rivc.compiler.loading.connector_specs import FilesSinkConfig
 
 ROWS = [
     {

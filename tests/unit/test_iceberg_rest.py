@@ -8,9 +8,9 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from rivc.adapters.connectors.iceberg_catalog import open_catalog
+from rivc.adapters.connectors.iceberg.catalog import open_catalog
+from rivc.adapters.connectors.iceberg.spec import IcebergCatalog
 from rivc.adapters.util.storage import Store
-from rivc.compiler.loading.connector_specs import IcebergCatalog
 
 
 def test_rest_properties_reach_the_catalogs_requests(tmp_path):

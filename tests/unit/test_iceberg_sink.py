@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
 
-from rivc.adapters.connectors.iceberg import IcebergSink
+from rivc.adapters.connectors.iceberg.sink import IcebergSink
+from rivc.adapters.connectors.iceberg.spec import IcebergSinkConfig
 from rivc.adapters.plane.base import SinkContext
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.loading.connector_specs import IcebergSinkConfig
 
 
 def batch(ids: list[int], extra: bool = False) -> pads.Dataset:

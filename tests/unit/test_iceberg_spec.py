@@ -10,8 +10,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, DayTransform, TruncateTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
-from rivc.adapters.connectors.iceberg import _spec, _transform_name
-from rivc.compiler.loading.connector_specs import IcebergPartition
+from rivc.adapters.connectors.iceberg.sink import _spec, _transform_name
+from rivc.adapters.connectors.iceberg.spec import IcebergPartition
 
 
 def test_the_configured_partitioning_is_compared_with_the_tables(tmp_path):

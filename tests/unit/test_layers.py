@@ -30,8 +30,18 @@ LEVELS = (
 )
 
 
+# A connector package (rivc.adapters.connectors.<name>) spans levels by module: its spec is read
+# by compile, its change log drives a landing table as the ingestion room does.
+CONNECTOR_PARTS = {"spec": "rivc.compiler", "log": "rivc.adapters.ingest"}
+
+
 def level(module: str) -> int | None:
-    """The level of a module: the longest prefix that names one."""
+    """The level of a module: the longest prefix that names one (a connector package's spec
+    and change log: the levels CONNECTOR_PARTS names)."""
+    parts = module.split(".")
+    if module.startswith("rivc.adapters.connectors.") and len(parts) == 5:
+        if parts[-1] in CONNECTOR_PARTS:
+            module = CONNECTOR_PARTS[parts[-1]]
     found = [
         (len(prefix), i)
         for i, prefixes in enumerate(LEVELS)

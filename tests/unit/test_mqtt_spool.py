@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rivc.adapters.connectors import mqtt
-from rivc.adapters.connectors.mqtt import Spool
+from rivc.adapters.connectors.mqtt import source as mqtt
+from rivc.adapters.connectors.mqtt.source import Spool
 
 
 def _fill(spool: Spool, start: int, end: int) -> None:
@@ -79,7 +79,7 @@ class _Sock:
 def test_the_receiver_spools_a_read_then_acknowledges_it(tmp_path):
     import json
 
-    from rivc.adapters.connectors.mqtt_receiver import Receiver, Wire
+    from rivc.adapters.connectors.mqtt.receiver import Receiver, Wire
 
     def publish(pid: int, payload: bytes, qos: int = 1) -> bytes:
         body = (3).to_bytes(2, "big") + b"a/b" + pid.to_bytes(2, "big") + b"\x00" + payload

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from rivc.adapters.connectors.pgcopy import CopyPlan, arrow_type, convert
+from rivc.adapters.connectors.postgres.copy import CopyPlan, arrow_type, convert
 from rivc.compiler.dbtypes import DbColumn
 from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import ConnectorError

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rivc.adapters.connectors.delta.spec import DeltaSinkConfig
 from rivc.adapters.delivery.deliver import BatchWriter, collect_receipts
 from rivc.adapters.plane.base import SinkContext
 from rivc.adapters.state import StateStore
 from rivc.adapters.util.storage import Store
-from rivc.compiler.loading.connector_specs import DeltaSinkConfig
 
 
 def writer(tmp_path: Path, store: Store) -> BatchWriter:

@@ -12,10 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from rivc.adapters.connectors.delta import DeltaSink
-from rivc.adapters.connectors.files import FilesSink
+from rivc.adapters.connectors.delta.runtime import DeltaSink
+from rivc.adapters.connectors.delta.spec import DeltaSinkConfig
+from rivc.adapters.connectors.files.sink import FilesSink
+from rivc.adapters.connectors.files.spec import FilesSinkConfig
 from rivc.adapters.plane.base import SinkContext
-from rivc.compiler.loading.connector_specs import DeltaSinkConfig, FilesSinkConfig
 from rivc_testing import S3_KEYS, moto_s3
 
 KEYS = S3_KEYS
@@ -129,9 +130,9 @@ def test_a_rivven_iceberg_config_writes_to_s3(tmp_path, endpoint):
     """Rivven's iceberg sink config (an `s3:` block, commit_mode) as it is: pyiceberg writes the
     data and metadata to S3 with those settings; a replayed batch is skipped, an upsert
     replaces rows by key."""
-    from rivc.adapters.connectors.iceberg import IcebergSink
+    from rivc.adapters.connectors.iceberg.sink import IcebergSink
+    from rivc.adapters.connectors.iceberg.spec import IcebergSinkConfig
     from rivc.compiler.importers.aliases import iceberg_sink, translate
-    from rivc.compiler.loading.connector_specs import IcebergSinkConfig
 
     rivven = {
         "catalog": {"type": "memory", "warehouse": "s3://lake/ice"},
@@ -204,6 +205,7 @@ sinks:
     done = CliRunner().invoke(main, ["doctor", "--project-dir", str(root)])
     lines = {line.split(":")[0]: line for line in done.output.splitlines()}
     assert done.exit_code == 1, done.output
+    assert "[OK] sink reachable (files s3" in lines, (done.output, repr(done.exception))
     assert lines["[OK] sink reachable (files s3"].endswith("(a probe object written and removed)")
     assert lines["[FAIL] sink no_bucket (delta s3"].split(": ", 1)[1].startswith("cannot write")
     assert "lists 0 namespace(s)" in lines["[OK] sink ice (iceberg)"]

@@ -1,9 +1,9 @@
-"""A postgres-cdc snapshot taken in parts (adapters/connectors/pgslot.py): each change is
+"""A postgres-cdc snapshot taken in parts (adapters/connectors/postgres/slot.py): each change is
 judged by the snapshot of the part that read its key."""
 
 from __future__ import annotations
 
-from rivc.adapters.connectors.pgslot import Parts, Visibility
+from rivc.adapters.connectors.postgres.slot import Parts, Visibility
 
 EARLY, LATE = Visibility.parse("100:100:"), Visibility.parse("150:200:150")
 # keys up to ("b", 10) read early; the rest late (transaction 150 was running then)

@@ -1,0 +1,1 @@
+"""Synthetic data: the datagen source."""

@@ -1,0 +1,1 @@
+"""Delta Lake: the delta sink and source."""

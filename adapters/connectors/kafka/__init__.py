@@ -1,0 +1,1 @@
+"""Kafka: the kafka source (Spark's reader)."""

@@ -1,0 +1,108 @@
+"""The kafka connectors' compile half: their `config:` specs and registry entries (read by compile
+without Spark; the runtime half is beside it in this package)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rivc.compiler.connector import RUNTIME, ConnectorInfo, _with_metadata
+from rivc.compiler.loading.secrets import (
+    SecretEnv,
+    SecretStr,
+    secret_keys,
+)
+from rivc.compiler.loading.specbase import Spec, StrList, _as_tuple
+
+# Kafka's settings that carry credentials (its documentation's), with or without `kafka.`
+_KAFKA_CREDENTIALS = (
+    "sasl.jaas.config",
+    "sasl.password",
+    "sasl.oauthbearer.client.secret",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.truststore.password",
+)
+
+
+KafkaOptions = Annotated[
+    dict[str, str],
+    secret_keys(*_KAFKA_CREDENTIALS, *(f"kafka.{k}" for k in _KAFKA_CREDENTIALS)),
+]
+
+
+class KafkaSecurity(Spec):
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    password_env: SecretEnv | None = None
+
+    @model_validator(mode="after")
+    def _sasl(self) -> KafkaSecurity:
+        if self.protocol.startswith("SASL") and not (self.sasl_mechanism and self.username):
+            raise ValueError(f"protocol {self.protocol} needs sasl_mechanism and username")
+        return self
+
+
+class KafkaSourceConfig(Spec):
+    """Spark's own Kafka source; values are JSON parsed into the declared columns."""
+
+    brokers: StrList = Field(min_length=1)  # host:port
+    topic: str | None = None
+    topics: StrList = ()
+    pattern: str | None = None
+    starting_offsets: Literal["earliest", "latest"] = "latest"
+    max_offsets_per_trigger: int | None = Field(None, gt=0)
+    fail_on_data_loss: bool = True
+    metadata_columns: bool = False  # adds kafka_key, kafka_topic, kafka_partition, ...
+    security: KafkaSecurity = KafkaSecurity()
+    options: KafkaOptions = {}  # more kafka.* consumer settings
+    stream: Literal[True] = True
+
+    _tuple = field_validator("brokers", "topics", mode="before")(_as_tuple)
+
+    @field_validator("brokers")
+    @classmethod
+    def _brokers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for broker in value:
+            if not re.match(r"^[^:/\s]+:\d+$", broker):
+                raise ValueError(f"broker {broker!r} is not host:port")
+        return value
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> KafkaSourceConfig:
+        if sum(bool(x) for x in (self.topic, self.topics, self.pattern)) != 1:
+            raise ValueError("set exactly one of topic, topics or pattern")
+        if self.pattern:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern is not a regular expression: {exc}") from None
+        return self
+
+
+KAFKA_METADATA = {
+    "kafka_key": "string",
+    "kafka_topic": "string",
+    "kafka_partition": "int",
+    "kafka_offset": "bigint",
+    "kafka_timestamp": "timestamp",
+}
+
+
+ENTRIES = (
+    ConnectorInfo(
+        "kafka",
+        "source",
+        "stream",
+        KafkaSourceConfig,
+        "Kafka topics (JSON values) through Spark's Kafka connector; streaming",
+        f"{RUNTIME}.kafka.source:read",
+        columns=_with_metadata(KAFKA_METADATA),
+    ),
+)

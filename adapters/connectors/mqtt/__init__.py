@@ -1,0 +1,1 @@
+"""MQTT: the mqtt source and its durable receiver."""

@@ -1,0 +1,345 @@
+"""The MQTT source's receiver: a process of its own that holds the MQTT session, appends every
+message to the spool and acknowledges it at once, and fsyncs in groups.
+
+It is started by the stream reader (mqtt.py) with the reader's options as JSON on stdin, and
+reports through `<spool>/status.json` (written atomically): `received` (messages in the spool
+file), `durable` (fsynced: what Spark may read), `last_message` (a wall-clock time), or `error`.
+It stops on SIGTERM, or when the process that started it is gone; either way it fsyncs and
+disconnects without cleaning the session, so the broker keeps queueing for it.
+
+What survives what (docs/streaming.md): an acknowledged message is in the spool file, so a kill
+of rivc, Spark or this process loses nothing; a machine crash can lose acknowledged messages of
+the last 20 ms that were not yet fsynced (and never read by Spark).
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import contextlib
+import json
+import os
+import signal
+import ssl
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from .source import CONNECT_TIMEOUT_S, FSYNC_EVERY_S, STATUS, Spool
+from .spec import MqttSourceConfig
+
+
+class Receiver:
+    def __init__(self, options: dict[str, str]) -> None:
+        self.cfg = MqttSourceConfig.model_validate(json.loads(options["config"]))
+        self.client_id = options["client_id"]
+        self.password = options.get("password") or None
+        self.path = Path(options["spool"])
+        self.spool = Spool(self.path)
+        self.lock = threading.Lock()
+        self.last_message = 0.0
+        self.unsynced = False
+        self.stopping = threading.Event()
+        self.awaiting_release: set[int] = set()  # QoS 2: PUBREC sent, PUBREL not yet seen
+        self.failure: str | None = None
+        self.handling = threading.Lock()  # held while one read's messages are spooled and acked
+        self.parent = os.getppid()
+
+    def status(self, **extra: Any) -> None:
+        data = {
+            "received": self.spool.next,
+            "durable": self.spool.durable,
+            "last_message": self.last_message,
+            "pid": os.getpid(),
+            **extra,
+        }
+        tmp = self.path / f".{STATUS}.tmp"
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path / STATUS)
+
+    def connect(self) -> Wire:
+        """CONNECT and SUBSCRIBE (MQTT 5) over a plain or TLS socket. MQTT 5 lets the client
+        say how many messages it takes in flight (Receive Maximum): the broker then sends a
+        burst at once instead of 20 at a time, so its queue never overflows while we run."""
+        import socket
+
+        url = urlparse(self.cfg.url)
+        tls = url.scheme == "mqtts"
+        where = f"MQTT broker {self.cfg.url}"
+        host, port = url.hostname or "localhost", url.port or (8883 if tls else 1883)
+        try:
+            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+            if tls:
+                context = ssl.create_default_context(cafile=self.cfg.ca_file)
+                sock = context.wrap_socket(sock, server_hostname=host)
+            wire = Wire(sock)
+            flags = 0 if self.cfg.clean_session is False else 0x02
+            payload = _utf8(self.client_id)
+            if self.cfg.username:
+                flags |= 0x80
+                payload += _utf8(self.cfg.username)
+                if self.password is not None:
+                    flags |= 0x40
+                    payload += _utf8(self.password)
+            props = bytes([0x21]) + RECEIVE_MAXIMUM.to_bytes(2, "big")
+            if not self.cfg.clean_session:  # the session outlives the connection
+                props += bytes([0x11]) + (0xFFFFFFFF).to_bytes(4, "big")
+            header = _utf8("MQTT") + bytes([5, flags]) + self.cfg.keepalive_s.to_bytes(2, "big")
+            wire.send(0x10, header + _varint(len(props)) + props + payload)
+            kind, body = wire.packet()
+            if kind != 0x20 or len(body) < 2:
+                raise ConnectionError(f"{where}: no CONNACK")
+            if body[1]:
+                raise ConnectionError(
+                    f"{where}: connection refused ({_REFUSED.get(body[1], hex(body[1]))})"
+                )
+            filters = b"".join(_utf8(t) + bytes([self.cfg.qos]) for t in self.cfg.topics)
+            wire.send(0x82, (1).to_bytes(2, "big") + _varint(0) + filters)
+            while True:  # messages queued for this session may come before the SUBACK
+                kind, body = wire.packet()
+                if kind == 0x90:
+                    size, at = _read_varint(body, 2)  # SUBACK: id, properties, reason codes
+                    if any(code >= 0x80 for code in body[at + size :]):
+                        raise ConnectionError(f"{where}: subscription refused")
+                    break
+                self.handle(wire, kind, body)
+        except OSError as exc:
+            raise ConnectionError(f"{where}: {exc}") from None
+        return wire
+
+    def handle(self, wire: Wire, kind: int, body: bytes) -> None:
+        self.handle_all(wire, [(kind, body)])
+
+    def handle_all(self, wire: Wire, packets: list[tuple[int, bytes]]) -> None:
+        """Spool the PUBLISH packets of one read together, hand them to the OS, then send
+        their acknowledgements together: one write and one send for many messages."""
+        acks = bytearray()
+        now = time.time()
+        records = []
+        for kind, body in packets:
+            ptype = kind & 0xF0
+            if ptype == 0x30:
+                qos = (kind >> 1) & 3
+                n = int.from_bytes(body[:2], "big")
+                topic = bytes(body[2 : 2 + n]).decode("utf-8", "replace")
+                at = 2 + n
+                pid = 0
+                if qos:
+                    pid = int.from_bytes(body[at : at + 2], "big")
+                    at += 2
+                size, at = _read_varint(body, at)  # PUBLISH properties
+                at += size
+                if qos == 2 and pid in self.awaiting_release:
+                    acks += bytes([0x50, 2]) + pid.to_bytes(2, "big")  # a resent PUBLISH
+                    continue
+                data = bytes(body[at:])
+                try:
+                    payload = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    payload = "base64:" + base64.b64encode(data).decode()
+                records.append({"p": payload, "t": topic, "q": qos, "r": now})
+                if qos == 1:
+                    acks += bytes([0x40, 2]) + pid.to_bytes(2, "big")  # PUBACK
+                elif qos == 2:
+                    self.awaiting_release.add(pid)
+                    acks += bytes([0x50, 2]) + pid.to_bytes(2, "big")  # PUBREC
+            elif ptype == 0x60:  # PUBREL
+                pid = int.from_bytes(body[:2], "big")
+                self.awaiting_release.discard(pid)
+                acks += bytes([0x70, 2]) + pid.to_bytes(2, "big")  # PUBCOMP
+        if self.stopping.is_set():
+            return  # neither spooled nor acknowledged: the broker sends them again
+        if records:
+            with self.lock:
+                for record in records:
+                    self.spool.append(record)
+                self.spool.flush()  # in the OS: a kill of any process keeps them
+                self.unsynced = True
+                self.last_message = now
+        if acks:
+            wire.sendall(bytes(acks))
+
+    def sync(self) -> None:
+        """fsync outside the lock (on a duplicate descriptor, which a rotation cannot close),
+        so that receiving never waits for the disk; then report."""
+        with self.lock:
+            unsynced, self.unsynced = self.unsynced, False
+            upto = self.spool.next
+            fd = os.dup(self.spool.fileno()) if unsynced else -1
+        if fd >= 0:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        with self.lock:
+            self.spool.durable = max(self.spool.durable, upto)
+            self.status()
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rivc's to handle
+        try:
+            wire = self.connect()
+        except ConnectionError as exc:
+            self.status(error=str(exc))
+            return 2
+        self.status()
+        reader = threading.Thread(target=self.receive, args=(wire,), daemon=True)
+        reader.start()
+        ping_every = self.cfg.keepalive_s / 2
+        pinged = time.monotonic()
+        while not self.stopping.wait(FSYNC_EVERY_S) and reader.is_alive():
+            self.sync()
+            if os.getppid() != self.parent:  # the reader's process is gone
+                break
+            if time.monotonic() - pinged > ping_every:
+                wire.sendall(bytes([0xC0, 0]))  # PINGREQ
+                pinged = time.monotonic()
+        failed = self.failure
+        with self.handling:  # a read being handled finishes: its acknowledgements go out
+            self.stopping.set()
+        with contextlib.suppress(OSError):  # every acknowledgement was sent before this
+            wire.sendall(bytes([0xE0, 0]))  # DISCONNECT (the broker keeps the session)
+        wire.close()
+        reader.join(5)
+        with self.lock:
+            self.spool.close()
+            self.status(**({"error": failed} if failed else {}))
+        return 2 if failed else 0
+
+    def receive(self, wire: Wire) -> None:
+        """Read packets as they come, handling all those of one socket read together."""
+        try:
+            while not self.stopping.is_set():
+                packets = wire.packets()
+                if packets is None:
+                    self.failure = f"MQTT broker {self.cfg.url} closed the connection"
+                    break
+                with self.handling:
+                    self.handle_all(wire, packets)
+        except OSError as exc:
+            if not self.stopping.is_set():
+                self.failure = f"MQTT broker {self.cfg.url}: {exc}"
+        self.stopping.set()
+
+
+RECEIVE_MAXIMUM = 65_535  # messages in flight the broker may send before our acknowledgements
+
+_REFUSED = {
+    0x01: "the broker speaks MQTT 3.1.1 only; the mqtt source needs MQTT 5",
+    0x84: "unsupported protocol version: the broker needs MQTT 5",
+    0x85: "client id rejected",
+    0x86: "bad user name or password",
+    0x87: "not authorized",
+    0x88: "server unavailable",
+    0x89: "server busy",
+    0x8C: "bad authentication method",
+}
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n % 128, n // 128
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    """A variable byte integer at `at`: (its value, the offset after it)."""
+    value, mult = 0, 1
+    while True:
+        byte = data[at]
+        at += 1
+        value += (byte & 0x7F) * mult
+        mult *= 128
+        if not byte & 0x80:
+            return value, at
+
+
+def _utf8(text: str) -> bytes:
+    data = text.encode()
+    return len(data).to_bytes(2, "big") + data
+
+
+class Wire:
+    """MQTT's framing over a socket: a type byte, a variable-length size, the body."""
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+        self.ready: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.send_lock = threading.Lock()
+
+    def send(self, kind: int, body: bytes) -> None:
+        self.sendall(bytes([kind]) + _varint(len(body)) + body)
+
+    def sendall(self, data: bytes) -> None:
+        with self.send_lock:
+            self.sock.sendall(data)
+
+    def _parse(self) -> list[tuple[int, bytes]]:
+        out, at, buf = [], 0, self.buffer
+        while True:
+            if len(buf) - at < 2:
+                break
+            size, mult, i = 0, 1, at + 1
+            while True:
+                if i >= len(buf):
+                    size = -1
+                    break
+                byte = buf[i]
+                size += (byte & 0x7F) * mult
+                mult *= 128
+                i += 1
+                if not byte & 0x80:
+                    break
+            if size < 0 or len(buf) - i < size:
+                break
+            out.append((buf[at], bytes(buf[i : i + size])))
+            at = i + size
+        del buf[:at]
+        return out
+
+    def _fill(self) -> bool:
+        """Read from the socket into `ready`; False when the broker closed the connection."""
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            return False
+        self.buffer += chunk
+        self.ready.extend(self._parse())
+        return True
+
+    def packets(self) -> list[tuple[int, bytes]] | None:
+        """The whole packets of the next read (at least one); None when the broker closed."""
+        self.sock.settimeout(None)
+        while not self.ready:
+            if not self._fill():
+                return None
+        out = list(self.ready)
+        self.ready.clear()
+        return out
+
+    def packet(self) -> tuple[int, bytes]:
+        """The next packet, during the handshake (with a time limit)."""
+        self.sock.settimeout(CONNECT_TIMEOUT_S)
+        while not self.ready:
+            if not self._fill():
+                raise ConnectionError("the broker closed the connection")
+        return self.ready.popleft()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def main() -> int:
+    return Receiver(json.loads(sys.stdin.read())).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""NATS JetStream: the nats sink and source."""

@@ -1,0 +1,222 @@
+"""PostgreSQL's logical replication messages (the built-in `pgoutput` plugin, protocol 1),
+decoded into the changes of whole transactions (docs/cdc.md).
+
+Each message is one row of `pg_logical_slot_peek_binary_changes` (adapters/connectors/postgres/log.py reads them). A
+transaction arrives whole and in commit order: Begin, the Relation messages of tables it is the
+first to touch since the slot started (or whose shape changed), its changes, Commit. Values come
+as PostgreSQL's text; `UNCHANGED` marks a TOASTed column an update did not touch (its value is
+the row's last one, which the reader carries over; it is never NULL).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+class _Unchanged:
+    """A TOASTed value an update did not change (pgoutput's 'u')."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = _Unchanged()
+Value = str | None | _Unchanged
+Op = Literal["insert", "update", "delete"]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type_oid: int
+    type_modifier: int
+    key: bool  # part of the replica identity
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    oid: int
+    namespace: str
+    name: str
+    replica_identity: str  # d (default: primary key), f (full), i (index), n (nothing)
+    columns: tuple[Column, ...]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    op: Op
+    relation: Relation
+    before: tuple[Value, ...] | None  # the key ('K') or the whole old row ('O'), else None
+    after: tuple[Value, ...] | None
+    before_is_key: bool = False  # `before` holds only the replica identity's columns
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    relations: tuple[Relation, ...]
+
+
+@dataclass
+class Transaction:
+    xid: int
+    final_lsn: int  # the LSN of its commit record
+    end_lsn: int = 0  # the LSN just past it: where a reader resumes
+    commit_time: datetime = PG_EPOCH
+    changes: list[Change | Truncate] = field(default_factory=list)
+
+
+class ProtocolError(Exception):
+    pass
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def byte(self) -> str:
+        self.pos += 1
+        return chr(self.data[self.pos - 1])
+
+    def int8(self) -> int:
+        self.pos += 1
+        return self.data[self.pos - 1]
+
+    def int16(self) -> int:
+        (value,) = struct.unpack_from("!h", self.data, self.pos)
+        self.pos += 2
+        return int(value)
+
+    def int32(self) -> int:
+        (value,) = struct.unpack_from("!i", self.data, self.pos)
+        self.pos += 4
+        return int(value)
+
+    def uint32(self) -> int:
+        (value,) = struct.unpack_from("!I", self.data, self.pos)
+        self.pos += 4
+        return int(value)
+
+    def int64(self) -> int:
+        (value,) = struct.unpack_from("!q", self.data, self.pos)
+        self.pos += 8
+        return int(value)
+
+    def string(self) -> str:
+        end = self.data.index(0, self.pos)
+        text = self.data[self.pos : end].decode()
+        self.pos = end + 1
+        return text
+
+    def tuple_data(self) -> tuple[Value, ...]:
+        values: list[Value] = []
+        for _ in range(self.int16()):
+            kind = self.byte()
+            if kind == "n":
+                values.append(None)
+            elif kind == "u":
+                values.append(UNCHANGED)
+            elif kind == "t":
+                size = self.int32()
+                values.append(self.data[self.pos : self.pos + size].decode())
+                self.pos += size
+            else:
+                raise ProtocolError(f"pgoutput: tuple value of kind {kind!r} (protocol 1 only)")
+        return tuple(values)
+
+
+def timestamp(micros: int) -> datetime:
+    return PG_EPOCH + timedelta(microseconds=micros)
+
+
+class Decoder:
+    """Turns a slot's messages into whole transactions; keeps the relations it was told of."""
+
+    def __init__(self) -> None:
+        self.relations: dict[int, Relation] = {}
+        self._open: Transaction | None = None
+
+    def feed(self, messages: Iterable[bytes]) -> Iterator[Transaction]:
+        """The transactions `messages` complete, in commit order."""
+        for data in messages:
+            done = self.message(bytes(data))
+            if done is not None:
+                yield done
+
+    def message(self, data: bytes) -> Transaction | None:
+        r = _Reader(data)
+        kind = r.byte()
+        if kind == "B":
+            final_lsn, micros, xid = r.int64(), r.int64(), r.uint32()
+            self._open = Transaction(xid, final_lsn, commit_time=timestamp(micros))
+            return None
+        if kind == "R":
+            oid, namespace, name = r.uint32(), r.string(), r.string()
+            identity = r.byte()
+            columns = []
+            for _ in range(r.int16()):
+                flags, col, type_oid, modifier = r.int8(), r.string(), r.uint32(), r.int32()
+                columns.append(Column(col, type_oid, modifier, bool(flags & 1)))
+            self.relations[oid] = Relation(oid, namespace, name, identity, tuple(columns))
+            return None
+        if kind in ("Y", "O", "M"):  # types, origins, logical messages: nothing to land
+            return None
+        txn = self._open
+        if txn is None:
+            raise ProtocolError(f"pgoutput: message {kind!r} outside a transaction")
+        if kind == "C":
+            r.int8()
+            txn.final_lsn, txn.end_lsn, micros = r.int64(), r.int64(), r.int64()
+            txn.commit_time = timestamp(micros)
+            self._open = None
+            return txn
+        if kind == "I":
+            rel = self._relation(r.uint32())
+            if r.byte() != "N":
+                raise ProtocolError("pgoutput: insert without a new tuple")
+            txn.changes.append(Change("insert", rel, None, r.tuple_data()))
+        elif kind == "U":
+            rel = self._relation(r.uint32())
+            before, is_key, tag = None, False, r.byte()
+            if tag in ("K", "O"):
+                before, is_key = r.tuple_data(), tag == "K"
+                tag = r.byte()
+            if tag != "N":
+                raise ProtocolError("pgoutput: update without a new tuple")
+            txn.changes.append(Change("update", rel, before, r.tuple_data(), is_key))
+        elif kind == "D":
+            rel = self._relation(r.uint32())
+            tag = r.byte()
+            txn.changes.append(Change("delete", rel, r.tuple_data(), None, tag == "K"))
+        elif kind == "T":
+            count = r.int32()
+            r.int8()  # cascade / restart identity
+            txn.changes.append(Truncate(tuple(self._relation(r.uint32()) for _ in range(count))))
+        else:
+            raise ProtocolError(f"pgoutput: unknown message {kind!r}")
+        return None
+
+    def _relation(self, oid: int) -> Relation:
+        rel = self.relations.get(oid)
+        if rel is None:
+            raise ProtocolError(f"pgoutput: a change of relation {oid} before its description")
+        return rel
+
+
+def lsn_text(lsn: int) -> str:
+    """An LSN as PostgreSQL writes it: `16/B374D848`."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def lsn_int(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)

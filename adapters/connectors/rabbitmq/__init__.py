@@ -1,0 +1,1 @@
+"""RabbitMQ: the rabbitmq sink and source."""

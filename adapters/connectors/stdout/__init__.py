@@ -1,0 +1,1 @@
+"""The console: the stdout sink."""

@@ -1,0 +1,1 @@
+"""HTTP webhooks: the webhook sink."""
