@@ -24,6 +24,9 @@ class Dialect(SqlWriter, ABC):
     sqlglot: ClassVar[str]  # its dialect for sqlglot and for rivc.compiler.sql
     default_port: ClassVar[int]
     title: ClassVar[str]  # how messages and docs name it
+    # "module:Class": its runtime half, a subclass of this class in its connector package
+    # (driver, connections, sessions, JDBC; rivc.adapters.connectors.database.engine.database)
+    runtime: ClassVar[str]
 
     @abstractmethod
     def delivery(self, col: DbColumn, declared: str | None = None) -> Delivery:
@@ -35,6 +38,7 @@ class Postgres(Dialect):
     sqlglot = "postgres"
     default_port = 5432
     title = "PostgreSQL"
+    runtime = "rivc.adapters.connectors.postgres.database:PostgresDatabase"
     quote_char = '"'
 
     def bytes_literal(self, value: bytes) -> str:
@@ -49,6 +53,7 @@ class Mysql(Dialect):
     sqlglot = "mysql"
     default_port = 3306
     title = "MySQL/MariaDB"
+    runtime = "rivc.adapters.connectors.mysql.database:MysqlDatabase"
 
     def timestamp_literal(self, text: Any) -> str:
         # a plain DATETIME would drop the fraction of a second

@@ -6,7 +6,7 @@ doctor` and freshness ask the database (`database(kind)`); nothing else names on
 
 from __future__ import annotations
 
-import json
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -15,29 +15,11 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
 from rivc.compiler.dbtypes import DbColumn
-from rivc.compiler.dialects import Dialect, Mysql, Postgres
+from rivc.compiler.dialects import Dialect, dialect
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.specs import ConnectionSpec
 
 from ...util.errortext import classify, root_cause
-
-# Every session rivc opens reads in UTC, read-only, with the text forms docs/types.md gives:
-# ISO dates, ISO 8601 intervals, shortest exact floats, and literals no server setting can misread.
-PG_SETTINGS = {
-    "TimeZone": "UTC",
-    "default_transaction_read_only": "on",
-    "DateStyle": "ISO,YMD",
-    "IntervalStyle": "iso_8601",
-    "extra_float_digits": "1",
-    "standard_conforming_strings": "on",
-}
-# Backslash escapes on, whatever the server's sql_mode: literals escape backslashes (sqlglot).
-MYSQL_MODE = "REPLACE(REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', ''), 'ANSI_QUOTES', '')"
-MYSQL_INIT = f"SET time_zone = '+00:00', sql_mode = {MYSQL_MODE}"
-# a sink's session: strict whatever the server's sql_mode, so a value a column cannot hold is
-# an error, never clipped or zeroed with a warning
-MYSQL_STRICT = f"SET time_zone = '+00:00', sql_mode = CONCAT({MYSQL_MODE}, ',STRICT_ALL_TABLES')"
-
 
 # --------------------------------------------------------------------------- connections
 
@@ -121,7 +103,7 @@ class Conn:
         return cls(
             spec.type,
             host,
-            port or DATABASES[spec.type].default_port,
+            port or dialect(spec.type).default_port,
             user,
             password,
             database,
@@ -225,191 +207,18 @@ class Database(Dialect, ABC):
         """The JDBC URL's TLS parameters."""
 
 
-class PostgresDatabase(Postgres, Database):
-    jdbc_driver = "org.postgresql.Driver"
-    copy = True
-
-    def connect(self, conn: Conn, writable: bool = False) -> Any:
-        import psycopg
-
-        return psycopg.connect(autocommit=True, **self.params(conn, writable))
-
-    def params(self, conn: Conn, writable: bool = False) -> dict[str, Any]:
-        settings = {k: v for k, v in PG_SETTINGS.items() if not writable or "read_only" not in k}
-        return dict(
-            host=conn.host,
-            port=conn.port,
-            user=conn.user,
-            password=conn.password,
-            dbname=conn.database,
-            connect_timeout=10,
-            options=" ".join(f"-c {k}={v}" for k, v in settings.items()),
-            **conn.tls.psycopg(),
-        )
-
-    def jdbc_url(self, conn: Conn) -> str:
-        # readOnlyMode=always: every transaction the driver begins is READ ONLY (a session
-        # default set by sessionInitStatement would only apply to the next one)
-        return (
-            f"jdbc:postgresql://{conn.host}:{conn.port}/{conn.database or ''}"
-            "?readOnly=true&readOnlyMode=always" + self.tls_jdbc(conn.tls)
-        )
-
-    def session_init(self, tuning: dict[str, int]) -> str:
-        parts = [f"SET {k} = '{v}'" for k, v in PG_SETTINGS.items()]
-        if tuning["statement_timeout_s"]:
-            parts.append(f"SET statement_timeout = '{tuning['statement_timeout_s']}s'")
-        if tuning["lock_timeout_s"]:
-            parts.append(f"SET lock_timeout = '{tuning['lock_timeout_s']}s'")
-        return "; ".join(parts)
-
-    def explain(self, db: Any, sql: str) -> tuple[int, str]:
-        with db.cursor() as cur:
-            cur.execute(f"EXPLAIN (FORMAT JSON) {sql}")
-            raw = cur.fetchone()[0]
-        plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
-        types: list[str] = []
-        stack = [plan]
-        while stack:
-            node = stack.pop()
-            types.append(node["Node Type"])
-            stack += node.get("Plans", [])
-        return int(plan["Plan Rows"]), "full scan" if "Seq Scan" in types else "index"
-
-    def prefer_indexes(self, db: Any) -> None:
-        with db.cursor() as cur:
-            cur.execute("SET enable_seqscan = off")  # this connection only
-
-    def probe(self, db: Any, base: str) -> list[DbColumn]:
-        with db.cursor() as cur:
-            cur.execute(f"SELECT * FROM ({base}) AS _rivc LIMIT 0")
-            out = []
-            for col in cur.description:
-                shown = col.type_display or ""
-                array = shown.endswith("[]")
-                name = shown.removesuffix("[]").split("(")[0].strip()
-                # psycopg shows SQL names for a few types; the mapping uses catalog names
-                name = {"character varying": "varchar", "character": "bpchar"}.get(name, name)
-                precision = col.precision
-                if name in ("bit", "varbit") and "(" in shown:
-                    precision = int(shown.split("(")[1].split(")")[0])
-                elif name == "bit":
-                    precision = 1
-                out.append(DbColumn(col.name, name, precision, col.scale, array=array))
-            return out
-
-    def tls_jdbc(self, tls: Tls) -> str:
-        """pgjdbc's TLS parameters (client keys as PKCS-8)."""
-        if tls.mode is None:
-            return ""
-        params = {"sslmode": tls.mode, "sslrootcert": tls.rootcert}
-        params.update({"sslcert": tls.cert, "sslkey": tls.key})
-        return _url_params(params)
-
-
-class MysqlDatabase(Mysql, Database):
-    jdbc_driver = "org.mariadb.jdbc.Driver"
-
-    def connect(self, conn: Conn, writable: bool = False) -> Any:
-        import pymysql
-
-        return pymysql.connect(autocommit=True, **self.params(conn, writable))
-
-    def params(self, conn: Conn, writable: bool = False) -> dict[str, Any]:
-        """pymysql's: backslash escapes on; a sink's session strict."""
-        return dict(
-            host=conn.host,
-            port=conn.port,
-            user=conn.user or "",
-            password=conn.password or "",
-            database=conn.database,
-            connect_timeout=10,
-            charset="utf8mb4",
-            init_command=MYSQL_STRICT if writable else MYSQL_INIT,
-            **conn.tls.pymysql(),
-        )
-
-    def jdbc_url(self, conn: Conn) -> str:
-        # jdbc:mariadb:// makes Spark quote columns wrongly; the MySQL scheme with
-        # permitMysqlScheme keeps Spark's MySQL dialect and the MariaDB driver. tinyInt1isBit off:
-        # a TINYINT(1) holding 2 stays 2.
-        return (
-            f"jdbc:mysql://{conn.host}:{conn.port}/{conn.database or ''}"
-            "?permitMysqlScheme&tinyInt1isBit=false" + self.tls_jdbc(conn.tls)
-        )
-
-    def session_init(self, tuning: dict[str, int]) -> str:
-        init = MYSQL_INIT
-        if tuning["lock_timeout_s"]:
-            init += f", innodb_lock_wait_timeout = {tuning['lock_timeout_s']}"
-        return init
-
-    def explain(self, db: Any, sql: str) -> tuple[int, str]:
-        with db.cursor() as cur:
-            cur.execute(f"EXPLAIN {sql}")
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-        estimate = max((int(r.get("rows") or 0) for r in rows), default=0)
-        return estimate, "full scan" if any(r.get("type") == "ALL" for r in rows) else "index"
-
-    def probe(self, db: Any, base: str) -> list[DbColumn]:
-        from pymysql.constants import FLAG
-
-        with db.cursor() as cur:
-            cur.execute(f"SELECT * FROM ({base}) AS _rivc LIMIT 0")
-            out = []
-            for f in cur._result.fields:  # pymysql's description drops flags and charsets
-                t = _mysql_type(f.type_code)
-                unsigned = bool(f.flags & FLAG.UNSIGNED)
-                if f.flags & FLAG.SET:
-                    t = "set"
-                elif f.flags & FLAG.ENUM:
-                    t = "enum"
-                precision, scale = None, None
-                if t in ("decimal", "newdecimal"):
-                    scale = f.scale
-                    precision = f.length - (1 if scale else 0) - (0 if unsigned else 1)
-                elif t == "bit":
-                    precision = f.length
-                out.append(
-                    DbColumn(f.name, t, precision, scale, unsigned, binary=f.charsetnr == 63)
-                )
-            return out
-
-    def tls_jdbc(self, tls: Tls) -> str:
-        """The MariaDB driver's TLS parameters (no client keys)."""
-        if tls.mode in (None, "disable", "prefer"):
-            return ""
-        params = {"useSsl": "true"}
-        if tls.mode == "require":
-            params["trustServerCertificate"] = "true"
-        else:
-            params["serverSslCert"] = tls.rootcert or ""
-            if tls.mode == "verify-ca":
-                params["disableSslHostnameVerification"] = "true"
-        return _url_params(params)
-
-
-_MYSQL_TYPES: dict[int, str] = {}
-
-
-def _mysql_type(code: int) -> str:
-    if not _MYSQL_TYPES:
-        from pymysql.constants import FIELD_TYPE
-
-        _MYSQL_TYPES.update(
-            {v: k.lower() for k, v in vars(FIELD_TYPE).items() if k.isupper() and k != "CHAR"}
-        )
-    return _MYSQL_TYPES.get(code, str(code))
-
-
 def _url_params(params: Mapping[str, str | None]) -> str:
     return "".join(f"&{k}={quote(v, safe='/')}" for k, v in params.items() if v)
 
 
-DATABASES: dict[str, Database] = {d.name: d for d in (PostgresDatabase(), MysqlDatabase())}
-
-
 def database(kind: str) -> Database:
-    """The database of a connection type compile accepted (a KeyError is a bug)."""
-    return DATABASES[kind]
+    """The database of a connection type compile accepted, as a run knows it: its dialect's
+    runtime class (in its connector package), made once. A KeyError is a bug."""
+    found = _DATABASES.get(kind)
+    if found is None:
+        module, _, name = dialect(kind).runtime.partition(":")
+        found = _DATABASES[kind] = getattr(importlib.import_module(module), name)()
+    return found
+
+
+_DATABASES: dict[str, Database] = {}
