@@ -253,7 +253,7 @@ def maintain(
 
     from ..ingest.retention import retain
     from ..lake import deltatable
-    from ..plane.base import SinkContext
+    from ..plane.base import Can, SinkContext
     from ..plane.registry import sink_for
     from ..run.runtime import Runtime
     from ..run.scheduler import RunOptions, compile_for_run
@@ -293,7 +293,8 @@ def maintain(
             name = plan.nodes[nid].name
             sink = plan.project.sinks[name]
             ctx = SinkContext(root, plan.manifest.project, name, plan.profile.storage)
-            line = sink_for(sink.spec.connector, sink.config, ctx).maintain(retain_hours, dry_run)
+            target = sink_for(sink.spec.connector, sink.config, ctx)
+            line = target.maintain(retain_hours, dry_run) if Can.MAINTAIN in target.can else None
             if line is not None:
                 click.echo(f"{nid}: {line}")
         runtime.state.close()

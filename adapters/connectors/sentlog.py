@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError
 
-from ..plane.base import Sink, stream
+from ..plane.base import C, Can, Sink, stream
 from ..util.storage import Store, join
 from .files.formats import json_objects
 
@@ -35,8 +35,10 @@ AREA = "_rivc_sent"  # under the warehouse
 RECORD_EVERY_S = 1.0  # sent.json is rewritten at most this often
 
 
-class LoggedSink(Sink):
+class LoggedSink(Sink[C]):
     """A sink whose commits are in the warehouse's sent log."""
+
+    can = frozenset({Can.RECORD_PLACES})
 
     @property
     def where(self) -> str:
@@ -123,7 +125,7 @@ class LoggedSink(Sink):
 class Progress:
     """The ids the target confirmed in this commit's batch, saved to sent.json."""
 
-    def __init__(self, sink: LoggedSink, sent: set[str], commits: int) -> None:
+    def __init__(self, sink: LoggedSink[Any], sent: set[str], commits: int) -> None:
         self.sink, self.sent, self.commits = sink, sent, commits
         self.saved = time.monotonic()
 

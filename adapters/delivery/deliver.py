@@ -16,7 +16,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.locate import STATE_DIR
 from rivc.compiler.registry import connector
 
-from ..plane.base import RETRY_DELAYS, SinkContext, WriteResult
+from ..plane.base import RETRY_DELAYS, Can, SinkContext, WriteResult
 from ..plane.registry import sink_for
 from ..state import StateStore
 from ..util.faults import fault
@@ -56,7 +56,8 @@ class BatchWriter:
 
     def held(self, inputs: list[str]) -> dict[str, int | None] | None:
         """What the target holds of each input; None when it cannot record it."""
-        return self.sink().places(inputs)  # type: ignore[no-any-return]
+        sink = self.sink()
+        return sink.places(inputs) if Can.RECORD_PLACES in sink.can else None
 
     def record(self, kind: str, batch_id: int, **fields: Any) -> None:
         """Record a committed batch (`batch`) or its quality counts (`quality`) in the state
@@ -159,16 +160,17 @@ class BatchWriter:
         rows written."""
         sink = self.sink()
         if self.complete and self.places:
-            held = sink.places(list(self.places))
+            held = sink.places(list(self.places)) if Can.RECORD_PLACES in sink.can else None
             replayed = held is not None and all(
                 held.get(k) is not None and held[k] >= v for k, v in self.places.items()
             )
         else:
             replayed = sink.committed(batch_id)
         result = WriteResult() if replayed else None
-        if result is None and df is not None and sink.max_rows is None:
+        whole = sink.max_rows is None  # a sink that shows the first rows takes them itself
+        if result is None and df is not None and whole and Can.WRITE_FROM_SPARK in sink.can:
             result = sink.write_spark(df, batch_id)
-        if result is None and files is not None and sink.max_rows is None:
+        if result is None and files is not None and whole and Can.ADOPT_FILES in sink.can:
             result = sink.adopt(files, batch_id)
         if result is None:
             with data(sink.max_rows) as batch:

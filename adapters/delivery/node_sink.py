@@ -13,7 +13,7 @@ from rivc.compiler.errors import ConnectorError, StateError
 from rivc.compiler.loading.locate import STATE_DIR
 
 from ..ingest.landing import batch_of
-from ..plane.base import arrow_columns
+from ..plane.base import Can, arrow_columns
 from ..run.streaming import Batches, stream_base
 from ..state import NodeResult
 from ..util.storage import Store, is_local, join, shares_disk
@@ -119,7 +119,8 @@ def _refuse_behind(rt: Runtime, writer: SinkWriter) -> None:
     as committed there, which lost commits (a removed log entry, a restored backup)."""
     for target in (writer.main, *writer.targets.values()):
         sink = target.sink()
-        sink.ctx.claim(sink.writer(), "its table")
+        if Can.RECORD_PLACES in sink.can:
+            sink.ctx.claim(sink.writer(), "its table")
         recorded = rt.state.committed_batch(target.nid)
         if recorded is None:
             continue

@@ -12,8 +12,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.specs import ConnectionSpec
@@ -171,31 +172,42 @@ def commit_with_retries(
     raise AssertionError("unreachable")
 
 
-class Sink(ABC):
-    """Idempotent per batch id: Spark replays a micro-batch after a failure."""
+class Can(StrEnum):
+    """What a sink can do beyond `write`, declared on its class (`Sink.can`): callers ask the
+    declaration, never call a method to find out."""
 
-    def __init__(self, config: Any, ctx: SinkContext) -> None:
-        self.config, self.ctx = config, ctx
+    # places(), record_places(), writer(): it commits `ctx.places` with its data, so it is a
+    # consumer that catches up after partial selections and failures, and refuses another
+    # project's table
+    RECORD_PLACES = "record places"
+    WRITE_FROM_SPARK = "write from Spark"  # write_spark(): Spark's executors write, rivc commits
+    ADOPT_FILES = "adopt files"  # adopt(): Parquet files that hold the batch, taken as they are
+    PREVIEW = "preview"  # preview(): what it holds, read without Spark (`rivc show`)
+    MAINTAIN = "maintain"  # maintain(): its own housekeeping (`rivc maintain`)
 
+
+C = TypeVar("C")
+
+
+class Sink(ABC, Generic[C]):
+    """Idempotent per batch id: Spark replays a micro-batch after a failure. Generic over its
+    config's spec; what it can do beyond `write` is declared in `can`."""
+
+    can: ClassVar[frozenset[Can]] = frozenset()
     max_rows: int | None = None  # a sink that shows only the first rows asks for no more
 
-    def writer(self) -> str | None:
-        """The writer id the target records (only targets that keep one)."""
-        return None
+    def __init__(self, config: C, ctx: SinkContext) -> None:
+        self.config, self.ctx = config, ctx
 
-    def record_places(self, batch_id: int) -> None:
-        """Commit `ctx.places` as batch `batch_id`, with no rows (`rivc state rewind`); only
-        targets whose `places` can tell."""
-        raise ConnectorError(f"sink {self.ctx.sink} keeps no place in its inputs")
+    def _cannot(self, what: Can) -> ConnectorError:
+        return ConnectorError(f"sink {self.ctx.sink} cannot {what.value} (a caller's bug)")
 
-    def places(self, inputs: Sequence[str]) -> dict[str, int | None] | None:
-        """What the target holds of each input (the `ctx.places` its last commit recorded;
-        None for an input it never consumed); None when the target cannot record places, and
-        so takes its whole input on every run."""
-        return None
+    @abstractmethod
+    def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
+        """Write one batch; `data` is read in record batches, so memory stays bounded."""
 
     def last_batch_id(self) -> int | None:
-        """The highest batch id the target records (only sinks that can tell)."""
+        """The highest batch id the target records (None: none, or it cannot tell)."""
         return None
 
     def committed(self, batch_id: int) -> bool:
@@ -203,30 +215,41 @@ class Sink(ABC):
         last = self.last_batch_id()
         return last is not None and last >= batch_id
 
+    def places(self, inputs: Sequence[str]) -> dict[str, int | None]:
+        """Can.RECORD_PLACES: what the target holds of each input (the `ctx.places` its last
+        commit recorded; None for an input it never consumed)."""
+        raise self._cannot(Can.RECORD_PLACES)
+
+    def record_places(self, batch_id: int) -> None:
+        """Can.RECORD_PLACES: commit `ctx.places` as batch `batch_id`, with no rows (`rivc
+        state rewind`)."""
+        raise self._cannot(Can.RECORD_PLACES)
+
+    def writer(self) -> str | None:
+        """Can.RECORD_PLACES: the writer id the target records (None: none yet)."""
+        raise self._cannot(Can.RECORD_PLACES)
+
     def write_spark(self, df: Any, batch_id: int) -> WriteResult | None:
-        """Write through Spark's executors and commit here; None when this sink cannot."""
-        return None
+        """Can.WRITE_FROM_SPARK: write through Spark's executors and commit here; None when
+        this batch goes through `write` instead (its mode, its size)."""
+        raise self._cannot(Can.WRITE_FROM_SPARK)
 
     def adopt(self, paths: list[str], batch_id: int) -> WriteResult | None:
-        """Take Parquet files that already hold the batch as they are; None when this sink
-        cannot."""
-        return None
-
-    @abstractmethod
-    def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
-        """Write one batch; `data` is read in record batches, so memory stays bounded."""
+        """Can.ADOPT_FILES: take Parquet files that already hold the batch as they are; None
+        when this batch cannot be taken so (its mode, its target)."""
+        raise self._cannot(Can.ADOPT_FILES)
 
     def preview(self, limit: int) -> Any | None:
-        """The first `limit` rows the target holds, as an Arrow table read without Spark
-        (`rivc show`); None before its first delivery, or for a target that cannot be read back
-        (its preview is then its input, computed by Spark)."""
-        return None
+        """Can.PREVIEW: the first `limit` rows the target holds, as an Arrow table read
+        without Spark (`rivc show`); None before its first delivery, or when this target
+        cannot be read back (its format): its preview is then its input, computed by Spark."""
+        raise self._cannot(Can.PREVIEW)
 
     def maintain(self, retain_hours: int, dry_run: bool) -> str | None:
-        """The target's own housekeeping (`rivc maintain`): compact, expire, remove files no
-        version references and older than `retain_hours`. Returns what it did (or, on a dry
-        run, would do), one line; None for a target without housekeeping."""
-        return None
+        """Can.MAINTAIN: the target's own housekeeping (`rivc maintain`): compact, expire,
+        remove files no version references and older than `retain_hours`. Returns what it did
+        (or, on a dry run, would do), one line; None when there was nothing to do."""
+        raise self._cannot(Can.MAINTAIN)
 
     def unreachable_from_server(self, root: Path) -> str | None:
         """Why a stream on a Spark that cannot see the project (its batches commit from the

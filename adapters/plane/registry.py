@@ -23,11 +23,11 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
-def sink_for(name: str, config: Any, ctx: SinkContext) -> Sink:
+def sink_for(name: str, config: Any, ctx: SinkContext) -> Sink[Any]:
     info = connector("sink", name)
     if info is None:
         raise ConnectorError(unknown("sink", name))
-    sink: Sink = _load(info.runtime)(config, ctx)
+    sink: Sink[Any] = _load(info.runtime)(config, ctx)
     return sink
 
 

@@ -73,9 +73,10 @@ def _sink_rows(plan: Plan, name: str, limit: int) -> Any:
     """The first rows a sink delivered, read back without Spark where its connector can
     (Sink.preview); None before its first delivery, and for sinks whose preview is their
     input, computed by Spark."""
-    from ..plane.base import SinkContext
+    from ..plane.base import Can, SinkContext
     from ..plane.registry import sink_for
 
     sink = plan.project.sinks[name]
     ctx = SinkContext(plan.root, plan.manifest.project, name, plan.profile.storage)
-    return sink_for(sink.spec.connector, sink.config, ctx).preview(limit)
+    target = sink_for(sink.spec.connector, sink.config, ctx)
+    return target.preview(limit) if Can.PREVIEW in target.can else None

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from rivc.adapters.plane.base import Sink, WriteResult
+from rivc.adapters.plane.base import Can, Sink, WriteResult
 from rivc.compiler.connector import ConnectorInfo, SinkConfig
 
 
@@ -25,10 +25,10 @@ class LedgerConfig(SinkConfig):
         return {"key": (self.key,)} if self.key else {}
 
 
-class LedgerSink(Sink):
+class LedgerSink(Sink[LedgerConfig]):
     """Appends each batch as one line; knows its last batch id, so a replay is skipped."""
 
-    config: LedgerConfig
+    can = frozenset({Can.PREVIEW, Can.MAINTAIN})
 
     @property
     def home(self) -> Path:

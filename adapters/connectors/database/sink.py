@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
-from ...plane.base import Sink, WriteResult, arrow_columns, stream
+from ...plane.base import Can, Sink, WriteResult, arrow_columns, stream
 from ...util.faults import fault
 from .engine import Conn
 from .spec import DatabaseSinkConfig
@@ -48,8 +48,8 @@ Loader = Callable[
 ]
 
 
-class DatabaseSink(Sink):
-    config: DatabaseSinkConfig
+class DatabaseSink(Sink[DatabaseSinkConfig]):
+    can = frozenset({Can.RECORD_PLACES, Can.WRITE_FROM_SPARK})
     database = ""  # the database's name in messages
     loader: Loader
 

@@ -29,7 +29,7 @@ from ...lake.deltatable import (
     write,
     write_batch,
 )
-from ...plane.base import Sink, SourceContext, WriteResult, large, parquet_stats
+from ...plane.base import Can, Sink, SourceContext, WriteResult, large, parquet_stats
 from ...plane.taskwrite import Written
 from ...util.storage import Store, join, resolve
 from .spec import DeltaSinkConfig, DeltaSourceConfig
@@ -69,8 +69,10 @@ def newest(config: DeltaSourceConfig, root: Path, storage: Mapping[str, str], co
     return pc.max(dt.to_pyarrow_table(columns=[column]).column(column)).as_py()
 
 
-class DeltaSink(Sink):
-    config: DeltaSinkConfig
+class DeltaSink(Sink[DeltaSinkConfig]):
+    can = frozenset(
+        {Can.RECORD_PLACES, Can.WRITE_FROM_SPARK, Can.ADOPT_FILES, Can.PREVIEW, Can.MAINTAIN}
+    )
 
     def preview(self, limit: int) -> Any | None:
         return head(self.uri, self.store, limit)

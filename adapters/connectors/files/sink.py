@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connector import parse_size
 
-from ...plane.base import Sink, WriteResult, stream
+from ...plane.base import Can, Sink, WriteResult, stream
 from ...util.storage import Store, is_local, resolve, shares_disk
 from .formats import open_writer, pa_schema
 from .spec import FilesSinkConfig
@@ -40,14 +40,14 @@ _COMMIT = re.compile(r"commit-(\d+)$")
 MARKERS = "_rivc"  # under a files sink's location: its writer and its batches' commit markers
 
 
-class FilesSink(Sink):
+class FilesSink(Sink[FilesSinkConfig]):
     """Files named from the batch id (`batch-<id>-part-<n>`), each written under a hidden name,
     then renamed, so a reader never sees half a file. A batch is committed by its marker,
     `_rivc/commit-<id>` (JSON), written after its files: it holds the places of what the batch
     consumed. A replayed batch whose marker exists is skipped; one without (a killed write may
     have left part of its files) is written again under the same names."""
 
-    config: FilesSinkConfig
+    can = frozenset({Can.RECORD_PLACES, Can.WRITE_FROM_SPARK, Can.ADOPT_FILES, Can.PREVIEW})
 
     @property
     def store(self) -> Store:

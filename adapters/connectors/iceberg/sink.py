@@ -23,6 +23,7 @@ from rivc.compiler.sql import quote
 
 from ...lake.history import versions
 from ...plane.base import (
+    Can,
     Sink,
     WriteResult,
     commit_with_retries,
@@ -56,8 +57,8 @@ SPARK_PARTITIONS = {
 }
 
 
-class IcebergSink(Sink):
-    config: IcebergSinkConfig
+class IcebergSink(Sink[IcebergSinkConfig]):
+    can = frozenset({Can.RECORD_PLACES, Can.WRITE_FROM_SPARK, Can.PREVIEW, Can.MAINTAIN})
 
     @property
     def marker(self) -> str:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.secrets import mask_url
 
-from ...plane.base import Sink, WriteResult, stream
+from ...plane.base import Can, Sink, WriteResult, stream
 from ...util.faults import fault
 from ..files.formats import json_objects
 from .spec import NatsServer, NatsSinkConfig
@@ -98,8 +98,8 @@ def one_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class JetStreamSink(Sink):
-    config: NatsSinkConfig
+class JetStreamSink(Sink[NatsSinkConfig]):
+    can = frozenset({Can.RECORD_PLACES, Can.WRITE_FROM_SPARK})
 
     @property
     def prefix(self) -> str:

@@ -27,9 +27,7 @@ if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
 
-class RabbitmqSink(LoggedSink):
-    config: RabbitmqSinkConfig
-
+class RabbitmqSink(LoggedSink[RabbitmqSinkConfig]):
     def where_to(self) -> str:
         """The target as the messages name it (never the password)."""
         parts = urlsplit(self.config.url)

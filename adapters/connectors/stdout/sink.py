@@ -13,9 +13,7 @@ if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
 
-class StdoutSink(Sink):
-    config: StdoutSinkConfig
-
+class StdoutSink(Sink[StdoutSinkConfig]):
     @property
     def max_rows(self) -> int | None:  # type: ignore[override]
         return self.config.limit

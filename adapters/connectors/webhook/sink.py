@@ -33,9 +33,7 @@ if TYPE_CHECKING:
 RETRIED = {408, 425, 429, 500, 502, 503, 504}
 
 
-class WebhookSink(LoggedSink):
-    config: WebhookSinkConfig
-
+class WebhookSink(LoggedSink[WebhookSinkConfig]):
     # ------------------------------------------------------------------ a batch
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
