@@ -170,7 +170,7 @@ class Database(Dialect, ABC):
     """A database as a run knows it."""
 
     jdbc_driver: ClassVar[str]  # the JDBC driver class Spark loads (Debian's jar)
-    copy: ClassVar[bool] = False  # its rows can be read by rivc's COPY reader (pgcopy.py)
+    copy: ClassVar[bool] = False  # its rows can be read by rivc's COPY reader (postgres/copy.py)
 
     @abstractmethod
     def connect(self, conn: Conn, writable: bool = False) -> Any:

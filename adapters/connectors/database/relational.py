@@ -1,7 +1,7 @@
 """PostgreSQL and MySQL/MariaDB sources: connections, queries and the JDBC reader.
 
 Control queries (high-water marks, chunk bounds, EXPLAIN, connection checks, column probes) go
-through the Python drivers (psycopg, pymysql). Rows go through PostgreSQL's COPY (pgcopy.py)
+through the Python drivers (psycopg, pymysql). Rows go through PostgreSQL's COPY (postgres/copy.py)
 where it can carry every column, else through Spark's JDBC reader (read_query). Extraction
 itself (modes, windows, staging, positions) is adapters/ingest/extract.py; `read` here is the plain read
 of a source's whole query that previews, tests and unselected upstream sources use.

@@ -9,7 +9,7 @@ killed before that transaction leaves the table as it was (the next batch drops 
 table); one killed after finds the batch in `_rivc_commits` and skips it.
 
 A subclass is the database's dialect: how to connect, its types, its DDL, and how a task loads
-rows (pgsink.py: COPY; mysqlsink.py: multi-row INSERTs).
+rows (postgres/sink.py: COPY; mysql/sink.py: multi-row INSERTs).
 """
 
 from __future__ import annotations

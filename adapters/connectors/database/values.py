@@ -1,5 +1,5 @@
 """Values as a database's text input, computed on Arrow arrays: bytes as hex, nested values
-as JSON (the database sinks: pgsink.py, mysqlsink.py)."""
+as JSON (the database sinks: postgres/sink.py, mysql/sink.py)."""
 
 from __future__ import annotations
 

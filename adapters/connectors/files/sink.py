@@ -1,5 +1,5 @@
 """The `files` sink: files written with pyarrow, named from the batch id, committed by a marker
-(the formats are in files_formats.py, the source in files_source.py)."""
+(the formats are in formats.py, the source in source.py)."""
 
 from __future__ import annotations
 

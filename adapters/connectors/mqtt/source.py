@@ -2,7 +2,7 @@
 
 An MQTT broker does not replay history, so Spark's usual "re-read the offsets of a failed batch"
 needs a buffer of our own. The stream reader lives in Spark's driver-side Python worker for the
-whole query and starts the receiver (mqtt_receiver.py), a process of its own that keeps the
+whole query and starts the receiver (receiver.py), a process of its own that keeps the
 persistent MQTT session, appends each message to the spool, hands it to the OS and only then
 acknowledges it, and fsyncs every 20 ms. Offsets are sequence numbers in the spool, read only up
 to what is fsynced: `partitions(start, end)` ships the messages of [start, end) to the executors
@@ -174,7 +174,7 @@ class MqttSource(DataSource):
 
 class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Spark pickles the reader before its first call; on first use it starts the receiver
-    (mqtt_receiver.py), a process of its own that holds the MQTT session and writes the spool,
+    (receiver.py), a process of its own that holds the MQTT session and writes the spool,
     so that Spark's work in this process never slows the acknowledgements down. The reader
     reads the spool up to what the receiver reports durable, and deletes what Spark committed."""
 

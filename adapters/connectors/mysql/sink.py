@@ -1,4 +1,4 @@
-"""The mysql sink's dialect (dbsink.py holds what every database sink does): a batch is loaded
+"""The mysql sink's dialect (database/sink.py holds what every database sink does): a batch is loaded
 into a staging table with multi-row INSERTs whose literals Arrow computes column by column
 (no value goes through Python one at a time, nested ones aside), in a strict session.
 

@@ -5,7 +5,7 @@ never confirms what a table does not hold.
 
 - The snapshot is taken after the slot exists, and records which transactions it held: their
   changes in the stream are skipped, so none is lost or doubled. A first snapshot by a primary
-  key is read in parts (pgslot.Parts): a run killed during it reads on in a snapshot of its
+  key is read in parts (slot.Parts): a run killed during it reads on in a snapshot of its
   own, and each change is judged by the snapshot of the part that read its key.
 - A batch reads the transactions that commit before the log's position when the run began.
   Values are delivered as the `postgres` source delivers them (compiler/dbtypes.py), exactly

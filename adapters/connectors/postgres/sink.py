@@ -1,4 +1,4 @@
-"""The postgres sink's dialect (dbsink.py holds what every database sink does): a batch is
+"""The postgres sink's dialect (database/sink.py holds what every database sink does): a batch is
 copied into an unlogged staging table with COPY ... FROM STDIN, CSV written by Arrow's C++
 writer.
 
