@@ -8,6 +8,7 @@ makes its relation available without building it (`bind`).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from rivc.compiler.emit.manifest import ManifestNode
@@ -26,7 +27,21 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-class Ephemeral:
+class Materialization(ABC):
+    """How a model (or seed, or snapshot) is built in a run, and made available unbuilt to the
+    selected nodes that read it: one class per entry of MATERIALIZATIONS
+    (compiler/materializations.py), which names it."""
+
+    @abstractmethod
+    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
+        """Build the node in this run."""
+
+    @abstractmethod
+    def bind(self, rt: Runtime, node: ManifestNode) -> None:
+        """An unselected node's relation, for the selected nodes that read it."""
+
+
+class Ephemeral(Materialization):
     def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
         return NodeResult(nid, "model", "success", message="ephemeral: inlined")
 
@@ -34,7 +49,7 @@ class Ephemeral:
         pass  # compile inlined it into every model that reads it
 
 
-class View:
+class View(Materialization):
     """A view: registered now when Spark runs, else, when a node of the run reads it, once a
     node first needs Spark (a run whose tables are all reused starts none)."""
 
@@ -63,7 +78,7 @@ def _view(spark: SparkSession, node: ManifestNode, sql: str) -> DataFrame:
         raise ConnectorError(f"view {node.name} ({node.path}): {spark_message(exc)}") from None
 
 
-class Table:
+class Table(Materialization):
     """A table model: its whole result replaces the table, stamped with the model's batch id (a
     resumed run skips the batch a killed one committed) and with what it was built from
     (inputs.py): a table that holds what its SQL gives over its inputs as they are now is
@@ -94,19 +109,8 @@ class Table:
         stamp = deltatable.Stamp(((app_id, batch_id),), {BUILT_FROM: built} if built else None)
         if last is not None and int(last) >= batch_id:  # a resumed run: this batch is in
             how, result = "already committed by the killed run", WriteResult()
-        elif table is not None and grows:
-            how, result = self.add(rt, node, df, table, stamp)
         else:
-            result = deltatable.write_batch(
-                df,
-                uri,
-                store,
-                "replace",
-                deltatable.arrow_schema(df),
-                node.model_config.partition_by if node.kind == "model" else (),
-                stamp,
-            )
-            how = self.WRITTEN
+            how, result = self.write(rt, node, df, table if grows else None, stamp)
         fault("after-commit", node.name)
         deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)
         return NodeResult(
@@ -145,15 +149,27 @@ class Table:
         """Whether this run adds to the table rather than replacing it."""
         return False
 
-    def add(
+    def write(
         self,
         rt: Runtime,
         node: ManifestNode,
         df: DataFrame,
-        table: DeltaTable,
+        grown: DeltaTable | None,
         stamp: deltatable.Stamp,
     ) -> tuple[str, WriteResult]:
-        raise NotImplementedError  # only incremental models grow
+        """Commit what this run wrote (`grown`: the table this run adds to, None when it
+        replaces it); returns the node's message and what was written."""
+        uri = rt.table_uri(node)
+        result = deltatable.write_batch(
+            df,
+            uri,
+            rt.plan.store(uri),
+            "replace",
+            deltatable.arrow_schema(df),
+            node.model_config.partition_by if node.kind == "model" else (),
+            stamp,
+        )
+        return self.WRITTEN, result
 
     def bind(self, rt: Runtime, node: ManifestNode) -> None:
         """An unselected table: this warehouse's, else (--defer) the --state run's."""
@@ -172,10 +188,10 @@ class Table:
         rt.view(node.name, lambda spark: deltatable.read(spark, uri, store))
 
 
-class Incremental(Table):
+class Incremental(Table, ABC):
     """An incremental model: its first run (and --full-refresh) builds the table; later runs
     add the rows its `is_incremental()` SQL selects, the table's schema reconciled by
-    `on_schema_change`."""
+    `on_schema_change`, committed as its strategy commits them (`commit`)."""
 
     def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
         return table is not None and not rt.full_refresh
@@ -183,14 +199,17 @@ class Incremental(Table):
     def built_from(self, rt: Runtime, node: ManifestNode) -> str | None:
         return None  # each run adds what its SQL selects: always run
 
-    def add(
+    def write(
         self,
         rt: Runtime,
         node: ManifestNode,
         df: DataFrame,
-        table: DeltaTable,
+        grown: DeltaTable | None,
         stamp: deltatable.Stamp,
     ) -> tuple[str, WriteResult]:
+        if grown is None:
+            return super().write(rt, node, df, grown, stamp)
+        table = grown
         uri = rt.table_uri(node)
         store = rt.plan.store(uri)
         parts = tuple(table.metadata().partition_columns)
@@ -208,6 +227,7 @@ class Incremental(Table):
             parts = tuple(p for p in parts if p not in gone)
         return self.commit(rt, node, df, target, parts, stamp)
 
+    @abstractmethod
     def commit(
         self,
         rt: Runtime,
@@ -217,7 +237,7 @@ class Incremental(Table):
         parts: tuple[str, ...],
         stamp: deltatable.Stamp,
     ) -> tuple[str, WriteResult]:
-        raise NotImplementedError
+        """Commit the rows this run adds, in the table's reconciled schema `target`."""
 
 
 class Append(Incremental):

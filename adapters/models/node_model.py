@@ -5,30 +5,21 @@ hold them."""
 from __future__ import annotations
 
 import importlib
-from typing import Protocol
 
 from rivc.compiler.emit.manifest import ManifestNode
 
 from ..run.runtime import Runtime
 from ..state import NodeResult
 from .hooks import run_hooks
+from .materializations import Materialization
 
 
-class Builder(Protocol):
-    """What every materialization's class does: build a selected model, bind an unselected one
-    a selected node reads."""
-
-    def build(self, rt: Runtime, nid: str, node: ManifestNode) -> NodeResult: ...
-
-    def bind(self, rt: Runtime, node: ManifestNode) -> None: ...
-
-
-def builder(node: ManifestNode) -> Builder:
+def builder(node: ManifestNode) -> Materialization:
     """The class that builds `node`, as its materialization's entry names it."""
     mat = node.materialization
     strategy = node.incremental_strategy if mat.strategies else None
     module, _, name = mat.runtime_of(strategy).partition(":")
-    made: Builder = getattr(importlib.import_module(module), name)()
+    made: Materialization = getattr(importlib.import_module(module), name)()
     return made
 
 

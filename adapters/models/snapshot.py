@@ -66,18 +66,21 @@ class Snapshot(Table):
         # temp views of this build alone: snapshots built at once (--threads) share a session
         self.views = Views(f"__rivc_snapshot_{uuid.uuid4().hex}")
         if grows:
-            return source  # add() compares it with the table
+            return source  # write() compares it with the table
         source.createOrReplaceTempView(self.views.source)
         return rt.spark.sql(_first_versions(node, source.columns, self.now, self.views))
 
-    def add(
+    def write(
         self,
         rt: Runtime,
         node: ManifestNode,
         df: DataFrame,
-        table: DeltaTable,
+        grown: DeltaTable | None,
         stamp: deltatable.Stamp,
     ) -> tuple[str, WriteResult]:
+        if grown is None:  # the first run: every row's first version
+            return super().write(rt, node, df, grown, stamp)
+        table = grown
         uri = rt.table_uri(node)
         store = rt.plan.store(uri)
         views = self.views

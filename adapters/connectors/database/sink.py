@@ -19,6 +19,7 @@ import itertools
 import os
 import re
 import time
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -55,59 +56,59 @@ class DatabaseSink(Sink[DatabaseSinkConfig]):
 
     # ------------------------------------------------------------------ the dialect
 
-    def q(self, name: str) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def q(self, name: str) -> str: ...
 
+    @abstractmethod
     def params(self, conn: Conn) -> dict[str, Any]:
         """The driver's connect() arguments (picklable: tasks connect with them)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def open(self) -> Any:
         """An autocommit connection."""
-        raise NotImplementedError
 
-    def transaction(self, conn: Any) -> AbstractContextManager[Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def transaction(self, conn: Any) -> AbstractContextManager[Any]: ...
 
+    @abstractmethod
     def schema(self) -> str | None:
         """The schema (database, for MySQL) the table is in; None: the connection's."""
-        raise NotImplementedError
 
+    @abstractmethod
     def columns(self, conn: Any) -> dict[str, str]:
         """The table's columns and their types; {} when it does not exist."""
-        raise NotImplementedError
 
-    def column_type(self, spark_type: str, key: bool) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def column_type(self, spark_type: str, key: bool) -> str: ...
 
-    def create_schema(self, conn: Any) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def create_schema(self, conn: Any) -> None: ...
 
+    @abstractmethod
     def commits_table(self) -> str:
         """CREATE TABLE IF NOT EXISTS of _rivc_commits."""
-        raise NotImplementedError
 
-    def exists(self, conn: Any, qualified: str) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def exists(self, conn: Any, qualified: str) -> bool: ...
 
-    def create_stage(self, conn: Any, data: list[str], flagged: bool) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def create_stage(self, conn: Any, data: list[str], flagged: bool) -> None: ...
 
+    @abstractmethod
     def lock(self, conn: Any) -> None:
         """Serialize the transactions that apply batches to the table."""
-        raise NotImplementedError
 
+    @abstractmethod
     def delete_keys(self, on: str) -> str:
         """DELETE of the table's rows that match a staged row (`on`, t. and s.)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def upsert_version(self) -> str:
         """INSERT of (target, id, version) into _rivc_commits, replacing the version."""
-        raise NotImplementedError
 
+    @abstractmethod
     def insert_writer(self) -> str:
         """INSERT of (target, id, writer) into _rivc_commits, unless the row exists."""
-        raise NotImplementedError
 
     def is_array(self, column_type: str) -> bool:
         return False
