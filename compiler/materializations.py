@@ -6,7 +6,8 @@ rows pass through it batch by batch, whether a Python model may have it, which c
 it) and names, by import path, the class of the runtime that builds it (for `incremental`, one
 per strategy). Compile never imports the runtime: rivc.adapters.models.node_model loads the class.
 
-Adding a materialization is one entry here and one class in adapters/run/ (docs/architecture.md).
+Adding a materialization is one entry here and one class in adapters/models/
+(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from typing import Literal
 from .errors import did_you_mean
 
 _RUN = "rivc.adapters.models"
+
+# The named variants of a model's SQL beside the SQL itself (graph Node.variants, a compiled file
+# each, ManifestNode.compiled_variants): a materialization's class runs the one a run needs.
+INCREMENTAL = "incremental"  # its is_incremental() variant, for a run that adds to the table
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rivc.compiler.emit.manifest import ManifestNode
 from rivc.compiler.errors import ConnectorError, StateError
+from rivc.compiler.materializations import INCREMENTAL
 
 from ..lake import deltamerge, deltatable
 from ..plane.base import WriteResult
@@ -143,7 +144,7 @@ class Table(Materialization):
             from .pymodel import python_frame
 
             return python_frame(rt, node, grows)
-        return rt.spark.sql(rt.plan.sql(node.id, incremental=grows))
+        return rt.spark.sql(rt.plan.sql(node.id, INCREMENTAL if grows else None))
 
     def grows(self, rt: Runtime, table: DeltaTable | None) -> bool:
         """Whether this run adds to the table rather than replacing it."""

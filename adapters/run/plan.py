@@ -47,7 +47,7 @@ class Plan:
         compiled = {}
         for node in manifest.nodes.values():
             batches = node.sink.compiled_batches_path if node.kind == "sink" else None
-            paths = (node.compiled_path, node.compiled_incremental_path, batches)
+            paths = (node.compiled_path, *node.compiled_variants.values(), batches)
             for rel in paths:
                 if rel is not None:
                     try:
@@ -111,14 +111,11 @@ class Plan:
         role = "log" if table.mode == "incremental" or source.connector.log else "snapshot"
         return Landing(uri, self.store(uri), role, table.unique_key, table.cursor_column)
 
-    def sql(self, nid: str, incremental: bool = False) -> str:
+    def sql(self, nid: str, variant: str | None = None) -> str:
+        """A node's compiled SQL, or its named `variant` (a model without that variant runs
+        its SQL: one without an is_incremental() block runs the same SQL either way)."""
         node = self.nodes[nid]
-        # a model without an is_incremental() block runs the same SQL either way
-        rel = (
-            (node.compiled_incremental_path or node.compiled_path)
-            if incremental
-            else node.compiled_path
-        )
+        rel = node.compiled_variants.get(variant or "", node.compiled_path)
         if rel is None:
             raise StateError(f"{nid} has no compiled SQL in target/; run `rivc compile` first")
         if str(rel) not in self.compiled:

@@ -26,10 +26,10 @@ def ephemeral_parents(graph: ProjectGraph, nid: NodeId) -> list[Node]:
     return [graph.nodes[n] for n in graph.order(found)]
 
 
-def compiled_sql(graph: ProjectGraph, node: Node, incremental: bool = False) -> str | None:
-    """What target/compiled/ holds for a node: its SQL with ephemerals inlined; an ephemeral
-    model's and a Python model's as they are. None when it has none."""
-    sql = node.sql_incremental if incremental else node.sql
+def compiled_sql(graph: ProjectGraph, node: Node, variant: str | None = None) -> str | None:
+    """What target/compiled/ holds for a node (or its named `variant`): its SQL with ephemerals
+    inlined; an ephemeral model's and a Python model's as they are. None when it has none."""
+    sql = node.sql if variant is None else node.variants.get(variant)
     if sql is None:
         return None
     as_is = not of_node(node.kind, node.config).relation or node.config.get("language") == "python"

@@ -37,7 +37,8 @@ class Node:
     config: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     sql: str | None = None  # compiled Spark SQL (models, tests, sink inputs)
-    sql_incremental: str | None = None  # incremental models: the is_incremental() variant
+    # named variants of its SQL beside `sql` (compiler/materializations.py: INCREMENTAL)
+    variants: dict[str, str] = field(default_factory=dict)
     columns: dict[str, str] | None = None  # name -> type ("" when not known)
     checksum: str = ""
     sql_batches: str | None = None  # sinks of new batches: the SQL of one batch

@@ -19,6 +19,7 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import TokenError
 
 from ..analysis.inline import compiled_sql
+from ..emit.manifest import compiled_variants
 from ..errors import SelectionError
 from ..loading.specs import NodeId
 from .graph import Node, ProjectGraph
@@ -95,7 +96,10 @@ def _body(graph: ProjectGraph, node: Node, earlier: Earlier, old: dict[str, Any]
         return node.checksum != str(old.get("checksum", ""))  # a seed: its file
     texts = (
         (compiled_sql(graph, node), old.get("compiled_path")),
-        (compiled_sql(graph, node, incremental=True), old.get("compiled_incremental_path")),
+        *(
+            (compiled_sql(graph, node, name), compiled_variants(old).get(name))
+            for name in sorted(set(node.variants) | set(compiled_variants(old)))
+        ),
         (node.sql_batches, old.get("compiled_batches_path")),  # a sink's SQL of one batch
     )
     for now, path in texts:

@@ -14,9 +14,9 @@ from ..version import VERSION
 from .manifest import Manifest, ManifestNode, SinkFacts
 
 
-def compiled_path(node: Node, incremental: bool = False) -> str:
+def compiled_path(node: Node, variant: str | None = None) -> str:
     python = node.config.get("language") == "python"
-    suffix = ".incremental.sql" if incremental else ".py" if python else ".sql"
+    suffix = f".{variant}.sql" if variant else ".py" if python else ".sql"
     name = node.name
     if len(name) >= 64:  # a test named by its arguments: a short file name, as dbt makes
         name = f"{name[:30]}_{hashlib.md5(name.encode()).hexdigest()}"
@@ -30,17 +30,17 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
     nodes: dict[str, ManifestNode] = {}
     for nid in graph.order():
         node = graph.nodes[nid]
-        paths: dict[str, str | None] = {"compiled_path": None, "compiled_incremental_path": None}
+        main: str | None = None
+        variants: dict[str, str] = {}
         sql = compiled_sql(graph, node)
         if sql is not None:  # target/ describes the whole project, whatever the selection
-            path = compiled_path(node)
-            files[path] = sql
-            paths["compiled_path"] = path
-            incremental = compiled_sql(graph, node, incremental=True)
-            if incremental is not None:
-                inc = compiled_path(node, incremental=True)
-                files[inc] = incremental
-                paths["compiled_incremental_path"] = inc
+            main = compiled_path(node)
+            files[main] = sql
+            for name in sorted(node.variants):
+                text = compiled_sql(graph, node, name)
+                if text is not None:
+                    variants[name] = compiled_path(node, name)
+                    files[variants[name]] = text
         facts = node.facts
         if isinstance(facts, SinkFacts) and node.sql_batches is not None:
             facts = replace(facts, compiled_batches_path=f"compiled/sink/{node.name}.batches.sql")
@@ -56,8 +56,8 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
             depends_on=tuple(graph.parents(nid)),
             checksum=node.checksum,
             columns=node.columns,
-            compiled_path=paths["compiled_path"],
-            compiled_incremental_path=paths["compiled_incremental_path"],
+            compiled_path=main,
+            compiled_variants=variants,
             facts=facts,
             line=node.line,
             lineage=None

@@ -8,13 +8,14 @@ the runtime takes them, with their secrets, from the project's specs.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from ..loading.specs import ModelConfig
-from ..materializations import Materialization, of_node
+from ..materializations import INCREMENTAL, Materialization, of_node
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: named SQL variants (compiled_variants)
 
 Kind = Literal["source", "seed", "model", "sink", "test"]
 
@@ -151,7 +152,8 @@ class ManifestNode:
     checksum: str = ""
     columns: dict[str, str] | None = None  # name -> Spark type ("" when not known)
     compiled_path: str | None = None  # under target/; None when not selected or no SQL
-    compiled_incremental_path: str | None = None  # incremental models
+    # its named SQL variants' files under target/ (compiler/materializations.py: INCREMENTAL)
+    compiled_variants: dict[str, str] = field(default_factory=dict)
     facts: Facts = None  # sources and sinks: what only their kind has
     line: int | None = None  # sources, sinks, generic tests: the line of their YAML entry
     # models: column -> [(node id, column, copied|transformed|aggregated)]; None: not known
@@ -227,8 +229,8 @@ class ManifestNode:
             out.update(self.facts.to_json())
         if self.line is not None:
             out["line"] = self.line
-        if self.compiled_incremental_path is not None:
-            out["compiled_incremental_path"] = self.compiled_incremental_path
+        if self.compiled_variants:
+            out["compiled_variants"] = self.compiled_variants
         if self.lineage is not None:
             out["lineage"] = {
                 "columns": {c: [list(o) for o in origins] for c, origins in self.lineage.items()},
@@ -258,7 +260,7 @@ class ManifestNode:
             checksum=data.get("checksum", ""),
             columns=data.get("columns"),
             compiled_path=data.get("compiled_path"),
-            compiled_incremental_path=data.get("compiled_incremental_path"),
+            compiled_variants=dict(data.get("compiled_variants") or {}),
             facts=facts,
             line=data.get("line"),
             lineage=None
@@ -317,3 +319,12 @@ class Manifest:
             version,
             {k: list(v) for k, v in data.get("hooks", {}).items()},
         )
+
+
+def compiled_variants(data: Mapping[str, Any]) -> dict[str, str]:
+    """A manifest node's named SQL variants and their files, as any version wrote them (a
+    --state manifest of schema 2 holds the incremental one as `compiled_incremental_path`)."""
+    found = dict(data.get("compiled_variants") or {})
+    if data.get("compiled_incremental_path"):
+        found.setdefault(INCREMENTAL, data["compiled_incremental_path"])
+    return found

@@ -19,6 +19,7 @@ from ..errors import (
 from ..loading.folders import folder_config, merge
 from ..loading.project import Project
 from ..loading.specs import NodeId
+from ..materializations import INCREMENTAL
 from ..rendering.render import RenderContext
 from ..version import VERSION
 from .common import content_hash, suggest
@@ -312,7 +313,7 @@ def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Nod
         config=config,
         description=props[0].description if props else "",
         sql=res.sql,
-        sql_incremental=res.sql_incremental,
+        variants={INCREMENTAL: res.sql_incremental} if res.sql_incremental else {},
         columns=columns,
         checksum=hashlib.sha256(model.text.encode()).hexdigest(),
         lineage=lineage,

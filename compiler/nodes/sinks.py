@@ -128,7 +128,6 @@ def sink_node(
         config=cfg,
         description=spec.description,
         sql=sql,
-        sql_incremental=None,
         columns=columns,
         checksum=content_hash(spec.model_dump(mode="json", by_alias=True)),
         facts=facts,

@@ -109,7 +109,6 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
         config=cfg,
         description=spec.description or table.source.description,
         sql=sql,
-        sql_incremental=None,
         columns=dict(columns) if columns is not None else None,
         checksum=content_hash(
             table.source.name,

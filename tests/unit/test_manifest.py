@@ -45,3 +45,15 @@ def test_a_job_refuses_a_spec_edited_since_compile(make_project):
     (root / "sinks/out.yml").write_text(sinks.replace("out/a", "out/b"))
     with pytest.raises(StateError, match=r"sinks/out.yml: changed since `rivc compile`"):
         Plan.load(root, env={})
+
+
+def test_a_state_manifest_of_schema_2_names_its_incremental_variant():
+    """`--state` reads an earlier compile's manifest as it is: one written before the SQL
+    variants had names holds the incremental one as compiled_incremental_path."""
+    from rivc.compiler.emit.manifest import compiled_variants
+
+    old = {"compiled_path": "compiled/model/m.sql", "compiled_incremental_path": "m.inc.sql"}
+    assert compiled_variants(old) == {"incremental": "m.inc.sql"}
+    new = {"compiled_variants": {"incremental": "compiled/model/m.incremental.sql"}}
+    assert compiled_variants(new) == new["compiled_variants"]
+    assert compiled_variants({"compiled_path": "compiled/model/m.sql"}) == {}
