@@ -25,17 +25,8 @@ from rivc.compiler.loading.specs import SourceTable
 from rivc.compiler.sql import quote
 
 from ..connectors.database.engine import Conn, ExtractError, connection
-from ..connectors.database.relational import (
-    Cursor,
-    Window,
-    decode,
-    deliveries,
-    encode,
-    plan_window,
-    read_query,
-    scalar,
-    with_retries,
-)
+from ..connectors.database.relational import deliveries, read_query, with_retries
+from ..connectors.database.windows import Cursor, Window, decode, encode, plan_window, scalar
 from ..delivery.parquet import dataset, parquet_rows, parquet_schema
 from ..delivery.sinkwriter import transform_source
 from ..plane.base import arrow_columns, register_data_source

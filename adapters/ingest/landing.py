@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from dataclasses import replace as replace_
 from typing import TYPE_CHECKING, Any
 
-from ..connectors.database.relational import Cursor
+from ..connectors.database.windows import Cursor
 from ..lake import deltatable
 from ..plane.base import footer_stats
 from ..plane.tableread import DataFile, read_files

@@ -23,7 +23,7 @@ from rivc.compiler.loading.secrets import mask_url
 from rivc.compiler.loading.specs import SourceTable
 
 from ..connectors.database.engine import Conn, ExtractError, connection, driver_errors
-from ..connectors.database.relational import Cursor, plan_window
+from ..connectors.database.windows import Cursor, plan_window
 from ..plane.registry import preflight as log_preflight
 from ..plane.registry import probe
 from ..util.errortext import classify, doctor_category, root_cause

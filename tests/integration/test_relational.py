@@ -552,7 +552,7 @@ def test_validate_counts_each_window_again_in_the_database(spark, tmp_path, kind
     incremental window's count leaves out the boundary rows an earlier run delivered, as the read
     does; a difference is an error that lands nothing."""
     from rivc.adapters.connectors.database.engine import Conn, connection
-    from rivc.adapters.connectors.database.relational import Cursor, encode, plan_window
+    from rivc.adapters.connectors.database.windows import Cursor, encode, plan_window
     from rivc.adapters.ingest.extract import count_window, validation_error
     from rivc.compiler.loading.project import load_project
 

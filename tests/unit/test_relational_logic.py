@@ -8,7 +8,8 @@ from decimal import Decimal
 import pytest
 
 from rivc.adapters.connectors.database.engine import Conn, ExtractError, database
-from rivc.adapters.connectors.database.relational import decode, encode, with_retries
+from rivc.adapters.connectors.database.relational import with_retries
+from rivc.adapters.connectors.database.windows import decode, encode
 from rivc.adapters.util.errortext import classify, python_error_inside, root_cause
 from rivc.compiler.dialects import dialect
 from rivc.compiler.errors import ConnectorError
@@ -209,7 +210,7 @@ def test_binary_keys_are_hex_literals():
 
 
 def test_key_columns_are_quoted_identifiers_whatever_their_name():
-    from rivc.adapters.connectors.database.relational import Cursor, plan_window
+    from rivc.adapters.connectors.database.windows import Cursor, plan_window
     from rivc.compiler.loading.specs import SourceTable
 
     class Recorder:
