@@ -3,7 +3,7 @@ its changes are read and landed when it runs (adapters/connectors/postgres/log.p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def read(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+def read(spark: SparkSession, ctx: SourceContext[Any]) -> DataFrame:
     raise ConnectorError(
         f"source {ctx.name} has landed no changes yet: run it first "
         f"(rivc run --select source:{ctx.name})"

@@ -73,15 +73,18 @@ def register_data_source(spark: Any, source: Any) -> None:
             _registered.add(key)
 
 
+C = TypeVar("C")  # a connector's config spec
+
+
 @dataclass(frozen=True)
-class SourceContext:
+class SourceContext(Generic[C]):
     """What a source's read function gets: everything from the manifest and the profile, so a
-    connector never reaches into the runtime."""
+    connector never reaches into the runtime. Generic over its config's spec."""
 
     name: str  # "source.table"
     project: str
     root: Path  # the project directory: relative paths resolve here; rivc's state is in .rivc/
-    config: Any  # the connector's config spec
+    config: C  # the connector's config spec
     columns: dict[str, str]  # declared columns (name -> Spark SQL type)
     query: str | None = None  # relational sources: the compiled query
     connection: ConnectionSpec | None = None  # relational sources: the profile's connection
@@ -184,9 +187,6 @@ class Can(StrEnum):
     ADOPT_FILES = "adopt files"  # adopt(): Parquet files that hold the batch, taken as they are
     PREVIEW = "preview"  # preview(): what it holds, read without Spark (`rivc show`)
     MAINTAIN = "maintain"  # maintain(): its own housekeeping (`rivc maintain`)
-
-
-C = TypeVar("C")
 
 
 class Sink(ABC, Generic[C]):

@@ -31,7 +31,7 @@ def sink_for(name: str, config: Any, ctx: SinkContext) -> Sink[Any]:
     return sink
 
 
-def read_source(spark: SparkSession, info: ConnectorInfo, ctx: SourceContext) -> DataFrame:
+def read_source(spark: SparkSession, info: ConnectorInfo, ctx: SourceContext[Any]) -> DataFrame:
     df: DataFrame = _load(info.runtime)(spark, ctx)
     return df
 

@@ -24,6 +24,7 @@ from rivc.compiler.sql import quote
 from ...plane.base import SourceContext
 from ...util.errortext import CATEGORIES, classify, rivc_error_inside
 from .engine import Conn, ExtractError, connection, database
+from .spec import RelationalConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -112,7 +113,7 @@ def jdbc_reader(spark: SparkSession, conn: Conn, tuning: dict[str, int], paralle
     return reader
 
 
-def read(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+def read(spark: SparkSession, ctx: SourceContext[RelationalConfig]) -> DataFrame:
     """The registry's entry point: the whole query, read when used, with no state involved."""
     if ctx.connection is None or ctx.query is None:
         raise ConnectorError(f"source {ctx.name}: its connection is not in the profile")

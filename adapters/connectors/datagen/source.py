@@ -118,7 +118,7 @@ class Generator:
             yield self.row(i)
 
 
-def read(spark: Any, ctx: SourceContext) -> Any:
+def read(spark: Any, ctx: SourceContext[DatagenConfig]) -> Any:
     """The registry's entry point: a batch, or a stream when the config says `stream`."""
     cfg: DatagenConfig = ctx.config
     register_data_source(spark, DatagenSource)

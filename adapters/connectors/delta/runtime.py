@@ -46,7 +46,7 @@ R = TypeVar("R")
 WRITER = "rivc.writer"  # the table property naming the project that writes a sink's table
 
 
-def read_source(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+def read_source(spark: SparkSession, ctx: SourceContext[DeltaSourceConfig]) -> DataFrame:
     """The registry's entry point of the delta source: the table as it is now. Declared
     columns, when given, must be in the table."""
     uri = ctx.path(ctx.config.table_uri)

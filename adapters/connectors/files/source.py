@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 SPARK_FORMATS = {"json": "json", "jsonl": "json", "csv": "csv", "parquet": "parquet"}
 
 
-def read(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+def read(spark: SparkSession, ctx: SourceContext[FilesSourceConfig]) -> DataFrame:
     """The registry's entry point: a path relative to the project, or a URI. A batch on an
     object store is read by Spark's tasks through rivc's filesystem layer (`read_store`);
     a local path and a stream by Spark's own file readers."""

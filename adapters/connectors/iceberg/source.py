@@ -9,12 +9,13 @@ from rivc.compiler.errors import ConnectorError
 from ...plane.base import SourceContext
 from ...util.storage import Store
 from .catalog import open_catalog, spark_arrow_schema, store_path
+from .spec import IcebergSourceConfig
 
 if TYPE_CHECKING:
     pass
 
 
-def read_source(spark: Any, ctx: SourceContext) -> Any:
+def read_source(spark: Any, ctx: SourceContext[IcebergSourceConfig]) -> Any:
     """The registry's entry point of the iceberg source: the table's current snapshot, read by
     Spark's tasks from its data files. A table rivc cannot read faithfully by column name is
     refused by name: one with delete files (equality or position deletes) or with a column

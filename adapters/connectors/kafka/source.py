@@ -56,7 +56,7 @@ def options(cfg: KafkaSourceConfig) -> dict[str, str]:
     return out
 
 
-def read(spark: Any, ctx: SourceContext) -> Any:
+def read(spark: Any, ctx: SourceContext[KafkaSourceConfig]) -> Any:
     """The registry's entry point."""
     return read_stream(spark, ctx.config, ctx.columns)
 

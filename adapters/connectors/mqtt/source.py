@@ -330,7 +330,7 @@ def read_status(spool: Path, proc: Any) -> dict[str, Any]:
     return status
 
 
-def read(spark: Any, ctx: SourceContext) -> Any:
+def read(spark: Any, ctx: SourceContext[MqttSourceConfig]) -> Any:
     """The registry's entry point: the stream of `ctx.name`, spooled under .rivc/spool/."""
     cfg: MqttSourceConfig = ctx.config
     source_name, table_name = ctx.name.split(".", 1)

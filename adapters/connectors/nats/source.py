@@ -240,7 +240,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         run(go())
 
 
-def read(spark: Any, ctx: SourceContext) -> Any:
+def read(spark: Any, ctx: SourceContext[NatsSourceConfig]) -> Any:
     """The registry's entry point: the stream of `ctx.name` as the declared columns."""
     import os
 

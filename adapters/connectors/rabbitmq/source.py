@@ -182,7 +182,7 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.conn = self.channel = None
 
 
-def read(spark: Any, ctx: SourceContext) -> Any:
+def read(spark: Any, ctx: SourceContext[RabbitmqSourceConfig]) -> Any:
     """The registry's entry point: the queue as the table's declared columns."""
     cfg: RabbitmqSourceConfig = ctx.config
     register_data_source(spark, RabbitmqSource)

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def read_source(spark: SparkSession, ctx: SourceContext) -> DataFrame:
+def read_source(spark: SparkSession, ctx: SourceContext[TableSourceConfig]) -> DataFrame:
     """The registry's entry point. Declared columns, when given, must be in the table."""
     cfg: TableSourceConfig = ctx.config
     if not spark.catalog.tableExists(cfg.name):
