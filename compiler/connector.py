@@ -90,6 +90,15 @@ class SinkConfig(Spec):
         """The validity columns when the sink keeps every version of a key (`mode: scd2`)."""
         return None
 
+    def file_format(self) -> str | None:
+        """The format of the files it stores values in (the types they can hold,
+        dbtypes.unwritable); None when it does not write files."""
+        return None
+
+    def connection_name(self) -> str | None:
+        """The profile connection it writes through (a database sink's); None: none."""
+        return None
+
     def input_columns(self) -> dict[str, tuple[str, ...]]:
         """The config fields that name columns of the sink's input (checked at compile)."""
         out: dict[str, tuple[str, ...]] = {}

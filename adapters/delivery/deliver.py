@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rivc.compiler.connector import SinkConfig
 from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.locate import STATE_DIR
@@ -117,7 +118,7 @@ class BatchWriter:
     def refuse_unwritable(self, schema: Any) -> None:
         """Compile refuses the column types it knows the sink cannot hold; this, the rest,
         before any write or retry."""
-        fmt = getattr(self.config, "format", None)
+        fmt = self.config.file_format() if isinstance(self.config, SinkConfig) else None
         for f in schema.fields:
             why = unwritable(self.holds, fmt, f.dataType.simpleString())
             if why is not None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..connector import ConnectorInfo
+from ..connector import ConnectorInfo, SinkConfig
 from ..dbt.packages import Installed, check_installed, installed
 from ..dbt.project import DBT_ONLY, dbt_project_spec, snapshot_blocks
 from ..dbt.sources import DbtTable, dbt_tables
@@ -505,7 +505,7 @@ def _add_sink(
     if sink.name in out:
         raise ProjectError(f"sink {sink.name!r} is defined twice", doc.location((*at, "name")))
     config = _config(info, "sink", sink.connector, doc, (*at, "config"), sink.config)
-    connection = getattr(config, "connection", None)
+    connection = config.connection_name() if isinstance(config, SinkConfig) else None
     if info.database is not None and connection is not None:  # a database sink's
         where: YamlPath = (*at, "config", "connection")
         check_connection(profile, profile_path, connection, info.database, doc, where)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..analysis import rules
 from ..analysis.rules import Finding
 from ..analysis.workers import ModelResult
-from ..connector import history_of, merge_keys_of
+from ..connector import SinkConfig, history_of, merge_keys_of
 from ..dag.graph import Node, node_id, ref_id
 from ..dbtypes import unwritable
 from ..emit.manifest import SinkFacts
@@ -79,7 +79,7 @@ def sink_node(
     columns = transformed(spec.transforms, columns, sink.where, findings, "sink", keys, history)
     if columns is not None:
         check_expectations(spec.quality, columns, sink.where, findings)
-        fmt = getattr(sink.config, "format", None)
+        fmt = sink.config.file_format() if isinstance(sink.config, SinkConfig) else None
         for col, kind in columns.items():
             why = unwritable(sink.connector.holds, fmt, kind) if kind else None
             if why is not None:

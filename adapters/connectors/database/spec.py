@@ -31,6 +31,9 @@ class DatabaseSinkConfig(SinkConfig):
 
     _tuple = field_validator("key_columns", mode="before")(_as_tuple)
 
+    def connection_name(self) -> str | None:
+        return self.connection
+
     @model_validator(mode="after")
     def _keys(self) -> DatabaseSinkConfig:
         if self.mode == "upsert" and not self.key_columns:

@@ -69,6 +69,9 @@ class FilesSinkConfig(SinkConfig):
             raise ValueError("avro files take compression snappy, zstd or none")
         return self
 
+    def file_format(self) -> str | None:
+        return self.format
+
 
 ENTRIES = (
     ConnectorInfo(
