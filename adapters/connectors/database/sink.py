@@ -389,6 +389,31 @@ def _load_task(
     return run
 
 
+def load_partition(
+    transaction: Callable[[], AbstractContextManager[Any]],
+    lock: tuple[str, tuple[Any, ...]],
+    stage: str,
+    part: int,
+    batches: Iterable[pa.RecordBatch],
+    write: Callable[[Any, Iterator[pa.RecordBatch]], tuple[int, int]],
+    errors: type[Exception] | tuple[type[Exception], ...],
+) -> tuple[int, int]:
+    """What every database sink's loader does: in one transaction (`transaction()` opens it and
+    yields an object with `execute(sql, args)`), take the partition's lock, remove what an earlier
+    attempt of the same partition loaded, and `write` the batches (-> rows, bytes sent). A
+    partition without rows never connects; the driver's `errors` are a refused row, named."""
+    given = nonempty(batches)
+    if given is None:
+        return 0, 0
+    try:
+        with transaction() as db:
+            db.execute(*lock)
+            db.execute(f"DELETE FROM {stage} WHERE {PART} = %s", (part,))
+            return write(db, given)
+    except errors as exc:
+        raise ConnectorError(f"{REFUSED} {one_line(exc)}") from exc
+
+
 def one_line(exc: Exception) -> str:
     """A driver's error: its message and, where the database gives one, its context (the
     COPY line and column)."""

@@ -20,7 +20,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
 from ..database.engine import Conn, database
-from ..database.sink import PART, REFUSED, DatabaseSink, nonempty, one_line
+from ..database.sink import PART, REFUSED, DatabaseSink, load_partition
 from ..database.values import hex_text, json_text
 
 if TYPE_CHECKING:
@@ -80,30 +80,31 @@ def insert_rows(
     attempt of the same partition loaded, in one transaction. Returns (rows, statement bytes)."""
     import pymysql
 
-    given = nonempty(batches)
-    if given is None:
-        return 0, 0
-    rows = size = 0
     head = f"INSERT INTO {stage} ({', '.join(q(c) for c in columns)}, {PART}) VALUES "
-    try:
+
+    @contextmanager
+    def transaction() -> Iterator[Any]:
         conn = pymysql.connect(autocommit=False, **params)
         try:
             with conn.cursor() as cur:
                 # no gap locks: tasks loading other partitions never wait on this one
                 cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                cur.execute("SELECT GET_LOCK(%s, 600)", (f"{stage}:{part}"[-64:],))
-                cur.execute(f"DELETE FROM {stage} WHERE {PART} = %s", (part,))
-                for batch in given:
-                    for values in statements(batch, part):
-                        cur.execute(head + values)  # no parameters: nothing is %-formatted
-                        size += len(head) + len(values)
-                    rows += batch.num_rows
+                yield cur
             conn.commit()
         finally:
             conn.close()
-    except pymysql.Error as exc:
-        raise ConnectorError(f"{REFUSED} {one_line(exc)}") from exc
-    return rows, size
+
+    def write(cur: Any, given: Iterator[pa.RecordBatch]) -> tuple[int, int]:
+        rows = size = 0
+        for batch in given:
+            for values in statements(batch, part):
+                cur.execute(head + values)  # no parameters: nothing is %-formatted
+                size += len(head) + len(values)
+            rows += batch.num_rows
+        return rows, size
+
+    lock = ("SELECT GET_LOCK(%s, 600)", (f"{stage}:{part}"[-64:],))
+    return load_partition(transaction, lock, stage, part, batches, write, pymysql.Error)
 
 
 def statements(batch: pa.RecordBatch, part: int) -> Iterator[str]:

@@ -11,18 +11,17 @@ PostgreSQL, and the refusal names the table, the column and the value.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.dbtypes import decimal_args
-from rivc.compiler.errors import ConnectorError
 from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
 from ..database.engine import Conn, database
-from ..database.sink import PART, REFUSED, DatabaseSink, nonempty, one_line, partition_column
+from ..database.sink import PART, DatabaseSink, load_partition, partition_column
 from ..database.values import float_text, hex_text, json_text
 
 if TYPE_CHECKING:
@@ -76,27 +75,26 @@ def copy_in(
     import psycopg
     import pyarrow.csv as csv
 
-    given = nonempty(batches)
-    if given is None:
-        return 0, 0
-    rows = size = 0
     options = csv.WriteOptions(include_header=False, quoting_style="needed")
     names = ", ".join(q(c) for c in columns)
-    try:
-        with psycopg.connect(**params) as conn:  # commits on leaving, rolls back on an error
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (stage, part))
-            conn.execute(f"DELETE FROM {stage} WHERE {PART} = %s", (part,))
-            sql = f"COPY {stage} ({names}, {PART}) FROM STDIN (FORMAT csv)"
-            with conn.cursor().copy(sql) as copy:
-                for batch in given:
-                    out = io.BytesIO()
-                    csv.write_csv(encode(batch, kinds, part), out, options)
-                    copy.write(out.getbuffer())
-                    rows += batch.num_rows
-                    size += out.tell()
-    except psycopg.Error as exc:
-        raise ConnectorError(f"{REFUSED} {one_line(exc)}") from exc
-    return rows, size
+
+    def write(conn: Any, given: Iterator[pa.RecordBatch]) -> tuple[int, int]:
+        rows = size = 0
+        sql = f"COPY {stage} ({names}, {PART}) FROM STDIN (FORMAT csv)"
+        with conn.cursor().copy(sql) as copy:
+            for batch in given:
+                out = io.BytesIO()
+                csv.write_csv(encode(batch, kinds, part), out, options)
+                copy.write(out.getbuffer())
+                rows += batch.num_rows
+                size += out.tell()
+        return rows, size
+
+    # the connection commits on leaving, rolls back on an error
+    lock = ("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (stage, part))
+    return load_partition(
+        lambda: psycopg.connect(**params), lock, stage, part, batches, write, psycopg.Error
+    )
 
 
 class PostgresSink(DatabaseSink):
