@@ -42,7 +42,14 @@ def handle_errors(fn: F) -> F:
 
 
 def _root(project_dir: str | None) -> Path:
-    return find_project_root(Path(project_dir) if project_dir else Path.cwd())
+    """The project's folder; the variables of the `.env` beside its profiles.yml join this
+    process's environment where it does not set them (compile, the run and Spark's workers
+    all read the one environment)."""
+    from rivc.compiler.loading.profiles import dotenv
+
+    root = find_project_root(Path(project_dir) if project_dir else Path.cwd())
+    os.environ.update(dotenv(root, os.environ))
+    return root
 
 
 def _params(values: tuple[str, ...]) -> dict[str, str]:

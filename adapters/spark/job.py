@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -68,9 +69,12 @@ def run_sink_job(root: Path, sink: str, detached: bool = False) -> int:
     `detached` job (a copied project) has a state store of its own that ends with it: its batch
     ids come from what the sink's tables hold, and what needs state kept between runs (a
     relational extraction's cursor, a stream's checkpoint) is refused."""
+    from rivc.compiler.loading.profiles import dotenv
+
     from ..state import new_run_id, run_lock
     from .session import get_session
 
+    os.environ.update(dotenv(root, os.environ))  # the .env beside profiles.yml, as the CLI
     plan = Plan.load(root)
     nid = f"sink:{sink}"
     run_id = new_run_id()

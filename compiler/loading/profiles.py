@@ -3,6 +3,7 @@ spark), and whether it names a Spark that runs elsewhere."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,12 @@ DEFAULT_TARGET = "default"  # the name of a profile without outputs:
 
 
 def load_profile(
-    root: Path, name: str, env: Mapping[str, str]
+    root: Path, name: str, env: Mapping[str, str], used: dict[str, str | None] | None = None
 ) -> tuple[ProfileSpec, Path | None, str]:
     """The profile's output for the target (`--target`, else $RIVC_TARGET, else the profile's
     `target:`), the file it came from and the target's name. A profile without `outputs:` is
-    one output, named `default`."""
+    one output, named `default`. `used` gets the variables its values read (a compile's
+    fingerprint: a changed or unset one compiles again)."""
     chosen = env.get(TARGET_ENV) or None
     path = find_profiles(root, env)
     if path is None:
@@ -31,7 +33,9 @@ def load_profile(
         return ProfileSpec(), None, DEFAULT_TARGET
     rel = path.relative_to(root) if path.is_relative_to(root) else path
     doc = parse_yaml(read_project_file(root, rel), rel, env)
-    doc.data = _render(doc, (), doc.data, env)
+    doc.data = _render(doc, (), doc.data, env, path.parent)
+    if used is not None:
+        used.update(doc.env_used)
     data = doc.data or {}
     if not isinstance(data, dict) or name not in data:
         names = list(data) if isinstance(data, dict) else []
@@ -86,19 +90,69 @@ def load_profile(
     return spec, path, str(target)
 
 
-def _render(doc: YamlDoc, at: YamlPath, value: Any, env: Mapping[str, str]) -> Any:
+def _render(doc: YamlDoc, at: YamlPath, value: Any, env: Mapping[str, str], base: Path) -> Any:
     """`{{ env_var('X') }}` in profiles.yml's values, as dbt renders them (a secret variable is
-    allowed here), each failure at its line."""
+    allowed here), and `${file:PATH}`, the file's text (a mounted secret; PATH relative to
+    profiles.yml's folder), each failure at its line."""
     from ..rendering.sandbox import render_value
 
     if isinstance(value, dict):
-        return {k: _render(doc, (*at, str(k)), v, env) for k, v in value.items()}
+        return {k: _render(doc, (*at, str(k)), v, env, base) for k, v in value.items()}
     if isinstance(value, list):
-        return [_render(doc, (*at, i), v, env) for i, v in enumerate(value)]
+        return [_render(doc, (*at, i), v, env, base) for i, v in enumerate(value)]
     try:
-        return render_value(value, env, secrets=True, used=doc.env_used)
+        return _files(render_value(value, env, secrets=True, used=doc.env_used), base)
     except ValueError as exc:
         raise ProjectError(str(exc), doc.location(at)) from None
+
+
+_FILE = re.compile(r"\$\{file:([^}]+)\}")
+
+
+def _files(value: Any, base: Path) -> Any:
+    """A value's `${file:PATH}`s replaced by each file's text, without its final newline."""
+    if not isinstance(value, str) or "${file:" not in value:
+        return value
+
+    def read(m: re.Match[str]) -> str:
+        path = (base / Path(m.group(1).strip()).expanduser()).resolve()
+        try:
+            return path.read_text().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or type(exc).__name__
+            raise ValueError(f"{m.group(0)}: cannot read {path}: {why}") from None
+
+    return _FILE.sub(read, value)
+
+
+DOTENV = ".env"
+_DOTENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+
+def dotenv(root: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of the `.env` file beside the profiles.yml the project uses (found as
+    find_profiles finds it) that the environment does not set already: the environment wins,
+    as with docker compose. `NAME=value`, `export NAME=value`, '...' or "..." around a value,
+    `#` comments; a line of another shape is refused naming the file and line."""
+    profiles = find_profiles(root, env)
+    path = (profiles.parent if profiles is not None else root) / DOTENV
+    if not path.is_file():
+        return {}
+    out: dict[str, str] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _DOTENV_LINE.match(line)
+        if m is None:
+            raise ProjectError(f"{path}:{n}: expected NAME=value")
+        name, value = m.group(1), m.group(2)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        if name not in env:
+            out[name] = value
+    return out
 
 
 URI_HINT = (

@@ -131,11 +131,11 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     """Read every project file into typed specs; collect all spec errors, then raise them together."""
     env = os.environ if env is None else env
     spec, project_doc = load_project_spec(root, env)
-    profile, profile_path, target = load_profile(root, spec.profile, env)
-    files = list_project_files(root, spec.paths.model_dump())
-    errors: list[RivcError] = []
     env_used = dict(project_doc.env_used)
     env_used[TARGET_ENV] = env.get(TARGET_ENV)
+    profile, profile_path, target = load_profile(root, spec.profile, env, env_used)
+    files = list_project_files(root, spec.paths.model_dump())
+    errors: list[RivcError] = []
 
     def attempt(fn: Any, *args: Any) -> Any:
         try:

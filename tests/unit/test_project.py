@@ -217,3 +217,73 @@ def test_the_compile_cache_answers_as_a_compile_without_it(make_project):
         assert {n: warm.graph.nodes[n].columns for n in warm.graph.nodes} == {
             n: cold.graph.nodes[n].columns for n in cold.graph.nodes
         }, n
+
+
+PROFILE_WITH_FILES = """
+default:
+  connections:
+    db: {type: postgres, host: 127.0.0.1, database: "{{ env_var('RIVC_T_DB') }}",
+         password: "${file:secrets/pw}"}
+"""
+
+
+def _compile_in_own_process(root, env):
+    """`rivc compile` in a process of its own: the .env it loads joins that environment."""
+    import subprocess
+    import sys
+
+    code = "import sys; from rivc.adapters.cli import main; main(sys.argv[1:])"
+    return subprocess.run(
+        [sys.executable, "-c", code, "compile", "--project-dir", str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_dotenv_beside_the_profile_and_secret_files_feed_it(make_project):
+    """`.env` beside profiles.yml sets what the environment does not (the environment wins);
+    `${file:PATH}` reads a mounted secret, relative to profiles.yml's folder."""
+    import os
+
+    from rivc.compiler.loading.profiles import dotenv
+
+    root = make_project(
+        {
+            "profiles.yml": PROFILE_WITH_FILES,
+            ".env": "# for the local run\nRIVC_T_DB=shop  # the database\n"
+            "export RIVC_T_QUOTED='x # y'\nRIVC_T_KEPT=from_file\n\n",
+            "secrets/pw": "s3cr3t-pw\n",
+        }
+    )
+    env = {"RIVC_T_KEPT": "from_env"}
+    found = dotenv(root, env)
+    assert found == {"RIVC_T_DB": "shop", "RIVC_T_QUOTED": "x # y"}  # the environment wins
+    project = load_project(root, env={**env, **found})
+    db = project.profile.connections["db"]
+    assert (db.database, db.password) == ("shop", "s3cr3t-pw")
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RIVC_T_")}
+    done = _compile_in_own_process(root, clean)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (root / ".env").unlink()  # without it the variable is missing, named at its line
+    done = _compile_in_own_process(root, clean)
+    assert done.returncode == 2 and "profiles.yml:3" in done.stderr, done.stderr
+    assert "RIVC_T_DB" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_bad_dotenv_line_or_a_missing_secret_file_is_named(make_project):
+    import os
+
+    root = make_project(
+        {"profiles.yml": PROFILE_WITH_FILES, ".env": "RIVC_T_DB=shop\nnot a variable\n"}
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RIVC_T_")}
+    done = _compile_in_own_process(root, clean)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{root / '.env'}:2: expected NAME=value" in done.stderr
+    (root / ".env").write_text("RIVC_T_DB=shop\n")
+    done = _compile_in_own_process(root, clean)
+    assert done.returncode == 2 and "profiles.yml:4" in done.stderr, done.stderr
+    assert "${file:secrets/pw}: cannot read" in done.stderr and "Traceback" not in done.stderr
