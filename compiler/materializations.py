@@ -40,6 +40,11 @@ class Materialization:
     python: bool = False  # a Python model may be built so
     command: Literal["run", "seed", "snapshot"] = "run"  # the dbt command that builds it
     strategies: tuple[str, ...] = field(default=())
+    # the named variants of its SQL compile renders beside the SQL (INCREMENTAL: the
+    # is_incremental() one, for a run that adds to its table)
+    variants: tuple[str, ...] = ()
+    # ModelConfig keys only it uses: left out of other models' manifest entries
+    config_keys: frozenset[str] = frozenset()
 
     def runtime_of(self, strategy: str | None) -> str:
         """The runtime class of a model of this materialization (and incremental strategy)."""
@@ -81,6 +86,7 @@ MATERIALIZATIONS: dict[str, Materialization] = {
             stored=True,
             python=True,
             strategies=("append", "merge", "insert_overwrite"),
+            variants=(INCREMENTAL,),
         ),
         Materialization(
             "snapshot",
@@ -88,6 +94,17 @@ MATERIALIZATIONS: dict[str, Materialization] = {
             f"{_RUN}.snapshot:Snapshot",
             stored=True,
             command="snapshot",
+            config_keys=frozenset(
+                {
+                    "strategy",
+                    "updated_at",
+                    "check_cols",
+                    "hard_deletes",
+                    "invalidate_hard_deletes",
+                    "target_schema",
+                    "target_database",
+                }
+            ),
         ),
         Materialization(
             "seed",
@@ -101,6 +118,12 @@ MATERIALIZATIONS: dict[str, Materialization] = {
 }
 
 STRATEGIES = tuple(s for m in MATERIALIZATIONS.values() for s in m.strategies)
+
+
+def foreign_config(name: str) -> frozenset[str]:
+    """The ModelConfig keys other materializations than `name` use and it does not."""
+    own = MATERIALIZATIONS[name].config_keys if name in MATERIALIZATIONS else frozenset()
+    return frozenset(k for m in MATERIALIZATIONS.values() for k in m.config_keys) - own
 
 
 def materialization(name: str) -> Materialization:

@@ -19,7 +19,8 @@ from sqlglot import exp
 
 from ..errors import ProjectError, RivcError, SourceLocation, SqlError
 from ..loading.folders import HOOKS, merge
-from ..loading.specs import SNAPSHOT_ONLY, ModelConfig
+from ..loading.specs import ModelConfig
+from ..materializations import INCREMENTAL, foreign_config, materialization
 from ..rendering.params import bind
 from ..rendering.relations import NeedColumns
 from ..rendering.render import RenderContext, Renderer, source_relation
@@ -158,7 +159,7 @@ class Worker:
             return res
         res.config = config.model_dump(
             mode="json",
-            exclude={"language"} | (set() if config.materialized == "snapshot" else SNAPSHOT_ONLY),
+            exclude={"language"} | foreign_config(config.materialized),
         )
         for key in HOOKS:  # rendered as the model's: `{{ this }}` is its table
             hooks = [self._hook(task.name, path, key, text, res) for text in res.config.pop(key)]
@@ -167,16 +168,13 @@ class Worker:
             if hooks:
                 res.config[key] = hooks
         res.sql = self._bind(full.sql, path, res)
-        if config.materialized == "incremental" and full.uses_is_incremental:
+        grows = INCREMENTAL in materialization(config.materialized).variants
+        if grows and full.uses_is_incremental:
             inc = self.renderer.render(task.name, path, task.text, True)
             res.env_used.update(inc.env_used)
             res.uses.update(inc.uses)
             res.sql_incremental = self._bind(inc.sql, path, res)
-        if res.sql is None or (
-            full.uses_is_incremental
-            and config.materialized == "incremental"
-            and res.sql_incremental is None
-        ):
+        if res.sql is None or (full.uses_is_incremental and grows and res.sql_incremental is None):
             return res
         try:
             tree = parse_query(res.sql, path, "spark", "a model")

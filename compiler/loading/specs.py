@@ -122,20 +122,6 @@ class ModelConfig(Spec):
         return self.incremental_strategy or ("merge" if self.unique_key else "append")
 
 
-# ModelConfig's keys only snapshots use: left out of other models' manifest entries
-SNAPSHOT_ONLY = frozenset(
-    {
-        "strategy",
-        "updated_at",
-        "check_cols",
-        "hard_deletes",
-        "invalidate_hard_deletes",
-        "target_schema",
-        "target_database",
-    }
-)
-
-
 class PathsSpec(Spec):
     models: str = "models"
     sources: str = "sources"

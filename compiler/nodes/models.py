@@ -19,7 +19,7 @@ from ..errors import (
 from ..loading.folders import folder_config, merge
 from ..loading.project import Project
 from ..loading.specs import NodeId
-from ..materializations import INCREMENTAL
+from ..materializations import INCREMENTAL, materialization
 from ..rendering.render import RenderContext
 from ..version import VERSION
 from .common import content_hash, suggest
@@ -334,8 +334,8 @@ def check_model_keys(
         path = project.models[name].path
         cfg = res.config
         if (
-            cfg["materialized"] == "incremental"
-            and cfg.get("incremental_strategy") == "merge"
+            cfg.get("incremental_strategy") == "merge"
+            and "merge" in materialization(cfg["materialized"]).strategies
             and not cfg["unique_key"]
         ):
             findings.append(

@@ -20,8 +20,8 @@ from ..dag.graph import Node, node_id, ref_id
 from ..errors import GraphError, ProjectError, RivcError, SourceLocation, did_you_mean
 from ..loading.folders import folder_config
 from ..loading.project import Project, SqlFile
-from ..loading.specs import SNAPSHOT_ONLY, ModelConfig, NodeId
-from ..materializations import MATERIALIZATIONS, materialization
+from ..loading.specs import ModelConfig, NodeId
+from ..materializations import MATERIALIZATIONS, foreign_config, materialization
 
 
 def python_model_nodes(
@@ -144,7 +144,7 @@ def python_model_node(
         path=path,
         depends_on=list(dict.fromkeys(deps)),
         tags=spec.tags,
-        config=spec.model_dump(mode="json", exclude=set(SNAPSHOT_ONLY)),
+        config=spec.model_dump(mode="json", exclude=set(foreign_config(spec.materialized))),
         description=props[0].description if props else "",
         sql=model.text,
         columns=None,
