@@ -218,8 +218,8 @@ class _Session(LogSession):
             self.upto = log_end(db)
         # the GTIDs up to the batch's end, for a failover; changes read from another server
         # than the landed ones are sequenced after them
-        landed = held_position(BinlogLog(), ctx.landing)
-        carried = landed.shift if isinstance(landed, BinlogPosition) else 0
+        landed = ctx.landing.position().cdc
+        carried = BinlogPosition.from_json(landed).shift if landed else 0
         shift = next_seq(ctx.landing, history(ctx.landing)) if self.by_gtid else carried
         gtid = gtid_at(db, self.upto, self.mariadb)
         self._reached = BinlogPosition(self.upto[0], self.upto[1], gtid, shift)
