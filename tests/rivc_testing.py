@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,6 +19,23 @@ from rivc.compiler import CompileOptions
 from rivc.compiler.analysis.rules import Finding
 from rivc.compiler.driver import CompiledProject, analyze
 from rivc.compiler.loading.project import load_project
+
+PLUGIN = Path(__file__).parent / "plugins/rivc-ledger"  # a connector plugin's source folder
+
+
+def install_plugin(into: Path, package: Path = PLUGIN) -> Path:
+    """pip installs a plugin's source folder into a folder of its own, as a user installs one
+    (offline: setuptools is a test dependency, so no build isolation; built from a copy, since
+    setuptools leaves its build folders beside the sources); returns the folder."""
+    source = into.with_name(into.name + "-src")
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.copytree(package, source)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--upgrade", "--target", str(into), str(source)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return into
 
 
 def write_files(root: Path, files: dict[str, str]) -> Path:

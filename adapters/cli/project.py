@@ -16,6 +16,7 @@ from rivc.compiler.loading.secrets import redact_text
 
 from .common import (
     EXIT_FAILED,
+    EXIT_INVALID,
     _compile,
     _params,
     _root,
@@ -498,10 +499,23 @@ def docs_serve(port: int, project_dir: str | None) -> None:
 @click.command()
 @click.option("--category", help="Only this category (database, storage, lakehouse, ...).")
 def connectors(category: str | None) -> None:
-    """The connector catalog."""
-    from rivc.compiler.registry import CONNECTORS
+    """The connector catalog: the built-in connectors and each installed plugin's (exit 2 when a
+    plugin did not load, naming it)."""
+    from rivc.compiler.registry import catalog
 
-    for info in sorted(CONNECTORS.values(), key=lambda c: (c.kind, c.category, c.name)):
+    found = catalog()
+    origin = {key: p.distribution for p in found.plugins for key in p.adds}
+    for key, info in sorted(
+        found.connectors.items(), key=lambda c: (c[0][0], c[1].category, c[0][1])
+    ):
         if category and info.category != category:
             continue
-        click.echo(f"{info.kind:<7} {info.category:<10} {info.name:<10} {info.description}")
+        extra = f" (from {origin[key]})" if key in origin else ""
+        click.echo(f"{info.kind:<7} {info.category:<10} {info.name:<10} {info.description}{extra}")
+    broken = [p for p in found.plugins if p.broken]
+    for p in broken:
+        click.echo(
+            f"plugin {p.entry_point!r} ({p.distribution}) did not load: {p.broken}", err=True
+        )
+    if broken:
+        sys.exit(EXIT_INVALID)

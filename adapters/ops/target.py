@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import pickle
+import site
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,29 @@ def _env_digest(env: Mapping[str, str], names: list[str]) -> str:
     return h.hexdigest()
 
 
+def _installed() -> list[tuple[str, int]]:
+    """Where packages are installed, each with the time its folder last changed: an install, an
+    upgrade or a removal (a connector plugin's, sqlglot's) changes it, so compile runs again. A
+    stat per folder: the fast path reads no package metadata."""
+    places = [*site.getsitepackages(), site.getusersitepackages()]
+    places += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out = []
+    for place in places:
+        try:
+            out.append((place, os.stat(place).st_mtime_ns))
+        except OSError:
+            continue
+    return out
+
+
 def fingerprint(
     root: Path, paths: Mapping[str, str], command: Any, env: Mapping[str, str], env_names: list[str]
 ) -> str:
-    """A hash over every project file, the profile, the command's options and the env vars read."""
+    """A hash over every project file, the profile, the command's options, the env vars read and
+    the installed packages."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps([FORMAT, VERSION, command], sort_keys=True, default=str).encode())
+    head = [FORMAT, VERSION, command, _installed()]
+    h.update(json.dumps(head, sort_keys=True, default=str).encode())
     for rel in list_project_files(root, paths):
         h.update(rel.as_posix().encode() + b"\0" + (root / rel).read_bytes() + b"\0")
     profiles = find_profiles(root, env)

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from plugins.journal import ENTRY
 
-from rivc.compiler.registry import CONNECTORS
+from rivc.compiler.registry import connectors
 from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration
@@ -28,8 +28,8 @@ RUNNER = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from plugins.journal import ENTRY
-from rivc.compiler.registry import CONNECTORS
-CONNECTORS[("source", "journal")] = ENTRY
+from rivc.compiler.registry import connectors
+connectors()[("source", "journal")] = ENTRY
 from rivc.adapters.cli import main
 main(sys.argv[2:])
 """
@@ -133,7 +133,7 @@ def row(i: int, status: str, amount: str) -> dict:
 def test_a_plugin_log_lands_kills_and_resumes_through_the_change_log_driver(
     spark, tmp_path, monkeypatch
 ):
-    monkeypatch.setitem(CONNECTORS, ("source", "journal"), ENTRY)
+    monkeypatch.setitem(connectors(), ("source", "journal"), ENTRY)
     journal = tmp_path / "journal.jsonl"
     root = write_files(
         tmp_path / "jr",

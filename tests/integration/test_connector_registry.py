@@ -1,19 +1,36 @@
-"""Adding a connector touches its spec, its runtime module and one registry entry: compile, run,
-`rivc connectors` and `rivc doctor` all read the registry."""
+"""A connector from another package: tests/plugins/rivc-ledger, built and installed the way a user
+installs one (pip), adds its sink through the rivc.connectors entry point; compile, run,
+`rivc connectors`, `rivc doctor`, selection, show and maintain all take it as a built-in one."""
 
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from plugins.ledger import ENTRY
 
 from rivc.adapters.cli import main
-from rivc.compiler.registry import CONNECTORS
-from rivc_testing import rivc, write_files
+from rivc.compiler import registry
+from rivc_testing import install_plugin, rivc, write_files
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def plugin_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The installed plugin's folder, on this process's path once the test puts it there; the
+    registry is read anew before and after (it is read once per process)."""
+    target = install_plugin(tmp_path / "site")
+    registry.catalog.cache_clear()
+    yield target
+    monkeypatch.undo()
+    for name in [m for m in sys.modules if m.split(".")[0] == "rivc_ledger"]:
+        del sys.modules[name]
+    registry.catalog.cache_clear()
+
 
 FILES = {
     "rivc_project.yml": "name: reg\n",
@@ -28,17 +45,20 @@ FILES = {
 }
 
 
-def test_a_connector_added_to_the_registry_compiles_runs_and_is_listed(
-    spark, tmp_path, monkeypatch
+def test_an_installed_connector_compiles_runs_and_is_listed(
+    spark, tmp_path, monkeypatch, plugin_path
 ):
     root = write_files(tmp_path / "p", FILES)
     refused = rivc(root, "compile")
     assert refused.exit_code == 2
     assert "unknown sink connector 'ledger'" in refused.output
 
-    monkeypatch.setitem(CONNECTORS, ("sink", "ledger"), ENTRY)
+    monkeypatch.syspath_prepend(str(plugin_path))
+    registry.catalog.cache_clear()
     listed = CliRunner().invoke(main, ["connectors"])
+    assert listed.exit_code == 0, listed.output
     assert "ledger" in listed.output and "each batch as one JSON line" in listed.output
+    assert "(from rivc-ledger 0.1.0)" in listed.output
     bad = write_files(
         tmp_path / "bad",
         {

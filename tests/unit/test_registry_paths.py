@@ -8,7 +8,9 @@ import importlib
 
 import pytest
 
-from rivc.compiler.registry import CONNECTORS
+from rivc.compiler.registry import BUILT_IN
+
+CONNECTORS = {(c.kind, c.name): c for entries in BUILT_IN for c in entries}
 
 HOOKS = ("runtime", "probe", "lag", "preflight", "log", "newest")
 

@@ -1,28 +1,15 @@
-"""A connector that is not built in, added the way docs/architecture.md says: a spec class, a
-runtime class and one registry entry (the test adds the entry). It merges by a key, can be
-selected by its mode, refuses a type it cannot hold, previews what it holds and maintains
-itself, all through the hooks the built-in sinks use."""
+"""The ledger sink's runtime: it merges by a key, can be selected by its mode, previews what it
+holds and maintains itself, through the hooks the built-in sinks use."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from rivc.adapters.plane.base import Can, Sink, WriteResult
-from rivc.compiler.connector import ConnectorInfo, SinkConfig
 
-
-class LedgerConfig(SinkConfig):
-    path: str  # a directory; its ledger.jsonl holds one line per batch: {"batch", "rows"}
-    mode: Literal["append", "merge"] = "append"  # merge: current.json keeps a row per key
-    key: str | None = None
-
-    def merge_by(self) -> tuple[str, ...]:
-        return (self.key,) if self.mode == "merge" and self.key else ()
-
-    def input_columns(self) -> dict[str, tuple[str, ...]]:
-        return {"key": (self.key,)} if self.key else {}
+from .spec import LedgerConfig
 
 
 class LedgerSink(Sink[LedgerConfig]):
@@ -68,15 +55,3 @@ class LedgerSink(Sink[LedgerConfig]):
             return f"would drop {max(len(lines) - 1, 0)} ledger lines"
         (self.home / "ledger.jsonl").write_text(json.dumps(lines[-1], default=str) + "\n")
         return f"dropped {len(lines) - 1} ledger lines"
-
-
-ENTRY = ConnectorInfo(
-    "ledger",
-    "sink",
-    "debug",
-    LedgerConfig,
-    "each batch as one JSON line (a test connector)",
-    "plugins.ledger:LedgerSink",
-    location=lambda config: config.path,
-    holds="files",  # JSON lines: no interval type
-)
