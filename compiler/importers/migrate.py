@@ -186,6 +186,7 @@ _WHY = {
 
 
 _ENV_REF = re.compile(r"^\$\{(\w+)(:-.*)?\}$")
+_VAULT_REF = re.compile(r"^vault:[^#}]+#[^}]+$")  # Rivven's secret reference
 CDC = {"postgres-cdc": "postgres", "mysql-cdc": "mysql"}
 CDC_CONFIG = {
     "postgres-cdc": (
@@ -252,6 +253,8 @@ _RIVVEN_WHY = {
     "dead_letter_topic": "rivc's dead letters are a sink's `dead_letter` (a sink of their own)",
     "consumer_group": "a sink's place is committed with its own data, not in a consumer group",
     "topics": "the import wired the sink to the source tables that publish these topics",
+    "secrets": "rivc reaches Vault as its CLI does: set VAULT_ADDR and VAULT_TOKEN (a .env beside "
+    "profiles.yml); a `vault:PATH#FIELD` password became ${vault:PATH#FIELD}",
 }
 
 
@@ -308,12 +311,15 @@ def _rate(item: dict[str, Any]) -> dict[str, Any]:
 
 def _connection(kind: str, config: dict[str, Any], at: str, unmapped: list[str]) -> dict[str, Any]:
     """A profile connection from a CDC source's config; a password given as ${VAR} becomes
-    password_env (a literal one is kept, and listed)."""
+    password_env, one given as a Vault reference (`vault:PATH#FIELD`) rivc's `${vault:...}`
+    (a literal one is kept, and listed)."""
     conn: dict[str, Any] = {"type": kind, **{k: config[k] for k in CONNECTION_KEYS if k in config}}
     password = config.get("password")
     ref = _ENV_REF.match(password) if isinstance(password, str) else None
     if ref is not None:
         conn["password_env"] = ref.group(1)
+    elif isinstance(password, str) and _VAULT_REF.match(password):
+        conn["password"] = "${" + password + "}"
     elif password is not None:
         conn["password"] = password
         unmapped.append(f"{at}.password: written into profiles.yml as it is; prefer password_env")

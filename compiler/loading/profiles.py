@@ -11,6 +11,7 @@ from typing import Any
 from ..dbt.project import dbt_target
 from ..errors import ProjectError, did_you_mean
 from .locate import TARGET_ENV, find_profiles, read_project_file
+from .secretrefs import resolve
 from .specbase import is_uri
 from .specs import ProfileSpec, validate_doc
 from .yamlio import YamlDoc, YamlPath, parse_yaml
@@ -92,8 +93,8 @@ def load_profile(
 
 def _render(doc: YamlDoc, at: YamlPath, value: Any, env: Mapping[str, str], base: Path) -> Any:
     """`{{ env_var('X') }}` in profiles.yml's values, as dbt renders them (a secret variable is
-    allowed here), and `${file:PATH}`, the file's text (a mounted secret; PATH relative to
-    profiles.yml's folder), each failure at its line."""
+    allowed here), and the references to secrets (`${file:PATH}`, `${vault:PATH#FIELD}`:
+    secretrefs.py), each failure at its line."""
     from ..rendering.sandbox import render_value
 
     if isinstance(value, dict):
@@ -101,28 +102,9 @@ def _render(doc: YamlDoc, at: YamlPath, value: Any, env: Mapping[str, str], base
     if isinstance(value, list):
         return [_render(doc, (*at, i), v, env, base) for i, v in enumerate(value)]
     try:
-        return _files(render_value(value, env, secrets=True, used=doc.env_used), base)
+        return resolve(render_value(value, env, secrets=True, used=doc.env_used), base, env)
     except ValueError as exc:
         raise ProjectError(str(exc), doc.location(at)) from None
-
-
-_FILE = re.compile(r"\$\{file:([^}]+)\}")
-
-
-def _files(value: Any, base: Path) -> Any:
-    """A value's `${file:PATH}`s replaced by each file's text, without its final newline."""
-    if not isinstance(value, str) or "${file:" not in value:
-        return value
-
-    def read(m: re.Match[str]) -> str:
-        path = (base / Path(m.group(1).strip()).expanduser()).resolve()
-        try:
-            return path.read_text().rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            why = getattr(exc, "strerror", None) or type(exc).__name__
-            raise ValueError(f"{m.group(0)}: cannot read {path}: {why}") from None
-
-    return _FILE.sub(read, value)
 
 
 DOTENV = ".env"

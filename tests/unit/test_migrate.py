@@ -163,3 +163,23 @@ def test_a_rivven_file_in_sinks_points_to_the_import(tmp_path):
     assert code == 2
     assert "sinks/connect.yml:2:1: error: this looks like a Rivven Connect file (`version:`)" in out
     assert "`rivc import rivven <file>`" in out
+
+
+def test_a_rivven_vault_password_becomes_a_vault_reference(tmp_path):
+    """Rivven's `secrets: {provider: vault}` and `password: vault:PATH#FIELD`: the password is
+    rivc's ${vault:...} (read from Vault when the profile is, tests/unit/test_vault.py), never a
+    literal; the provider block points to Vault's own variables."""
+    connect = tmp_path / "connect.yaml"
+    connect.write_text(
+        "secrets:\n  provider: vault\n  config: {address: 'https://vault.example.com'}\n"
+        "sources:\n  db:\n    connector: postgres-cdc\n    topic: cdc.db\n"
+        "    config: {host: db, database: shop, user: rep,"
+        " password: 'vault:secret/data/postgres#password', tables: [public.orders]}\n"
+    )
+    root = tmp_path / "proj"
+    code, out = run("import", "rivven", str(connect), "--project-dir", str(root))
+    assert code == 0, out
+    conn = yaml.safe_load((root / "profiles.yml").read_text())["default"]["connections"]["db"]
+    assert conn["password"] == "${vault:secret/data/postgres#password}"
+    assert "secrets: rivc reaches Vault as its CLI does: set VAULT_ADDR and VAULT_TOKEN" in out
+    assert "password: written into profiles.yml as it is" not in out
