@@ -246,15 +246,17 @@ def mqtt_source(out: dict[str, Any], refusals: list[Refusal]) -> None:
         True,
         "rivc parses each payload as JSON into the table's declared columns",
     )
-    for key in (
-        "connect_timeout_secs",
-        "max_inflight",
-        "retry_initial_ms",
-        "retry_max_ms",
-        "retry_multiplier",
-        "last_will",
-    ):
-        _refuse(out, refusals, key, "rivc's MQTT source does not take {key} (docs/streaming.md)")
+    _rename(out, refusals, "connect_timeout_secs", "connect_timeout_s")
+    will = out.get("last_will")
+    if isinstance(will, dict) and isinstance(will.get("qos"), str):
+        name = will["qos"]
+        if name in QOS:
+            out["last_will"] = {**will, "qos": QOS[name]}
+        else:
+            out["last_will"] = {k: v for k, v in will.items() if k != "qos"}
+            refusals.append(
+                (("last_will", "qos"), f"qos {name!r}: expected 0, 1, 2 or " + ", ".join(QOS))
+            )
 
 
 def _mib(value: Any) -> Any:

@@ -163,7 +163,7 @@ def test_every_unknown_or_refused_key_is_reported_in_one_run(make_project):
                       - name: a
                         columns: {v: double}
                         config: {broker_url: "mqtt://h:1883", topics: [t], qos: twice,
-                                 max_inflight: 10}
+                                 parse_json_payload: false}
                       - name: b
                         columns: {v: double}
                         config: {url: "mqtt://h:1883", topics: [t], keepalive: 5}
@@ -189,7 +189,7 @@ def test_every_unknown_or_refused_key_is_reported_in_one_run(make_project):
     assert "unknown key 'sinks.0.config.colour'" in text
     assert "unknown key 'sinks.1.config.formt', did you mean 'format'" in text
     assert "qos 'twice': expected 0, 1, 2 or at_most_once" in text
-    assert "max_inflight: rivc's MQTT source does not take max_inflight" in text
+    assert "parse_json_payload: rivc parses each payload as JSON" in text
     assert "unknown key 'sources.0.tables.1.config.keepalive'" in text
     assert not (root / "target/manifest.json").exists()
 

@@ -44,9 +44,11 @@ class Receiver:
         self.unsynced = False
         self.stopping = threading.Event()
         self.awaiting_release: set[int] = set()  # QoS 2: PUBREC sent, PUBREL not yet seen
-        self.failure: str | None = None
+        self.failure: str | None = None  # why the stream stops (a refusal)
+        self.lost: str | None = None  # why the last connection ended
         self.handling = threading.Lock()  # held while one read's messages are spooled and acked
         self.parent = os.getppid()
+        self.v5 = self.cfg.protocol_version == "5"
 
     def status(self, **extra: Any) -> None:
         data = {
@@ -61,52 +63,67 @@ class Receiver:
         os.replace(tmp, self.path / STATUS)
 
     def connect(self) -> Wire:
-        """CONNECT and SUBSCRIBE (MQTT 5) over a plain or TLS socket. MQTT 5 lets the client
-        say how many messages it takes in flight (Receive Maximum): the broker then sends a
-        burst at once instead of 20 at a time, so its queue never overflows while we run."""
+        """CONNECT and SUBSCRIBE over a plain or TLS socket, in MQTT 5 or 3.1.1
+        (`protocol_version`). MQTT 5 lets the client say how many messages it takes in flight
+        (Receive Maximum, `max_inflight`): the broker then sends a burst at once instead of 20
+        at a time, so its queue never overflows while we run. A broker's refusal is Refused."""
         import socket
 
-        url = urlparse(self.cfg.url)
+        cfg = self.cfg
+        url = urlparse(cfg.url)
         tls = url.scheme == "mqtts"
-        where = f"MQTT broker {self.cfg.url}"
+        where = f"MQTT broker {cfg.url}"
         host, port = url.hostname or "localhost", url.port or (8883 if tls else 1883)
         try:
-            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+            sock = socket.create_connection((host, port), timeout=cfg.connect_timeout_s)
             if tls:
-                context = ssl.create_default_context(cafile=self.cfg.ca_file)
+                context = ssl.create_default_context(cafile=cfg.ca_file)
                 sock = context.wrap_socket(sock, server_hostname=host)
-            wire = Wire(sock)
-            flags = 0 if self.cfg.clean_session is False else 0x02
+            wire = Wire(sock, cfg.connect_timeout_s)
+            flags = 0 if cfg.clean_session is False else 0x02
             payload = _utf8(self.client_id)
-            if self.cfg.username:
+            will = cfg.last_will
+            if will is not None:
+                flags |= 0x04 | will.qos << 3 | (0x20 if will.retain else 0)
+                message = will.message.encode()
+                payload += (_varint(0) if self.v5 else b"") + _utf8(will.topic)
+                payload += len(message).to_bytes(2, "big") + message
+            if cfg.username:
                 flags |= 0x80
-                payload += _utf8(self.cfg.username)
+                payload += _utf8(cfg.username)
                 if self.password is not None:
                     flags |= 0x40
                     payload += _utf8(self.password)
-            props = bytes([0x21]) + RECEIVE_MAXIMUM.to_bytes(2, "big")
-            if not self.cfg.clean_session:  # the session outlives the connection
-                props += bytes([0x11]) + (0xFFFFFFFF).to_bytes(4, "big")
-            header = _utf8("MQTT") + bytes([5, flags]) + self.cfg.keepalive_s.to_bytes(2, "big")
-            wire.send(0x10, header + _varint(len(props)) + props + payload)
+            header = _utf8("MQTT") + bytes([5 if self.v5 else 4, flags])
+            header += cfg.keepalive_s.to_bytes(2, "big")
+            if self.v5:
+                props = bytes([0x21]) + cfg.max_inflight.to_bytes(2, "big")
+                if not cfg.clean_session:  # the session outlives the connection
+                    props += bytes([0x11]) + (0xFFFFFFFF).to_bytes(4, "big")
+                header += _varint(len(props)) + props
+            wire.send(0x10, header + payload)
             kind, body = wire.packet()
             if kind != 0x20 or len(body) < 2:
-                raise ConnectionError(f"{where}: no CONNACK")
+                raise ConnectionError("no CONNACK")
             if body[1]:
-                raise ConnectionError(
-                    f"{where}: connection refused ({_REFUSED.get(body[1], hex(body[1]))})"
-                )
-            filters = b"".join(_utf8(t) + bytes([self.cfg.qos]) for t in self.cfg.topics)
-            wire.send(0x82, (1).to_bytes(2, "big") + _varint(0) + filters)
+                refused = (_REFUSED if self.v5 else _REFUSED_311).get(body[1], hex(body[1]))
+                raise Refused(f"{where}: connection refused ({refused})")
+            filters = b"".join(_utf8(t) + bytes([cfg.qos]) for t in cfg.topics)
+            wire.send(0x82, (1).to_bytes(2, "big") + (_varint(0) if self.v5 else b"") + filters)
             while True:  # messages queued for this session may come before the SUBACK
                 kind, body = wire.packet()
-                if kind == 0x90:
-                    size, at = _read_varint(body, 2)  # SUBACK: id, properties, reason codes
-                    if any(code >= 0x80 for code in body[at + size :]):
-                        raise ConnectionError(f"{where}: subscription refused")
+                if kind == 0x90:  # SUBACK: id, (MQTT 5: properties,) a code per filter
+                    at = 2
+                    if self.v5:
+                        size, at = _read_varint(body, at)
+                        at += size
+                    if any(code >= 0x80 for code in body[at:]):
+                        raise Refused(f"{where}: subscription refused")
                     break
                 self.handle(wire, kind, body)
-        except OSError as exc:
+        except Refused:
+            raise
+        except OSError as exc:  # the socket's, and no CONNACK: named with the broker
             raise ConnectionError(f"{where}: {exc}") from None
         return wire
 
@@ -130,8 +147,9 @@ class Receiver:
                 if qos:
                     pid = int.from_bytes(body[at : at + 2], "big")
                     at += 2
-                size, at = _read_varint(body, at)  # PUBLISH properties
-                at += size
+                if self.v5:
+                    size, at = _read_varint(body, at)  # PUBLISH properties
+                    at += size
                 if qos == 2 and pid in self.awaiting_release:
                     acks += bytes([0x50, 2]) + pid.to_bytes(2, "big")  # a resent PUBLISH
                     continue
@@ -182,11 +200,23 @@ class Receiver:
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rivc's to handle
         try:
-            wire = self.connect()
-        except ConnectionError as exc:
+            wire: Wire | None = self.connect()
+        except ConnectionError as exc:  # the first connection: a wrong URL, credentials, ...
             self.status(error=str(exc))
             return 2
         self.status()
+        while wire is not None:
+            lost = self.follow(wire)
+            wire = self.reconnect(lost) if lost else None
+        with self.lock:
+            self.spool.close()
+            self.status(**({"error": self.failure} if self.failure else {}))
+        return 2 if self.failure else 0
+
+    def follow(self, wire: Wire) -> str | None:
+        """Receive on `wire`, fsync and ping until stopped (None, after a DISCONNECT: the
+        broker keeps the session and sends no last will) or the connection is lost (why)."""
+        self.lost = None
         reader = threading.Thread(target=self.receive, args=(wire,), daemon=True)
         reader.start()
         ping_every = self.cfg.keepalive_s / 2
@@ -196,47 +226,84 @@ class Receiver:
             if os.getppid() != self.parent:  # the reader's process is gone
                 break
             if time.monotonic() - pinged > ping_every:
-                wire.sendall(bytes([0xC0, 0]))  # PINGREQ
+                with contextlib.suppress(OSError):  # a lost connection is the reader's to see
+                    wire.sendall(bytes([0xC0, 0]))  # PINGREQ
                 pinged = time.monotonic()
-        failed = self.failure
+        if self.lost is not None and not self.stopping.is_set():
+            wire.close()
+            reader.join(5)
+            self.sync()
+            return self.lost
         with self.handling:  # a read being handled finishes: its acknowledgements go out
             self.stopping.set()
         with contextlib.suppress(OSError):  # every acknowledgement was sent before this
             wire.sendall(bytes([0xE0, 0]))  # DISCONNECT (the broker keeps the session)
         wire.close()
         reader.join(5)
-        with self.lock:
-            self.spool.close()
-            self.status(**({"error": failed} if failed else {}))
-        return 2 if failed else 0
+        return None
+
+    def reconnect(self, lost: str) -> Wire | None:
+        """Connect again after a lost connection, waiting retry_initial_ms, then each wait
+        retry_multiplier times the last, up to retry_max_ms; None when stopped, or when the
+        broker refuses the client (self.failure says why: the stream stops)."""
+        delay = self.cfg.retry_initial_ms / 1000
+        while True:
+            with self.lock:
+                self.status(reconnecting=lost)
+            if self.stopping.wait(delay) or os.getppid() != self.parent:
+                return None
+            try:
+                wire = self.connect()
+            except Refused as exc:
+                self.failure = str(exc)
+                return None
+            except ConnectionError as exc:
+                lost = str(exc)
+                delay = min(delay * self.cfg.retry_multiplier, self.cfg.retry_max_ms / 1000)
+                continue
+            with self.lock:
+                self.status()
+            return wire
 
     def receive(self, wire: Wire) -> None:
-        """Read packets as they come, handling all those of one socket read together."""
+        """Read packets as they come, handling all those of one socket read together; a lost
+        connection is noted in self.lost."""
         try:
             while not self.stopping.is_set():
                 packets = wire.packets()
                 if packets is None:
-                    self.failure = f"MQTT broker {self.cfg.url} closed the connection"
+                    self.lost = f"MQTT broker {self.cfg.url} closed the connection"
                     break
                 with self.handling:
                     self.handle_all(wire, packets)
         except OSError as exc:
             if not self.stopping.is_set():
-                self.failure = f"MQTT broker {self.cfg.url}: {exc}"
-        self.stopping.set()
+                self.lost = f"MQTT broker {self.cfg.url}: {exc}"
 
 
-RECEIVE_MAXIMUM = 65_535  # messages in flight the broker may send before our acknowledgements
+class Refused(ConnectionError):
+    """The broker answered and said no (credentials, protocol, subscription): connecting again
+    would not help."""
+
 
 _REFUSED = {
-    0x01: "the broker speaks MQTT 3.1.1 only; the mqtt source needs MQTT 5",
-    0x84: "unsupported protocol version: the broker needs MQTT 5",
+    0x01: "the broker speaks MQTT 3.1.1 only: set protocol_version: 3.1.1",
+    0x84: "unsupported protocol version: the broker lacks MQTT 5: set protocol_version: 3.1.1",
     0x85: "client id rejected",
     0x86: "bad user name or password",
     0x87: "not authorized",
     0x88: "server unavailable",
     0x89: "server busy",
     0x8C: "bad authentication method",
+}
+
+
+_REFUSED_311 = {
+    0x01: "unacceptable protocol version",
+    0x02: "client id rejected",
+    0x03: "server unavailable",
+    0x04: "bad user name or password",
+    0x05: "not authorized",
 }
 
 
@@ -269,8 +336,9 @@ def _utf8(text: str) -> bytes:
 class Wire:
     """MQTT's framing over a socket: a type byte, a variable-length size, the body."""
 
-    def __init__(self, sock: Any) -> None:
+    def __init__(self, sock: Any, timeout: float = CONNECT_TIMEOUT_S) -> None:
         self.sock = sock
+        self.timeout = timeout  # for a packet during the handshake
         self.buffer = bytearray()
         self.ready: collections.deque[tuple[int, bytes]] = collections.deque()
         self.send_lock = threading.Lock()
@@ -326,7 +394,7 @@ class Wire:
 
     def packet(self) -> tuple[int, bytes]:
         """The next packet, during the handshake (with a time limit)."""
-        self.sock.settimeout(CONNECT_TIMEOUT_S)
+        self.sock.settimeout(self.timeout)
         while not self.ready:
             if not self._fill():
                 raise ConnectionError("the broker closed the connection")

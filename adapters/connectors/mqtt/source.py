@@ -188,7 +188,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ensure_connected(self) -> None:
         if self.receiver is not None and self.receiver.poll() is None:
             return
-        self.receiver = start_receiver(self.options, self.spool_path)
+        self.receiver = start_receiver(self.options, self.spool_path, self.cfg.connect_timeout_s)
         self.spool = Spool(self.spool_path, writer=False)
 
     def _status(self) -> dict[str, Any]:
@@ -238,7 +238,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _reseed(self, start: int) -> None:
         stop_receiver(self.receiver)
         Spool(self.spool_path, writer=True).reseed(start)
-        self.receiver = start_receiver(self.options, self.spool_path)
+        self.receiver = start_receiver(self.options, self.spool_path, self.cfg.connect_timeout_s)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[MessagesPartition]:
         self._ensure_connected()
@@ -262,7 +262,7 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 STATUS = "status.json"
 
 
-def start_receiver(options: dict[str, str], spool: Path) -> Any:
+def start_receiver(options: dict[str, str], spool: Path, timeout: float = CONNECT_TIMEOUT_S) -> Any:
     """Start the receiver process and wait until it is subscribed (or name why it is not)."""
     import subprocess
     import sys
@@ -279,7 +279,7 @@ def start_receiver(options: dict[str, str], spool: Path) -> Any:
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(options).encode())  # the password travels here, not in argv
     proc.stdin.close()
-    deadline = time.time() + CONNECT_TIMEOUT_S + 5
+    deadline = time.time() + timeout + 5
     while time.time() < deadline:
         status = _load_status(spool)
         if status is not None:
@@ -300,14 +300,17 @@ def start_receiver(options: dict[str, str], spool: Path) -> Any:
 
 def stop_receiver(proc: Any) -> None:
     """SIGTERM: the receiver fsyncs, disconnects (the broker keeps the session) and exits."""
-    if proc is None or proc.poll() is not None:
+    if proc is None:
         return
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except Exception:  # noqa: BLE001  (subprocess.TimeoutExpired: it did not stop in time)
-        proc.kill()
-        proc.wait()
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except Exception:  # noqa: BLE001  (subprocess.TimeoutExpired: it did not stop in time)
+            proc.kill()
+            proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
 
 
 def _load_status(spool: Path) -> dict[str, Any] | None:

@@ -18,6 +18,16 @@ from rivc.compiler.loading.secrets import (
 from rivc.compiler.loading.specbase import Spec, StrList, _as_tuple
 
 
+class LastWill(Spec):
+    """What the broker publishes for the receiver when its connection ends without a
+    DISCONNECT (a killed process, a lost network): connection monitoring."""
+
+    topic: str = Field(min_length=1)
+    message: str = ""
+    qos: Literal[0, 1, 2] = 0
+    retain: bool = False
+
+
 class MqttSourceConfig(Spec):
     """An MQTT subscription; JSON payloads are parsed into the table's declared columns."""
 
@@ -31,12 +41,28 @@ class MqttSourceConfig(Spec):
     password_env: SecretEnv | None = None
     ca_file: str | None = None  # mqtts: a CA bundle instead of the system's
     keepalive_s: int = Field(30, gt=0)
+    protocol_version: Literal["5", "3.1.1"] = "5"  # 3.1.1 for a broker without MQTT 5
+    connect_timeout_s: float = Field(10.0, gt=0)  # for the connection and the broker's CONNACK
+    # messages the broker may send before the receiver's acknowledgements (MQTT 5's Receive
+    # Maximum; a 3.1.1 broker decides this itself)
+    max_inflight: int = Field(65_535, ge=1, le=65_535)
+    # a lost connection is made again after retry_initial_ms, each next wait multiplied, up to
+    # retry_max_ms; a broker that refuses the client (credentials, protocol) stops the stream
+    retry_initial_ms: int = Field(100, gt=0)
+    retry_max_ms: int = Field(10_000, gt=0)
+    retry_multiplier: float = Field(2.0, ge=1.0)
+    last_will: LastWill | None = None
     metadata_columns: bool = False  # adds mqtt_topic, mqtt_qos, mqtt_received_at
     max_messages_per_trigger: int = Field(10_000, gt=0)
     drain_ms: int = Field(1_000, ge=0)  # available_now: quiet time that ends the catch-up
     stream: Literal[True] = True
 
     _tuple = field_validator("topics", mode="before")(_as_tuple)
+
+    @field_validator("protocol_version", mode="before")
+    @classmethod
+    def _version(cls, value: object) -> object:
+        return str(value) if isinstance(value, int | float) else value
 
     @field_validator("url")
     @classmethod
