@@ -19,7 +19,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError
@@ -29,6 +29,7 @@ from ..util.storage import Store, join
 from .files.formats import json_objects
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.dataset as pads
 
 AREA = "_rivc_sent"  # under the warehouse
@@ -96,11 +97,15 @@ class LoggedSink(Sink[C]):
         )
 
     def begin(
-        self, data: pads.Dataset, batch_id: int, where: str
+        self,
+        data: pads.Dataset,
+        batch_id: int,
+        where: str,
+        encode: Callable[[pa.RecordBatch], list[bytes]] | None = None,
     ) -> tuple[dict[str, Any], list[tuple[str, bytes]], Progress] | None:
         """None when the log holds the batch; else (the commit record, the batch's rows as
-        (id, JSON) in id order, the ids confirmed so far). `where` names the target in a
-        refusal of another writer."""
+        (id, payload) in id order, the ids confirmed so far). A payload is the row's JSON object
+        unless `encode` makes them. `where` names the target in a refusal of another writer."""
         record = self._read("commit.json")
         self.ctx.claim(record.get("writer"), where)
         version = record.get("version")
@@ -111,8 +116,8 @@ class LoggedSink(Sink[C]):
         rows: list[tuple[str, bytes]] = []
         counts: Counter[str] = Counter()
         for batch in stream(data):
-            for text in json_objects(batch):
-                payload = text.encode()
+            payloads = encode(batch) if encode else [t.encode() for t in json_objects(batch)]
+            for payload in payloads:
                 h = hashlib.sha256(payload).hexdigest()
                 counts[h] += 1
                 rows.append((f"{prefix}-{commits}-{h[:32]}-{counts[h]}", payload))

@@ -28,7 +28,7 @@ from rivc.compiler.rendering.transforms import ERROR_COLUMN, Expectation
 from rivc.compiler.sql import literal
 from rivc.compiler.sql import quote as q
 
-from ..util.errortext import transient
+from ..util.errortext import python_error_inside, rivc_error_inside, transient
 from .deliver import BatchWriter
 
 if TYPE_CHECKING:
@@ -281,7 +281,10 @@ class SinkWriter:
                     delay *= random.uniform(0.5, 1.0)
                 time.sleep(delay)
         self.failures += 1
-        reason = str(getattr(error, "message", error)).strip().splitlines()[0][:500]
+        text = str(getattr(error, "message", error)).strip()
+        # a refusal raised in a Python task is inside Spark's text, under its traceback
+        reason = rivc_error_inside(text) or python_error_inside(text) or text.splitlines()[0]
+        reason = reason[:500]
         message = (
             f"sink {self.name} batch {batch_id}: write failed after {attempts} attempt(s): {reason}"
         )

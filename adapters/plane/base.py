@@ -30,37 +30,9 @@ R = TypeVar("R")
 # Spark's JSON parser (Jackson) makes a string value longer than 20,000,000 characters a
 # malformed record, which the default mode turns into NULLs: every JSON read lifts the limit
 JSON_OPTIONS = {"maxStringLen": str(2**31 - 1)}
-JSON_OPTIONS_SQL = "map(" + ", ".join(f"'{k}', '{v}'" for k, v in JSON_OPTIONS.items()) + ")"
 
 _registered: set[tuple[int, str]] = set()
 _registering = threading.Lock()
-
-
-def payload_text(data: bytes) -> str | None:
-    """A message's payload as text; one that is not UTF-8 is NULL (its row's columns are NULL,
-    as for a payload that is not JSON), never changed."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def json_stream(
-    raw: Any, payload: str, columns: dict[str, str], metadata: dict[str, str] | None
-) -> Any:
-    """A stream's JSON payloads (the SQL expression `payload`) parsed into the declared
-    `columns`, then each metadata column (name -> the SQL expression of the raw stream), when
-    the source adds them (None: it does not). A payload that is not JSON, or lacks a field,
-    gives NULLs."""
-    from rivc.compiler.sql import quote
-
-    declared = {k: v for k, v in columns.items() if k not in (metadata or {})}
-    ddl = ", ".join(f"{quote(k)} {v}" for k, v in declared.items())
-    meta = [f"{expr} AS {quote(name)}" for name, expr in (metadata or {}).items()]
-    parsed = raw.selectExpr(f"from_json({payload}, '{ddl}', {JSON_OPTIONS_SQL}) AS data", *meta)
-    return parsed.selectExpr(
-        *(f"data.{quote(k)} AS {quote(k)}" for k in declared), *(quote(n) for n in metadata or {})
-    )
 
 
 def register_data_source(spark: Any, source: Any) -> None:

@@ -244,7 +244,8 @@ def mqtt_source(out: dict[str, Any], refusals: list[Refusal]) -> None:
         refusals,
         "parse_json_payload",
         True,
-        "rivc parses each payload as JSON into the table's declared columns",
+        "rivc parses each payload as JSON by default; for another format set "
+        "payload: {format: text} (or raw, avro, protobuf: docs/streaming.md)",
     )
     _rename(out, refusals, "connect_timeout_secs", "connect_timeout_s")
     will = out.get("last_will")

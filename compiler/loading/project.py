@@ -16,6 +16,8 @@ from ..dbtypes import declared_type
 from ..errors import CompileFailed, ProjectError, RivcError, SourceLocation, did_you_mean
 from ..importers.aliases import translate
 from ..importers.migrate import refuse_foreign
+from ..payload import Carries
+from ..payload import check as check_payload
 from ..registry import connector, unknown
 from ..rendering.sandbox import SECRET_ENV_PREFIX
 from .defs import Located, SinkDef, SourceTableDef, SqlFile
@@ -173,7 +175,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                 continue
             env_used.update(doc.env_used)
             if top == p.sources:
-                attempt(_add_sources, doc, profile, profile_path, sources)
+                attempt(_add_sources, root, doc, profile, profile_path, sources)
             elif top == p.sinks:
                 attempt(_add_sinks, doc, profile, profile_path, sinks)
             else:
@@ -372,14 +374,22 @@ def _load_spec_file(root: Path, rel: Path, env: Mapping[str, str], kind: str | N
 
 
 def _add_sources(
-    doc: YamlDoc, profile: ProfileSpec, profile_path: Path | None, out: dict[str, SourceTableDef]
+    root: Path,
+    doc: YamlDoc,
+    profile: ProfileSpec,
+    profile_path: Path | None,
+    out: dict[str, SourceTableDef],
 ) -> None:
     refuse_foreign(doc, "sources")
     parsed: SourcesFile = validate_doc(SourcesFile, doc)
-    _each(parsed.sources, lambda i, source: _add_source(doc, profile, profile_path, out, i, source))
+    _each(
+        parsed.sources,
+        lambda i, source: _add_source(root, doc, profile, profile_path, out, i, source),
+    )
 
 
 def _add_source(
+    root: Path,
     doc: YamlDoc,
     profile: ProfileSpec,
     profile_path: Path | None,
@@ -445,6 +455,13 @@ def _add_source(
                 "(the payload's fields and their Spark SQL types)",
                 doc.location((*tat, "name")),
             )
+        if isinstance(config, Carries):
+            try:
+                check_payload(config.payload, table.columns, root)
+            except ValueError as exc:
+                raise ProjectError(
+                    f"payload: {exc}", doc.location((*tat, "config", "payload"))
+                ) from None
         fqn = f"{source.name}.{table.name}"
         if fqn in out:
             raise ProjectError(

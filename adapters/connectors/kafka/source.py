@@ -11,8 +11,9 @@ from typing import Any
 
 from rivc.compiler.errors import ConnectorError
 
-from ...plane.base import SourceContext, json_stream
+from ...plane.base import SourceContext
 from ...util.errortext import missing_data_source
+from ..payloads import decode
 from .spec import KafkaSourceConfig
 
 JARS_HINT = (
@@ -58,12 +59,9 @@ def options(cfg: KafkaSourceConfig) -> dict[str, str]:
 
 def read(spark: Any, ctx: SourceContext[KafkaSourceConfig]) -> Any:
     """The registry's entry point."""
-    return read_stream(spark, ctx.config, ctx.columns)
-
-
-def read_stream(spark: Any, cfg: KafkaSourceConfig, columns: dict[str, str]) -> Any:
     from pyspark.errors import PySparkException
 
+    cfg = ctx.config
     reader = spark.readStream.format("kafka")
     for key, value in options(cfg).items():
         reader = reader.option(key, value)
@@ -80,6 +78,12 @@ def read_stream(spark: Any, cfg: KafkaSourceConfig, columns: dict[str, str]) -> 
         "kafka_offset": "offset",
         "kafka_timestamp": "timestamp",
     }
-    return json_stream(
-        raw, "CAST(value AS STRING)", columns, metadata if cfg.metadata_columns else None
+    return decode(
+        raw.withColumnRenamed("value", "payload"),
+        cfg.payload,
+        ctx.root,
+        ctx.name,
+        ctx.columns,
+        metadata if cfg.metadata_columns else None,
+        "concat('topic ', topic, ' partition ', partition, ' offset ', offset)",
     )

@@ -15,6 +15,7 @@ from rivc.compiler.loading.secrets import (
     secret_keys,
 )
 from rivc.compiler.loading.specbase import Spec, StrList, _as_tuple
+from rivc.compiler.payload import Carries
 
 # Kafka's settings that carry credentials (its documentation's), with or without `kafka.`
 _KAFKA_CREDENTIALS = (
@@ -49,7 +50,7 @@ class KafkaSecurity(Spec):
         return self
 
 
-class KafkaSourceConfig(Spec):
+class KafkaSourceConfig(Carries):
     """Spark's own Kafka source; values are JSON parsed into the declared columns."""
 
     brokers: StrList = Field(min_length=1)  # host:port

@@ -14,7 +14,6 @@ the last 20 ms that were not yet fsynced (and never read by Spark).
 
 from __future__ import annotations
 
-import base64
 import collections
 import contextlib
 import json
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .source import CONNECT_TIMEOUT_S, FSYNC_EVERY_S, STATUS, Spool
+from .source import CONNECT_TIMEOUT_S, FSYNC_EVERY_S, STATUS, Spool, spooled
 from .spec import MqttSourceConfig
 
 
@@ -153,12 +152,7 @@ class Receiver:
                 if qos == 2 and pid in self.awaiting_release:
                     acks += bytes([0x50, 2]) + pid.to_bytes(2, "big")  # a resent PUBLISH
                     continue
-                data = bytes(body[at:])
-                try:
-                    payload = data.decode("utf-8")
-                except UnicodeDecodeError:
-                    payload = "base64:" + base64.b64encode(data).decode()
-                records.append({"p": payload, "t": topic, "q": qos, "r": now})
+                records.append({**spooled(bytes(body[at:])), "t": topic, "q": qos, "r": now})
                 if qos == 1:
                     acks += bytes([0x40, 2]) + pid.to_bytes(2, "big")  # PUBACK
                 elif qos == 2:

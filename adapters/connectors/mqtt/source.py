@@ -12,6 +12,7 @@ restart resumes from Spark's checkpoint, and the spool still holds every message
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -26,15 +27,32 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from rivc.compiler.loading.locate import STATE_DIR
 from rivc.compiler.loading.secrets import with_secrets
 
-from ...plane.base import SourceContext, json_stream, register_data_source
+from ...plane.base import SourceContext, register_data_source
+from ..payloads import decode
 from .spec import MqttSourceConfig
 
 NAME = "rivc_mqtt"
-SCHEMA = "payload string, topic string, qos int, received_at timestamp"
+SCHEMA = "payload binary, topic string, qos int, received_at timestamp"
 SEGMENT_MESSAGES = 10_000  # a spool segment is closed after this many messages
 FSYNC_EVERY_S = 0.02  # received messages are made durable (then acknowledged) this often
 CONNECT_TIMEOUT_S = 10.0
 DRAIN_LIMIT_S = 30.0  # available_now waits at most this long for the broker's queue
+
+
+def spooled(data: bytes) -> dict[str, str]:
+    """A payload as the spool's JSON line holds it: UTF-8 text as it is ("p"), other bytes in
+    base64 ("b"); unspooled gives the bytes back exactly."""
+    try:
+        return {"p": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"b": base64.b64encode(data).decode()}
+
+
+def unspooled(record: Mapping[str, Any]) -> bytes:
+    if "b" in record:
+        return base64.b64decode(record["b"])
+    text: str = record["p"]
+    return text.encode("utf-8")
 
 
 class Spool:
@@ -243,7 +261,9 @@ class MqttStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[MessagesPartition]:
         self._ensure_connected()
         records = self.spool.read(int(start["seq"]), int(end["seq"]))
-        rows = [(r["p"], r["t"], r["q"], datetime.fromtimestamp(r["r"], UTC)) for r in records]
+        rows = [
+            (unspooled(r), r["t"], r["q"], datetime.fromtimestamp(r["r"], UTC)) for r in records
+        ]
         return [MessagesPartition(rows)]
 
     def read(self, partition: MessagesPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
@@ -334,40 +354,30 @@ def read_status(spool: Path, proc: Any) -> dict[str, Any]:
 
 
 def read(spark: Any, ctx: SourceContext[MqttSourceConfig]) -> Any:
-    """The registry's entry point: the stream of `ctx.name`, spooled under .rivc/spool/."""
+    """The registry's entry point: the stream of `ctx.name`, spooled under .rivc/spool/, as the
+    declared columns decoded from each payload."""
     cfg: MqttSourceConfig = ctx.config
     source_name, table_name = ctx.name.split(".", 1)
     password = cfg.password or (os.environ.get(cfg.password_env) if cfg.password_env else None)
-    return read_stream(
-        spark,
-        cfg,
-        ctx.columns,
-        ctx.root / STATE_DIR / "spool" / ctx.name,
-        cfg.client_id or f"rivc-{ctx.project}-{source_name}-{table_name}",
-        password,
-    )
-
-
-def read_stream(
-    spark: Any,
-    cfg: MqttSourceConfig,
-    columns: dict[str, str],
-    spool: Path,
-    client_id: str,
-    password: str | None,
-) -> Any:
-    """The stream as a DataFrame of the declared columns (parsed from the JSON payload)."""
     register_data_source(spark, MqttSource)
     raw = (
         spark.readStream.format(NAME)
         .option("config", with_secrets(cfg))
-        .option("spool", str(spool))
-        .option("client_id", client_id)
+        .option("spool", str(ctx.root / STATE_DIR / "spool" / ctx.name))
+        .option("client_id", cfg.client_id or f"rivc-{ctx.project}-{source_name}-{table_name}")
         .option("password", password or "")
         .load()
     )
     metadata = {"mqtt_topic": "topic", "mqtt_qos": "qos", "mqtt_received_at": "received_at"}
-    return json_stream(raw, "payload", columns, metadata if cfg.metadata_columns else None)
+    return decode(
+        raw,
+        cfg.payload,
+        ctx.root,
+        ctx.name,
+        ctx.columns,
+        metadata if cfg.metadata_columns else None,
+        "concat('topic ', topic)",
+    )
 
 
 def probe(cfg: MqttSourceConfig, _root: Path, _storage: Mapping[str, str]) -> tuple[bool, str]:

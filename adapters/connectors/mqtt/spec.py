@@ -16,6 +16,7 @@ from rivc.compiler.loading.secrets import (
     SecretUrl,
 )
 from rivc.compiler.loading.specbase import Spec, StrList, _as_tuple
+from rivc.compiler.payload import Carries
 
 
 class LastWill(Spec):
@@ -28,7 +29,7 @@ class LastWill(Spec):
     retain: bool = False
 
 
-class MqttSourceConfig(Spec):
+class MqttSourceConfig(Carries):
     """An MQTT subscription; JSON payloads are parsed into the table's declared columns."""
 
     url: SecretUrl  # mqtt://host:1883 or mqtts://host:8883

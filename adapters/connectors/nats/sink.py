@@ -1,6 +1,7 @@
 """NATS JetStream: the `nats` sink, exactly once per batch, and what the source shares with it.
 
-Each row is a JSON message (the jsonl format's object) on the sink's subject, with a message id
+Each row is a message on the sink's subject in its `payload:` format (a JSON object by default:
+rivc.adapters.plane.payloads), with a message id
 built from the sink, its commits so far and the row: `<sink>-<commits>-<sha256 of the
 payload>-<n>`, n numbering rows with the same payload. The id is the same however Spark splits
 the batch and whichever run tries it, so:
@@ -31,7 +32,7 @@ from rivc.compiler.loading.secrets import mask_url
 
 from ...plane.base import Can, Sink, WriteResult, stream
 from ...util.faults import fault
-from ..files.formats import json_objects
+from ..payloads import Encoder, encoder
 from .spec import NatsServer, NatsSinkConfig
 
 if TYPE_CHECKING:
@@ -104,6 +105,10 @@ class JetStreamSink(Sink[NatsSinkConfig]):
     @property
     def prefix(self) -> str:
         return hashlib.sha1(self.ctx.app_id.encode()).hexdigest()[:12]
+
+    def encoder(self) -> Encoder:
+        """The rows of a batch as payloads in the sink's format."""
+        return encoder(self.config.payload, self.ctx.root, self.ctx.sink)
 
     def id_prefix(self, record: dict[str, Any]) -> str:
         """What the ids of the next commit's messages begin with: a retried batch's are the
@@ -179,7 +184,7 @@ class JetStreamSink(Sink[NatsSinkConfig]):
         if begun is None:
             return WriteResult()
         record, sent = begun
-        encoded = df.mapInArrow(_encode_task, "payload binary")
+        encoded = df.mapInArrow(_encode_task(self.encoder()), "payload binary")
         hashed = encoded.withColumn("h", F.sha2("payload", 256))
         numbered = hashed.withColumn("n", F.row_number().over(Window.partitionBy("h").orderBy("h")))
         task = _publish_task(
@@ -207,10 +212,11 @@ class JetStreamSink(Sink[NatsSinkConfig]):
         record, sent = begun
         counts: Counter[str] = Counter()
         prefix = self.id_prefix(record[0])
+        encode = self.encoder()
 
         def messages() -> Iterator[tuple[str, bytes]]:
             for batch in stream(data):
-                for payload in _encode(batch):
+                for payload in encode(batch):
                     h = hashlib.sha256(payload).hexdigest()
                     counts[h] += 1
                     yield f"{prefix}{h[:32]}-{counts[h]}", payload
@@ -409,19 +415,20 @@ async def _published(js: Any, stream_name: str, subject: str, start: int, prefix
     return found
 
 
-def _encode(batch: pa.RecordBatch) -> list[bytes]:
-    """Each row as a JSON object."""
-    return [text.encode() for text in json_objects(batch)]
+def _encode_task(
+    encode: Encoder,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow's function: each row as its payload."""
 
+    def go(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
 
-def _encode_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow's function: each row as its JSON payload."""
-    import pyarrow as pa
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict(
+                {"payload": encode(batch)}, schema=pa.schema([("payload", pa.binary())])
+            )
 
-    for batch in batches:
-        yield pa.RecordBatch.from_pydict(
-            {"payload": _encode(batch)}, schema=pa.schema([("payload", pa.binary())])
-        )
+    return go
 
 
 def _publish_task(

@@ -24,12 +24,13 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.secrets import with_secrets
 
-from ...plane.base import SourceContext, json_stream, payload_text, register_data_source
+from ...plane.base import SourceContext, register_data_source
+from ..payloads import decode
 from .sink import connect, durable_name, run, server_params, subject_matches
 from .spec import NatsSourceConfig
 
 NAME = "rivc_nats"
-SCHEMA = "payload string, subject string, seq bigint, time timestamp"
+SCHEMA = "payload binary, subject string, seq bigint, time timestamp"
 PARTITION_SEQS = 50_000  # sequences read by one Spark task
 WAIT_S = 5.0  # a message the stream holds arrives in this time
 
@@ -169,9 +170,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             meta = msg.metadata
             seq = int(meta.sequence.stream)
             if seq < end and self._wanted(msg.subject):
-                out.append(
-                    (payload_text(msg.data), msg.subject, seq, meta.timestamp.astimezone(UTC))
-                )
+                out.append((msg.data, msg.subject, seq, meta.timestamp.astimezone(UTC)))
             if seq >= end - 1 or meta.num_pending == 0:
                 done.set()
 
@@ -258,4 +257,12 @@ def read(spark: Any, ctx: SourceContext[NatsSourceConfig]) -> Any:
         .load()
     )
     metadata = {"nats_subject": "subject", "nats_seq": "seq", "nats_time": "time"}
-    return json_stream(raw, "payload", ctx.columns, metadata if cfg.metadata_columns else None)
+    return decode(
+        raw,
+        cfg.payload,
+        ctx.root,
+        ctx.name,
+        ctx.columns,
+        metadata if cfg.metadata_columns else None,
+        "concat('subject ', subject, ' seq ', seq)",
+    )

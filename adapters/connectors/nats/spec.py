@@ -15,6 +15,7 @@ from rivc.compiler.loading.secrets import (
     SecretUrl,
 )
 from rivc.compiler.loading.specbase import Spec, StrList, _as_tuple
+from rivc.compiler.payload import Carries
 
 
 class NatsServer(Spec):
@@ -42,7 +43,7 @@ _SUBJECT = r"^[^.\s*>]+(\.[^.\s*>]+)*$"  # tokens, no wildcards
 _FILTER = r"^[^.\s]+(\.[^.\s]+)*$"  # tokens; * and > allowed
 
 
-class NatsSourceConfig(NatsServer):
+class NatsSourceConfig(Carries, NatsServer):
     """A JetStream stream read by sequence: a stream's messages stay on the server, so a
     failed batch is read again from it; the server's durable consumer follows the commits."""
 
@@ -63,7 +64,7 @@ class NatsSourceConfig(NatsServer):
         return value
 
 
-class NatsSinkConfig(SinkConfig, NatsServer):
+class NatsSinkConfig(Carries, SinkConfig, NatsServer):
     """Each row a JSON message on `subject` of a JetStream stream, exactly once per batch: the
     batch id is committed in the server's `rivc_commits` key-value bucket (docs/sinks.md)."""
 

@@ -1,4 +1,5 @@
-"""The `rabbitmq` sink: each row a persistent JSON message to an exchange, at least once.
+"""The `rabbitmq` sink: each row a persistent message to an exchange (a JSON object, or the
+`payload:` format: rivc.adapters.plane.payloads), at least once.
 
 Every message is published mandatory with publisher confirms, `max_in_flight` awaiting their
 confirm at once: a message the broker cannot route (no queue bound for its routing key) or
@@ -20,6 +21,7 @@ from rivc.compiler.errors import ConnectorError
 
 from ...plane.base import WriteResult
 from ...util.faults import armed, fault
+from ..payloads import CONTENT_TYPES, encoder
 from ..sentlog import LoggedSink, Progress
 from .spec import RabbitmqSinkConfig
 
@@ -36,7 +38,8 @@ class RabbitmqSink(LoggedSink[RabbitmqSinkConfig]):
         return f"rabbitmq {host} {exchange} {self.config.routing_key}"
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
-        begun = self.begin(data, batch_id, self.where_to())
+        encode = encoder(self.config.payload, self.ctx.root, self.ctx.sink)
+        begun = self.begin(data, batch_id, self.where_to(), encode)
         if begun is None:
             return WriteResult()
         record, rows, progress = begun
@@ -95,7 +98,7 @@ class RabbitmqSink(LoggedSink[RabbitmqSinkConfig]):
             for i, (mid, payload) in enumerate(todo):
                 message = aio_pika.Message(
                     payload,
-                    content_type="application/json",
+                    content_type=CONTENT_TYPES[cfg.payload.format],
                     delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                     message_id=mid,
                 )

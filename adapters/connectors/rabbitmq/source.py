@@ -30,13 +30,14 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.secrets import with_secrets
 
-from ...plane.base import SourceContext, json_stream, payload_text, register_data_source
+from ...plane.base import SourceContext, register_data_source
+from ..payloads import decode
 from .sink import url_with_password
 from .spec import RabbitmqSourceConfig
 
 NAME = "rivc_rabbitmq"
 SCHEMA = (
-    "payload string, exchange string, routing_key string, message_id string, "
+    "payload binary, exchange string, routing_key string, message_id string, "
     "redelivered boolean, ts timestamp"
 )
 REDELIVERY_WAIT_S = 10.0  # the queue gives unacknowledged messages back in this time
@@ -102,7 +103,7 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 (
                     method.delivery_tag,
                     (
-                        payload_text(body),
+                        body,
                         method.exchange,
                         method.routing_key,
                         props.message_id,
@@ -199,4 +200,12 @@ def read(spark: Any, ctx: SourceContext[RabbitmqSourceConfig]) -> Any:
         "rabbitmq_redelivered": "redelivered",
         "rabbitmq_timestamp": "ts",
     }
-    return json_stream(raw, "payload", ctx.columns, metadata if cfg.metadata_columns else None)
+    return decode(
+        raw,
+        cfg.payload,
+        ctx.root,
+        ctx.name,
+        ctx.columns,
+        metadata if cfg.metadata_columns else None,
+        "concat('queue message ', coalesce(message_id, '(no id)'))",
+    )

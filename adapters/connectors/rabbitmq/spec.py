@@ -12,10 +12,10 @@ from rivc.compiler.loading.secrets import (
     SecretEnv,
     SecretUrl,
 )
-from rivc.compiler.loading.specbase import Spec
+from rivc.compiler.payload import Carries
 
 
-class RabbitmqSinkConfig(SinkConfig):
+class RabbitmqSinkConfig(Carries, SinkConfig):
     """Rows as persistent JSON messages to a RabbitMQ exchange, confirmed by the broker, each with
     a `message_id` that reruns send unchanged (docs/sinks.md)."""
 
@@ -27,7 +27,7 @@ class RabbitmqSinkConfig(SinkConfig):
     max_in_flight: int = Field(1_000, ge=1, le=100_000)  # messages awaiting the broker's confirm
 
 
-class RabbitmqSourceConfig(Spec):
+class RabbitmqSourceConfig(Carries):
     """A RabbitMQ queue, consumed by rivc: a message is acknowledged once the sink committed the
     batch that holds it (docs/streaming.md)."""
 
