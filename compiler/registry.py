@@ -34,6 +34,7 @@ from rivc.adapters.connectors.mysql.spec import ENTRIES as MYSQL
 from rivc.adapters.connectors.nats.spec import ENTRIES as NATS
 from rivc.adapters.connectors.postgres.spec import ENTRIES as POSTGRES
 from rivc.adapters.connectors.rabbitmq.spec import ENTRIES as RABBITMQ
+from rivc.adapters.connectors.sqs.spec import ENTRIES as SQS
 from rivc.adapters.connectors.stdout.spec import ENTRIES as STDOUT
 from rivc.adapters.connectors.table.spec import ENTRIES as TABLE
 from rivc.adapters.connectors.webhook.spec import ENTRIES as WEBHOOK
@@ -54,6 +55,7 @@ BUILT_IN = (
     NATS,
     POSTGRES,
     RABBITMQ,
+    SQS,
     STDOUT,
     TABLE,
     WEBHOOK,

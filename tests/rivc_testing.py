@@ -132,12 +132,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def moto_s3(bucket: str = "lake") -> Iterator[str]:
-    """A local S3 endpoint (moto) in its own process, with `bucket` created; yields its URL.
+def moto_server() -> Iterator[str]:
+    """A local moto server (S3, SQS, ...) in its own process; yields its URL once it answers.
     Its own process: delta-rs blocks while holding the GIL, so an in-process (threaded) moto
     server could never answer it."""
-    import boto3
-    from botocore.exceptions import EndpointConnectionError
+    import urllib.request
 
     port = free_port()
     server = subprocess.Popen(
@@ -146,14 +145,13 @@ def moto_s3(bucket: str = "lake") -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", **_boto_keys())
     deadline = time.monotonic() + 30
     try:
         while True:
             try:
-                client.create_bucket(Bucket=bucket)
+                urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
                 break
-            except EndpointConnectionError:
+            except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
@@ -161,6 +159,17 @@ def moto_s3(bucket: str = "lake") -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(10)
+
+
+@contextmanager
+def moto_s3(bucket: str = "lake") -> Iterator[str]:
+    """A local S3 endpoint (moto) with `bucket` created; yields its URL."""
+    import boto3
+
+    with moto_server() as url:
+        client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", **_boto_keys())
+        client.create_bucket(Bucket=bucket)
+        yield url
 
 
 def _boto_keys() -> dict[str, str]:

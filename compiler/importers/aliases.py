@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-CONNECTORS = {"delta-lake": "delta", "http-webhook": "webhook"}  # Rivven's names -> rivc's
+CONNECTORS = {
+    "delta-lake": "delta",
+    "http-webhook": "webhook",
+    "sqs-sink": "sqs",
+}  # Rivven's names -> rivc's
 
 # Rivven's transform types -> rivc's (docs/transforms.md), named in the refusal of the type
 TRANSFORMS = {
@@ -200,6 +204,13 @@ def iceberg_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
             )
     _rename(out, refusals, "target_file_size_mb", "target_file_size", _mib)
     _lakehouse(out, refusals)
+
+
+def sqs_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    """Rivven's sqs-sink: its keys are rivc's; batching by time is a run's, and its metadata
+    attributes are always sent (rivc_id)."""
+    _refuse(out, refusals, "batch_timeout_ms", BATCHING)
+    _flag(out, refusals, "include_metadata", True, "rivc sends each row's id as rivc_id always")
 
 
 def webhook_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:

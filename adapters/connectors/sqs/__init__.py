@@ -1,0 +1,1 @@
+"""Amazon SQS: the `sqs` sink."""

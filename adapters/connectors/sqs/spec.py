@@ -1,0 +1,93 @@
+"""The sqs connector's compile half: its `config:` spec and registry entry (read by compile without
+Spark or boto3; the runtime half is beside it in this package)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from rivc.compiler.connector import RUNTIME, ConnectorInfo, SinkConfig
+from rivc.compiler.importers import aliases
+from rivc.compiler.loading.secrets import SecretStr
+from rivc.compiler.loading.specbase import Spec
+from rivc.compiler.payload import Carries
+
+
+class SqsAuth(Spec):
+    """Keys for SQS; without them, boto3's own chain (AWS_ACCESS_KEY_ID, a profile, a role)."""
+
+    access_key_id: str
+    secret_access_key: SecretStr
+    session_token: SecretStr | None = None
+
+
+class SqsSinkConfig(Carries, SinkConfig):
+    """Rows as messages to an SQS queue with SendMessageBatch: each with its row's id, the same on
+    every rerun (the `rivc_id` attribute; a FIFO queue's deduplication id), and exactly once on a
+    FIFO queue within SQS's deduplication window (docs/sinks.md)."""
+
+    queue_url: str = Field(pattern=r"^https?://[^\s/]+/\S+$")  # .../<account>/<queue>[.fifo]
+    region: str = "us-east-1"
+    endpoint_url: str | None = Field(None, pattern=r"^https?://")  # a local SQS (moto, LocalStack)
+    batch_size: int = Field(10, ge=1, le=10)  # messages per SendMessageBatch request
+    message_group_id: str | None = Field(None, min_length=1, max_length=128)  # FIFO: one group
+    message_group_id_field: str | None = Field(None, min_length=1)  # FIFO: a column's value
+    deduplication_id_field: str | None = Field(None, min_length=1)  # FIFO: default the row's id
+    delay_seconds: int = Field(0, ge=0, le=900)
+    max_attempts: int = Field(5, ge=1)  # per message that SQS failed on its side
+    auth: SqsAuth | None = None
+
+    @property
+    def fifo(self) -> bool:
+        return self.queue_url.endswith(".fifo")
+
+    @model_validator(mode="after")
+    def _queue_kind(self) -> SqsSinkConfig:
+        group = self.message_group_id or self.message_group_id_field
+        if self.fifo and not group:
+            raise ValueError("a FIFO queue needs message_group_id or message_group_id_field")
+        if not self.fifo and (group or self.deduplication_id_field):
+            raise ValueError(
+                "message_group_id, message_group_id_field and deduplication_id_field are for "
+                "FIFO queues (a queue_url ending in .fifo)"
+            )
+        if self.message_group_id and self.message_group_id_field:
+            raise ValueError("give message_group_id or message_group_id_field, not both")
+        if self.fifo and self.delay_seconds:
+            raise ValueError("delay_seconds is per queue on a FIFO queue, not per message")
+        if self.payload.format not in ("json", "text"):
+            raise ValueError(
+                f"an SQS message body is text: payload format {self.payload.format} cannot be "
+                "one (json or text)"
+            )
+        return self
+
+    def input_columns(self) -> dict[str, tuple[str, ...]]:
+        return {
+            k: (v,)
+            for k, v in (
+                ("message_group_id_field", self.message_group_id_field),
+                ("deduplication_id_field", self.deduplication_id_field),
+            )
+            if v
+        }
+
+
+def _dataset(config: Any) -> str | None:
+    return str(config.get("queue_url")) if config.get("queue_url") else None
+
+
+ENTRIES = (
+    ConnectorInfo(
+        "sqs",
+        "sink",
+        "message",
+        SqsSinkConfig,
+        "rows as messages to an Amazon SQS queue; exactly once on FIFO queues",
+        f"{RUNTIME}.sqs.sink:SqsSink",
+        holds="files",
+        aliases=aliases.sqs_sink,
+        dataset=_dataset,
+    ),
+)
