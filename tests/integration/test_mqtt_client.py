@@ -19,7 +19,8 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 
-from rivc.adapters.connectors.mqtt.source import STATUS, Spool, start_receiver, stop_receiver
+from rivc.adapters.connectors.mqtt.source import STATUS, start_receiver, stop_receiver
+from rivc.adapters.connectors.spool import Spool
 from rivc_testing import free_port
 
 pytestmark = pytest.mark.integration

@@ -176,3 +176,72 @@ sinks:
     failed = rivc(root, "run")
     assert failed.exit_code == 1
     assert f"sink gone_q: sqs {endpoint}/123456789012/gone:" in failed.output, failed.output
+
+
+def test_sqs_source_deletes_after_the_commit_and_a_kill_loses_and_doubles_nothing(
+    spark, tmp_path, endpoint
+):
+    client = sqs(endpoint)
+    url = client.create_queue(QueueName="rivc-readings")["QueueUrl"]
+
+    def send(start: int, n: int) -> None:
+        for at in range(start, start + n, 10):
+            client.send_message_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(i), "MessageBody": json.dumps({"seq": i, "temp": i / 4})}
+                    for i in range(at, min(at + 10, start + n))
+                ],
+            )
+
+    def waiting() -> int:
+        attrs = client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesNotVisible"]
+        )
+
+    send(0, 250)
+    root = write_files(
+        tmp_path / "s",
+        {
+            "rivc_project.yml": "name: sqsin\n",
+            "sources/q.yml": f"""
+sources:
+  - name: q
+    connector: sqs
+    tables:
+      - name: readings
+        config: {{queue_url: "{url}", endpoint_url: "{endpoint}", auth: {KEYS},
+                  wait_time_s: 0, max_messages_per_trigger: 100, metadata_columns: true}}
+        columns: {{seq: bigint, temp: double}}
+""",
+            "sinks/lake.yml": """
+sinks:
+  - {name: landed, from: source:q.readings, connector: delta, config: {table_uri: out/landed}}
+""",
+        },
+    )
+
+    def rows() -> list[dict[str, Any]]:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(root / "out/landed")).to_pyarrow_table()
+        return sorted(table.to_pylist(), key=lambda r: r["seq"])
+
+    done = rivc(root, "run")
+    assert done.exit_code == 0, done.output
+    got = rows()
+    assert [r["seq"] for r in got] == list(range(250))
+    assert all(r["temp"] == r["seq"] / 4 and r["sqs_receive_count"] == 1 for r in got)
+    assert len({r["sqs_message_id"] for r in got}) == 250 and got[0]["sqs_sent_at"] is not None
+
+    send(250, 150)
+    killed = run_rivc(root, "after-commit:landed")  # the Delta commit landed, Spark's did not
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert waiting() > 0  # received, spooled, not deleted: the batch is not committed
+    done = rivc(root, "run")
+    assert done.exit_code == 0, done.output
+    assert [r["seq"] for r in rows()] == list(range(400))
+    again = rivc(root, "run")  # Spark commits the last batch when it plans the next
+    assert again.exit_code == 0, again.output
+    assert waiting() == 0 and [r["seq"] for r in rows()] == list(range(400))

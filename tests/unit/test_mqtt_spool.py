@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rivc.adapters.connectors.mqtt import source as mqtt
-from rivc.adapters.connectors.mqtt.source import Spool
+from rivc.adapters.connectors import spool as spools
+from rivc.adapters.connectors.spool import Spool
 
 
 def _fill(spool: Spool, start: int, end: int) -> None:
@@ -16,7 +16,7 @@ def _fill(spool: Spool, start: int, end: int) -> None:
 
 
 def test_offsets_survive_a_restart_and_commit_drops_segments(tmp_path, monkeypatch):
-    monkeypatch.setattr(mqtt, "SEGMENT_MESSAGES", 10)
+    monkeypatch.setattr(spools, "SEGMENT_MESSAGES", 10)
     spool = Spool(tmp_path)
     _fill(spool, 0, 25)
     assert [r["p"] for r in spool.read(8, 12)] == [f'{{"i": {i}}}' for i in range(8, 12)]

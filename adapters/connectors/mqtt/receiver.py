@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .source import CONNECT_TIMEOUT_S, FSYNC_EVERY_S, STATUS, Spool, spooled
+from ..spool import Spool, spooled
+from .source import CONNECT_TIMEOUT_S, FSYNC_EVERY_S, STATUS
 from .spec import MqttSourceConfig
 
 

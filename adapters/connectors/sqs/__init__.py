@@ -1,1 +1,1 @@
-"""Amazon SQS: the `sqs` sink."""
+"""Amazon SQS: the `sqs` source and sink."""

@@ -22,7 +22,7 @@ from ...plane.base import WriteResult
 from ...util.faults import armed, fault
 from ..payloads import encoder
 from ..sentlog import LoggedSink, Progress
-from .spec import SqsSinkConfig
+from .spec import SqsQueue, SqsSinkConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,22 +31,24 @@ if TYPE_CHECKING:
 BACKOFF_S = 0.2  # the first wait before an entry SQS failed on its side is sent again
 
 
+def sqs_client(cfg: SqsQueue) -> Any:
+    """boto3's SQS client for the queue: its region and endpoint, the config's keys or boto3's
+    own chain."""
+    import boto3
+
+    keys: dict[str, Any] = {}
+    if cfg.auth is not None:
+        keys = {
+            "aws_access_key_id": cfg.auth.access_key_id,
+            "aws_secret_access_key": cfg.auth.secret_access_key,
+            "aws_session_token": cfg.auth.session_token,
+        }
+    return boto3.client("sqs", region_name=cfg.region, endpoint_url=cfg.endpoint_url, **keys)
+
+
 class SqsSink(LoggedSink[SqsSinkConfig]):
     def where_to(self) -> str:
         return f"sqs {self.config.queue_url}"
-
-    def client(self) -> Any:
-        import boto3
-
-        cfg = self.config
-        keys: dict[str, Any] = {}
-        if cfg.auth is not None:
-            keys = {
-                "aws_access_key_id": cfg.auth.access_key_id,
-                "aws_secret_access_key": cfg.auth.secret_access_key,
-                "aws_session_token": cfg.auth.session_token,
-            }
-        return boto3.client("sqs", region_name=cfg.region, endpoint_url=cfg.endpoint_url, **keys)
 
     def write(self, data: pads.Dataset, batch_id: int) -> WriteResult:
         cfg = self.config
@@ -68,7 +70,7 @@ class SqsSink(LoggedSink[SqsSinkConfig]):
         record, rows, progress = begun
         todo = [(mid, p, *fields[p]) for mid, p in rows if mid not in progress.sent]
         started = time.perf_counter()
-        client = self.client()
+        client = sqs_client(cfg)
         half = len(todo) // 2
         for at in range(0, len(todo), cfg.batch_size):
             self._send(client, todo[at : at + cfg.batch_size], progress)

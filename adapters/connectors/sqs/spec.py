@@ -1,13 +1,13 @@
-"""The sqs connector's compile half: its `config:` spec and registry entry (read by compile without
+"""The sqs connectors' compile half: their `config:` specs and registry entries (read by compile without
 Spark or boto3; the runtime half is beside it in this package)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from rivc.compiler.connector import RUNTIME, ConnectorInfo, SinkConfig
+from rivc.compiler.connector import RUNTIME, ConnectorInfo, SinkConfig, _with_metadata
 from rivc.compiler.importers import aliases
 from rivc.compiler.loading.secrets import SecretStr
 from rivc.compiler.loading.specbase import Spec
@@ -22,25 +22,43 @@ class SqsAuth(Spec):
     session_token: SecretStr | None = None
 
 
-class SqsSinkConfig(Carries, SinkConfig):
-    """Rows as messages to an SQS queue with SendMessageBatch: each with its row's id, the same on
-    every rerun (the `rivc_id` attribute; a FIFO queue's deduplication id), and exactly once on a
-    FIFO queue within SQS's deduplication window (docs/sinks.md)."""
+class SqsQueue(Spec):
+    """An SQS queue and how to reach it."""
 
     queue_url: str = Field(pattern=r"^https?://[^\s/]+/\S+$")  # .../<account>/<queue>[.fifo]
     region: str = "us-east-1"
     endpoint_url: str | None = Field(None, pattern=r"^https?://")  # a local SQS (moto, LocalStack)
+    auth: SqsAuth | None = None
+
+    @property
+    def fifo(self) -> bool:
+        return self.queue_url.endswith(".fifo")
+
+
+class SqsSourceConfig(Carries, SqsQueue):
+    """An SQS queue read by rivc: each message spooled under .rivc/spool/ as it is received and
+    deleted from the queue once the sink committed the batch that holds it (docs/streaming.md)."""
+
+    # how long a received message stays invisible to other consumers; a message seen again
+    # (the time ran out) is recognised by its id and not spooled twice
+    visibility_timeout_s: int = Field(300, ge=1, le=43_200)
+    wait_time_s: int = Field(1, ge=0, le=20)  # long polling, per ReceiveMessage
+    max_messages_per_trigger: int = Field(10_000, gt=0)
+    metadata_columns: bool = False  # adds sqs_message_id, sqs_sent_at, sqs_group_id, ...
+    stream: Literal[True] = True
+
+
+class SqsSinkConfig(Carries, SqsQueue, SinkConfig):
+    """Rows as messages to an SQS queue with SendMessageBatch: each with its row's id, the same on
+    every rerun (the `rivc_id` attribute; a FIFO queue's deduplication id), and exactly once on a
+    FIFO queue within SQS's deduplication window (docs/sinks.md)."""
+
     batch_size: int = Field(10, ge=1, le=10)  # messages per SendMessageBatch request
     message_group_id: str | None = Field(None, min_length=1, max_length=128)  # FIFO: one group
     message_group_id_field: str | None = Field(None, min_length=1)  # FIFO: a column's value
     deduplication_id_field: str | None = Field(None, min_length=1)  # FIFO: default the row's id
     delay_seconds: int = Field(0, ge=0, le=900)
     max_attempts: int = Field(5, ge=1)  # per message that SQS failed on its side
-    auth: SqsAuth | None = None
-
-    @property
-    def fifo(self) -> bool:
-        return self.queue_url.endswith(".fifo")
 
     @model_validator(mode="after")
     def _queue_kind(self) -> SqsSinkConfig:
@@ -78,7 +96,25 @@ def _dataset(config: Any) -> str | None:
     return str(config.get("queue_url")) if config.get("queue_url") else None
 
 
+SQS_METADATA = {
+    "sqs_message_id": "string",
+    "sqs_sent_at": "timestamp",
+    "sqs_group_id": "string",
+    "sqs_receive_count": "int",
+}
+
+
 ENTRIES = (
+    ConnectorInfo(
+        "sqs",
+        "source",
+        "stream",
+        SqsSourceConfig,
+        "an Amazon SQS queue; messages deleted after the sink's commit; streaming",
+        f"{RUNTIME}.sqs.source:read",
+        columns=_with_metadata(SQS_METADATA),
+        single_consumer=True,
+    ),
     ConnectorInfo(
         "sqs",
         "sink",
