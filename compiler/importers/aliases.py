@@ -206,6 +206,46 @@ def iceberg_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _lakehouse(out, refusals)
 
 
+def files_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    """Rivven's format blocks: csv's include_header and quote_char, the parquet block's codec
+    and row group, the avro block's codec and names are rivc's keys; an Avro file has no
+    Confluent wire format (a message's payload has: docs/streaming.md)."""
+    for block, renames in (
+        ("csv", {"include_header": "header", "quote_char": "quote"}),
+        ("parquet", {"compression": "compression", "row_group_size": "row_group_size"}),
+        ("avro", {"compression": "compression", "namespace": "avro_namespace",
+                  "record_name": "avro_record_name"}),
+    ):  # fmt: skip
+        inner = out.get(block)
+        if not isinstance(inner, dict):
+            continue
+        inner = dict(inner)
+        for old, new in renames.items():
+            if old not in inner:
+                continue
+            value = inner.pop(old)
+            target = inner if block == "csv" else out
+            if new in target:
+                refusals.append(
+                    ((block, old), f"{block}.{old} is rivc's {new}, given too: keep one")
+                )
+            else:
+                target[new] = value
+        if block == "avro":
+            for key in ("wire_format", "schema_id", "schema"):
+                if key in inner:
+                    inner.pop(key)
+                    refusals.append(
+                        ((block, key), f"avro.{key}: an Avro file's schema is its columns'; "
+                         "Confluent's wire format is a message payload's (docs/streaming.md)")
+                    )  # fmt: skip
+            for key in list(inner):
+                refusals.append(((block, key), f"unknown key 'avro.{key}'"))
+            out.pop(block)
+        else:
+            out[block] = inner
+
+
 def sqs_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
     """Rivven's sqs-sink: its keys are rivc's; batching by time is a run's, and its metadata
     attributes are always sent (rivc_id)."""

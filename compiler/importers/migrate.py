@@ -181,7 +181,7 @@ def _files_sink(source: str, export: dict[str, Any]) -> tuple[dict[str, Any], li
 
 
 _WHY = {
-    "url_file": "rivc reads a URL from `url` or the variable `url_env`; put the file's text in one",
+    "url_file": 'a file\'s URL is `url: "${file:PATH}"` in profiles.yml (docs/project.md)',
 }
 
 

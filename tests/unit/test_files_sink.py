@@ -203,3 +203,103 @@ def test_adopt_links_parquet_files_of_the_same_codec(tmp_path):
     assert sink(tmp_path, path="o2", format="parquet", compression="zstd").adopt(staged, 0) is None
     assert sink(tmp_path, path="o3", format="parquet", max_file_size="1MB").adopt(staged, 0) is None
     assert sink(tmp_path, path="o4", format="csv").adopt(staged, 0) is None
+
+
+def only_file(tmp_path: Path) -> Path:
+    (name,) = files(tmp_path)
+    return tmp_path / "out" / name
+
+
+@pytest.mark.parametrize("quote", ['"', "'"])  # Arrow's writer, and the csv module's
+def test_csv_options_as_rivven_names_them(tmp_path, quote):
+    """include_header, quote_char, always_quote, line_ending and columns, read back with
+    Python's csv module."""
+    import csv
+    import io
+
+    from rivc.compiler.importers.aliases import files_sink
+
+    given = {
+        "format": "csv",
+        "csv": {
+            "include_header": False,
+            "quote_char": quote,
+            "always_quote": True,
+            "line_ending": "crlf",
+            "columns": ["note", "id"],
+            "null_value": "NULL",
+        },
+    }
+    refusals: list[object] = []
+    files_sink(given, refusals)
+    assert refusals == []
+    sink(tmp_path, **given).write(data(), 1)
+    raw = only_file(tmp_path).read_bytes()
+    assert raw.count(b"\r\n") == len(ROWS) and b"\n" not in raw.replace(b"\r\n", b"")
+    got = list(csv.reader(io.StringIO(raw.decode(), newline=""), quotechar=quote))
+    assert got == [
+        ["NULL" if r["note"] is None else r["note"], str(r["id"])] for r in ROWS
+    ]  # no header, the named columns in their order
+    quoted = raw.decode().split("\r\n")[0]
+    inner = 'say "hi", 0'.replace(quote, quote * 2)
+    assert quoted == f"{quote}{inner}{quote},{quote}0{quote}"  # every value quoted
+
+
+@pytest.mark.parametrize(
+    ("compression", "level", "suffix", "decompress"),
+    [
+        ("snappy", None, ".snappy", "snappy"),
+        ("lz4", None, ".lz4", "lz4"),
+        ("gzip", 1, ".gz", "gzip"),
+        ("zstd", 19, ".zst", "zstd"),
+    ],
+)
+def test_text_compression_and_levels(tmp_path, compression, level, suffix, decompress):
+    import cramjam
+
+    sink(tmp_path, format="jsonl", compression=compression, compression_level=level).write(
+        data(), 2
+    )
+    path = only_file(tmp_path)
+    assert path.name.endswith(".jsonl" + suffix)
+    text = bytes(getattr(cramjam, decompress).decompress(path.read_bytes())).decode()
+    assert [json.loads(line)["id"] for line in text.splitlines()] == [r["id"] for r in ROWS]
+
+
+def test_parquet_and_avro_blocks_as_rivven_names_them(tmp_path):
+    import fastavro
+    import pyarrow.parquet as pq
+
+    from rivc.compiler.importers.aliases import files_sink
+
+    given = {
+        "format": "parquet",
+        "parquet": {"compression": "zstd", "row_group_size": 2, "enable_statistics": False,
+                    "data_page_size": 4096},
+        "compression_level": 9,
+    }  # fmt: skip
+    files_sink(given, [])
+    sink(tmp_path / "pq", **given).write(data(), 1)
+    meta = pq.ParquetFile(only_file(tmp_path / "pq")).metadata
+    assert meta.num_row_groups == 3
+    column = meta.row_group(0).column(0)
+    assert column.compression == "ZSTD" and not column.is_stats_set
+
+    given = {"format": "avro", "avro": {"compression": "deflate", "namespace": "shop",
+             "record_name": "Order"}, "compression_level": 9}  # fmt: skip
+    files_sink(given, [])
+    sink(tmp_path / "av", **given).write(data(), 1)
+    with only_file(tmp_path / "av").open("rb") as fh:
+        reader = fastavro.reader(fh)
+        assert reader.codec == "deflate" and reader.writer_schema["name"] == "shop.Order"
+        assert [r["id"] for r in reader] == [r["id"] for r in ROWS]
+
+    refusals: list[tuple[object, str]] = []
+    files_sink({"format": "avro", "avro": {"wire_format": True, "schema_id": 3}}, refusals)
+    assert [k for k, _ in refusals] == [("avro", "wire_format"), ("avro", "schema_id")]
+    with pytest.raises(ValueError, match="compression_level is for compression"):
+        FilesSinkConfig.model_validate(
+            {"path": "o", "compression": "snappy", "compression_level": 3}
+        )
+    with pytest.raises(ValueError, match="csv files take compression gzip, zstd, snappy, lz4"):
+        FilesSinkConfig.model_validate({"path": "o", "format": "csv", "compression": "brotli"})

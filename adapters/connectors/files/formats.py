@@ -33,7 +33,13 @@ def open_writer(out: Any, config: FilesSinkConfig, schema: Any, record_name: str
     return _TextFile(out, config, schema)
 
 
-AVRO_CODECS = {None: "null", "none": "null", "snappy": "snappy", "zstd": "zstandard"}
+AVRO_CODECS = {
+    None: "null",
+    "none": "null",
+    "snappy": "snappy",
+    "zstd": "zstandard",
+    "deflate": "deflate",
+}
 
 
 def avro_schema(schema: Any, name: str, namespace: str) -> dict[str, Any]:
@@ -93,7 +99,12 @@ class _AvroFile:
 
         self.fh = out
         parsed = fastavro.parse_schema(avro_schema(schema, name, config.avro_namespace))
-        self.out = Writer(self.fh, parsed, codec=AVRO_CODECS[config.compression])
+        self.out = Writer(
+            self.fh,
+            parsed,
+            codec=AVRO_CODECS[config.compression],
+            compression_level=config.compression_level,
+        )
 
     def write(self, batch: Any) -> None:
         if batch is not None:
@@ -114,7 +125,16 @@ class _ParquetFile:
         import pyarrow.parquet as pq
 
         self.raw, self.row_group = out, config.row_group_size
-        self.out = pq.ParquetWriter(out, schema, compression=config.compression or "snappy")
+        options = config.parquet
+        self.out = pq.ParquetWriter(
+            out,
+            schema,
+            compression=config.compression or "snappy",
+            compression_level=config.compression_level,
+            write_statistics=options.enable_statistics,
+            data_page_size=options.data_page_size,
+            dictionary_pagesize_limit=options.dictionary_page_size,
+        )
 
     def write(self, batch: Any) -> None:
         if batch is not None:
@@ -135,10 +155,12 @@ class _TextFile:
     def __init__(self, raw: Any, config: FilesSinkConfig, schema: Any) -> None:
         import pyarrow as pa
 
+        self.columns = list(config.csv.columns) if config.format == "csv" else []
+        if self.columns:
+            schema = pa.schema([schema.field(n) for n in self.columns])
         self.config, self.names, self.rows = config, schema.names, 0
-        codec = config.compression if config.compression in ("gzip", "zstd") else None
         self.raw = raw
-        self.out = pa.CompressedOutputStream(raw, codec) if codec else raw
+        self.out = compressed(raw, config.compression, config.compression_level)
         self.arrow: Any = None  # Arrow's CSV writer, when the quote is Arrow's own
         self.nested = [f.name for f in schema if pa.types.is_nested(f.type)]
         # Text has no IEEE floats or raw bytes: NaN/Infinity/-Infinity as words (valid JSON as
@@ -147,22 +169,26 @@ class _TextFile:
         self.binary = [
             f.name for f in schema if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
         ]
-        if config.format == "csv" and config.csv.quote == '"':
+        csv_options = config.csv
+        self.eol = "\r\n" if csv_options.line_ending == "crlf" else "\n"
+        if config.format == "csv" and csv_options.quote == '"':
             import pyarrow.csv as pacsv
 
             as_text = {*self.nested, *self.floats, *self.binary}
             flat = pa.schema(
                 [pa.field(f.name, pa.string()) if f.name in as_text else f for f in schema]
             )
-            if config.csv.header:  # quoted only where needed, as the csv module does
+            if csv_options.header:  # quoted only where needed, as the csv module does
                 self._emit([self.names])
             options = pacsv.WriteOptions(
                 include_header=False,
-                delimiter=config.csv.delimiter,
-                null_string=config.csv.null_value,
+                delimiter=csv_options.delimiter,
+                null_string=csv_options.null_value,
+                quoting_style="all_valid" if csv_options.always_quote else "needed",
+                eol=self.eol,
             )
             self.arrow = pacsv.CSVWriter(self.out, flat, write_options=options)
-        elif config.format == "csv" and config.csv.header:
+        elif config.format == "csv" and csv_options.header:
             self._emit([self.names])
         if config.format == "json":
             self.out.write(b"[")
@@ -170,6 +196,8 @@ class _TextFile:
     def write(self, batch: Any) -> None:
         if batch is None:
             return
+        if self.columns:
+            batch = batch.select(self.columns)
         if self.arrow is not None:  # C++ all the way; nested values become JSON text first
             import pyarrow as pa
 
@@ -225,7 +253,8 @@ class _TextFile:
             buffer,
             delimiter=self.config.csv.delimiter,
             quotechar=self.config.csv.quote,
-            lineterminator="\n",
+            lineterminator=self.eol,
+            quoting=csv.QUOTE_ALL if self.config.csv.always_quote else csv.QUOTE_MINIMAL,
         )
         writer.writerows(rows)
         self.out.write(buffer.getvalue().encode())
@@ -242,6 +271,38 @@ class _TextFile:
 
 
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def compressed(raw: Any, codec: str | None, level: int | None) -> Any:
+    """A text file's stream, compressed whole: Arrow's gzip, zstd and LZ4 (frame) streams, or
+    cramjam's for framed Snappy and for a chosen level."""
+    import pyarrow as pa
+
+    if codec in (None, "none"):
+        return raw
+    if codec in ("gzip", "zstd", "lz4") and level is None:
+        return pa.CompressedOutputStream(raw, codec)
+    return _Framed(raw, codec, level)
+
+
+class _Framed:
+    """What CompressedOutputStream does, for the codecs and levels it lacks."""
+
+    def __init__(self, raw: Any, codec: str, level: int | None) -> None:
+        import cramjam
+
+        module = {"gzip": cramjam.gzip, "zstd": cramjam.zstd, "snappy": cramjam.snappy}[codec]
+        self.raw = raw
+        self.compressor = module.Compressor(level) if level is not None else module.Compressor()
+
+    def write(self, data: bytes) -> int:
+        self.compressor.compress(data)
+        self.raw.write(bytes(self.compressor.flush()))
+        return len(data)
+
+    def close(self) -> None:
+        self.raw.write(bytes(self.compressor.finish()))
+        self.raw.close()
 
 
 def _float_text(values: Any) -> Any:

@@ -30,7 +30,7 @@ EXTENSIONS = {
     "json": ".json",
     "avro": ".avro",
 }
-COMPRESSED = {"gzip": ".gz", "zstd": ".zst"}
+COMPRESSED = {"gzip": ".gz", "zstd": ".zst", "snappy": ".snappy", "lz4": ".lz4"}
 SLICE_ROWS = 1_000  # most rows per write when max_file_size is set
 BINARY = ("parquet", "avro")  # formats that compress inside the file
 

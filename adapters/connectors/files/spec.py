@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rivc.compiler.connector import RUNTIME, ConnectorInfo, SinkConfig, parse_size
+from rivc.compiler.importers import aliases
 from rivc.compiler.loading.secrets import (
     StorageOptions,
 )
@@ -26,9 +27,34 @@ class FilesSourceConfig(Spec):
 
 class CsvOptions(Spec):
     delimiter: str = Field(",", min_length=1, max_length=1)
-    header: bool = True
-    quote: str = Field('"', min_length=1, max_length=1)
+    header: bool = True  # Rivven's include_header
+    quote: str = Field('"', min_length=1, max_length=1)  # Rivven's quote_char
     null_value: str = ""
+    always_quote: bool = False  # every value quoted (a NULL stays null_value, unquoted)
+    line_ending: Literal["lf", "crlf"] = "lf"
+    columns: StrList = ()  # the columns written, in this order (default: all, as they come)
+
+    _tuple = field_validator("columns", mode="before")(_as_tuple)
+
+
+class ParquetOptions(Spec):
+    """Parquet's writer settings beyond the codec and the row group (`compression`,
+    `row_group_size`)."""
+
+    enable_statistics: bool = True  # min/max/null counts in the footer
+    data_page_size: int | None = Field(None, gt=0)  # bytes (Arrow's default: 1 MiB)
+    dictionary_page_size: int | None = Field(None, gt=0)  # bytes before plain encoding
+
+
+TEXT_CODECS = ("gzip", "zstd", "snappy", "lz4")  # a text file compressed whole (.gz, .zst, ...)
+CODECS = {
+    "parquet": ("snappy", "zstd", "gzip", "lz4", "brotli"),
+    "avro": ("snappy", "zstd", "deflate"),
+    "csv": TEXT_CODECS,
+    "jsonl": TEXT_CODECS,
+    "json": TEXT_CODECS,
+}
+LEVELLED = ("gzip", "zstd", "brotli", "deflate")
 
 
 class FilesSinkConfig(SinkConfig):
@@ -36,13 +62,15 @@ class FilesSinkConfig(SinkConfig):
     format: Literal["parquet", "csv", "jsonl", "json", "avro"] = "parquet"
     # append: every batch adds its files; overwrite: a batch's files replace the earlier ones
     mode: Literal["append", "overwrite"] = "append"
-    compression: Literal["snappy", "zstd", "gzip", "lz4", "brotli", "none"] | None = None
+    compression: Literal["snappy", "zstd", "gzip", "lz4", "brotli", "deflate", "none"] | None = None
+    compression_level: int | None = None  # the codec's level (gzip, zstd, brotli, deflate)
     row_group_size: int | None = Field(None, gt=0)
     partitioning: Literal["none", "day", "hour", "columns"] = "none"
     partition_by: StrList = ()
     time_column: str | None = None
     max_file_size: int | str | None = None
     csv: CsvOptions = CsvOptions()
+    parquet: ParquetOptions = ParquetOptions()
     avro_namespace: str = "rivc"
     avro_record_name: str | None = None
     storage_options: StorageOptions = {}
@@ -62,12 +90,25 @@ class FilesSinkConfig(SinkConfig):
             raise ValueError("partitioning columns needs partition_by")
         if self.partition_by and self.partitioning != "columns":
             raise ValueError("partition_by needs partitioning: columns")
-        text = self.format in ("csv", "jsonl", "json")
-        if text and self.compression not in (None, "none", "gzip", "zstd"):
-            raise ValueError(f"{self.format} files take compression gzip, zstd or none")
-        if self.format == "avro" and self.compression not in (None, "none", "snappy", "zstd"):
-            raise ValueError("avro files take compression snappy, zstd or none")
+        codecs = CODECS[self.format]
+        if self.compression not in (None, "none", *codecs):
+            raise ValueError(f"{self.format} files take compression {', '.join(codecs)} or none")
+        if self.compression_level is not None and self.compression not in LEVELLED:
+            raise ValueError(
+                f"compression_level is for compression {', '.join(LEVELLED)}, "
+                f"not {self.compression or 'the default'}"
+            )
+        if self.format != "csv" and self.csv != CsvOptions():
+            raise ValueError("csv: is for format csv")
+        if self.format != "parquet" and self.parquet != ParquetOptions():
+            raise ValueError("parquet: is for format parquet")
         return self
+
+    def input_columns(self) -> dict[str, tuple[str, ...]]:
+        out = super().input_columns()
+        if self.csv.columns:
+            out["csv.columns"] = self.csv.columns
+        return out
 
     def file_format(self) -> str | None:
         return self.format
@@ -89,6 +130,7 @@ ENTRIES = (
         FilesSinkConfig,
         "parquet, csv, jsonl, json or avro files, local or s3://",
         f"{RUNTIME}.files.sink:FilesSink",
+        aliases=aliases.files_sink,
         location=lambda config: config.path,
         holds="files",
     ),
