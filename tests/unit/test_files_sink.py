@@ -303,3 +303,21 @@ def test_parquet_and_avro_blocks_as_rivven_names_them(tmp_path):
         )
     with pytest.raises(ValueError, match="csv files take compression gzip, zstd, snappy, lz4"):
         FilesSinkConfig.model_validate({"path": "o", "format": "csv", "compression": "brotli"})
+
+
+def test_csv_columns_are_checked_at_compile(make_project):
+    from click.testing import CliRunner
+
+    from rivc.adapters.cli import main
+
+    root = make_project(
+        {
+            "models/m.sql": "select 1 as id, 'a' as name\n",
+            "sinks/s.yml": "sinks:\n  - {name: out, from: m, connector: files, config: "
+            "{path: o, format: csv, csv: {columns: [id, nope]}}}\n",
+        }
+    )
+    result = CliRunner().invoke(main, ["compile", "--project-dir", str(root)])
+    assert result.exit_code == 2
+    assert "sinks/s.yml:2:" in result.output
+    assert "csv.columns 'nope' is not a column of 'm' (columns: id, name)" in result.output
