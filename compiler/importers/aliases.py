@@ -246,6 +246,23 @@ def files_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
             out[block] = inner
 
 
+def kafka_source(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    """Rivven's kafka-source: start_offset, and its security block's lower-case protocol and
+    SCRAM_SHA_256-style mechanism."""
+    _rename(out, refusals, "start_offset", "starting_offsets")
+    sec = out.get("security")
+    if isinstance(sec, dict):
+        sec = dict(sec)
+        if "mechanism" in sec and "sasl_mechanism" not in sec:
+            sec["sasl_mechanism"] = sec.pop("mechanism")
+        for key in ("protocol", "sasl_mechanism"):
+            if isinstance(sec.get(key), str):
+                sec[key] = sec[key].upper()
+        if isinstance(sec.get("sasl_mechanism"), str):
+            sec["sasl_mechanism"] = sec["sasl_mechanism"].replace("_", "-")
+        out["security"] = sec
+
+
 def sqs_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
     """Rivven's sqs-sink: its keys are rivc's; batching by time is a run's, and its metadata
     attributes are always sent (rivc_id)."""

@@ -6,6 +6,7 @@ It is not bundled with pyspark, so a missing jar becomes one clear error naming 
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -14,7 +15,7 @@ from rivc.compiler.errors import ConnectorError
 from ...plane.base import SourceContext
 from ...util.errortext import missing_data_source
 from ..payloads import decode
-from .spec import KafkaSourceConfig
+from .spec import KafkaSecurity, KafkaSourceConfig
 
 JARS_HINT = (
     "the kafka source needs Spark's Kafka connector on the classpath: add the jars "
@@ -25,13 +26,63 @@ JARS_HINT = (
 )
 
 
+def _secret(value: str | None, env: str | None) -> str:
+    return value or (os.environ.get(env, "") if env else "")
+
+
+def _sasl(sec: KafkaSecurity) -> dict[str, str]:
+    """The JAAS login and the settings of a SASL mechanism (secrets read from the environment
+    here, where the config names a variable)."""
+    if sec.sasl_mechanism == "OAUTHBEARER":
+        assert sec.oauth is not None
+        o = sec.oauth
+        scope = f' scope="{o.scope}"' if o.scope else ""
+        secret = _secret(o.client_secret, o.client_secret_env)
+        return {
+            "kafka.sasl.oauthbearer.token.endpoint.url": o.token_endpoint_url,
+            "kafka.sasl.login.callback.handler.class": OAUTH_HANDLER,
+            "kafka.sasl.jaas.config": f"{OAUTH_MODULE} required "
+            f'clientId="{o.client_id}" clientSecret="{secret}"{scope};',
+        }
+    if sec.sasl_mechanism == "GSSAPI":
+        assert sec.kerberos is not None
+        k = sec.kerberos
+        return {
+            "kafka.sasl.kerberos.service.name": k.service_name,
+            "kafka.sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required "
+            f'useKeyTab=true storeKey=true keyTab="{k.keytab}" principal="{k.principal}";',
+        }
+    module = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule"
+        if sec.sasl_mechanism == "PLAIN"
+        else "org.apache.kafka.common.security.scram.ScramLoginModule"
+    )
+    password = _secret(sec.password, sec.password_env)
+    return {
+        "kafka.sasl.jaas.config": f'{module} required username="{sec.username}" '
+        f'password="{password}";'
+    }
+
+
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+OAUTH_HANDLER = (
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler"
+)
+
+
 def options(cfg: KafkaSourceConfig) -> dict[str, str]:
     """Spark Kafka source options for `cfg` (the password is read from the environment)."""
+    start = cfg.starting_offsets
     out = {
         "kafka.bootstrap.servers": ",".join(cfg.brokers),
-        "startingOffsets": cfg.starting_offsets,
+        "startingOffsets": start if isinstance(start, str) else json.dumps(start),
         "failOnDataLoss": str(cfg.fail_on_data_loss).lower(),
     }
+    if cfg.starting_timestamp is not None:
+        del out["startingOffsets"]
+        out["startingTimestamp"] = str(cfg.starting_timestamp)
+    if cfg.consumer_group:
+        out["kafka.group.id"] = cfg.consumer_group
     if cfg.topic:
         out["subscribe"] = cfg.topic
     elif cfg.topics:
@@ -43,16 +94,8 @@ def options(cfg: KafkaSourceConfig) -> dict[str, str]:
     sec = cfg.security
     out["kafka.security.protocol"] = sec.protocol
     if sec.sasl_mechanism:
-        password = sec.password or (os.environ.get(sec.password_env) if sec.password_env else "")
-        module = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule"
-            if sec.sasl_mechanism == "PLAIN"
-            else "org.apache.kafka.common.security.scram.ScramLoginModule"
-        )
         out["kafka.sasl.mechanism"] = sec.sasl_mechanism
-        out["kafka.sasl.jaas.config"] = (
-            f'{module} required username="{sec.username}" password="{password or ""}";'
-        )
+        out.update(_sasl(sec))
     out.update({k if k.startswith("kafka.") else f"kafka.{k}": v for k, v in cfg.options.items()})
     return out
 

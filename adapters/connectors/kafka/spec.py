@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rivc.compiler.connector import RUNTIME, ConnectorInfo, _with_metadata
+from rivc.compiler.importers import aliases
 from rivc.compiler.loading.secrets import (
     SecretEnv,
     SecretStr,
@@ -36,17 +37,48 @@ KafkaOptions = Annotated[
 ]
 
 
+class KafkaOAuth(Spec):
+    """SASL/OAUTHBEARER with the client credentials grant (KIP-768): the client gets its token
+    from the identity provider's token endpoint."""
+
+    token_endpoint_url: str = Field(pattern=r"^https?://")
+    client_id: str
+    client_secret: SecretStr | None = None
+    client_secret_env: SecretEnv | None = None
+    scope: str | None = None
+
+
+class KafkaKerberos(Spec):
+    """SASL/GSSAPI: a principal and its keytab on every machine that reads."""
+
+    principal: str
+    keytab: str
+    service_name: str = "kafka"
+
+
 class KafkaSecurity(Spec):
     protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_mechanism: (
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"] | None
+    ) = None
     username: str | None = None
     password: SecretStr | None = None
     password_env: SecretEnv | None = None
+    oauth: KafkaOAuth | None = None  # OAUTHBEARER
+    kerberos: KafkaKerberos | None = None  # GSSAPI
 
     @model_validator(mode="after")
     def _sasl(self) -> KafkaSecurity:
-        if self.protocol.startswith("SASL") and not (self.sasl_mechanism and self.username):
-            raise ValueError(f"protocol {self.protocol} needs sasl_mechanism and username")
+        mechanism = self.sasl_mechanism
+        if self.protocol.startswith("SASL") and not mechanism:
+            raise ValueError(f"protocol {self.protocol} needs sasl_mechanism")
+        if mechanism and not self.protocol.startswith("SASL"):
+            raise ValueError("sasl_mechanism needs protocol SASL_SSL or SASL_PLAINTEXT")
+        needs = {"OAUTHBEARER": ("oauth", self.oauth), "GSSAPI": ("kerberos", self.kerberos)}
+        if mechanism in needs and needs[mechanism][1] is None:
+            raise ValueError(f"sasl_mechanism {mechanism} needs {needs[mechanism][0]}")
+        if mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and not self.username:
+            raise ValueError(f"sasl_mechanism {mechanism} needs username")
         return self
 
 
@@ -57,7 +89,11 @@ class KafkaSourceConfig(Carries):
     topic: str | None = None
     topics: StrList = ()
     pattern: str | None = None
-    starting_offsets: Literal["earliest", "latest"] = "latest"
+    # earliest, latest, or an offset per partition: {topic: {partition: offset}} (-2 earliest,
+    # -1 latest, as Spark's startingOffsets); where a new stream (no checkpoint) starts
+    starting_offsets: Literal["earliest", "latest"] | dict[str, dict[str, int]] = "latest"
+    starting_timestamp: int | None = Field(None, ge=0)  # ms: the first offset at or after it
+    consumer_group: str | None = Field(None, min_length=1)  # kafka.group.id (ACLs, quotas)
     max_offsets_per_trigger: int | None = Field(None, gt=0)
     fail_on_data_loss: bool = True
     metadata_columns: bool = False  # adds kafka_key, kafka_topic, kafka_partition, ...
@@ -79,6 +115,8 @@ class KafkaSourceConfig(Carries):
     def _one_subscription(self) -> KafkaSourceConfig:
         if sum(bool(x) for x in (self.topic, self.topics, self.pattern)) != 1:
             raise ValueError("set exactly one of topic, topics or pattern")
+        if self.starting_timestamp is not None and self.starting_offsets != "latest":
+            raise ValueError("give starting_offsets or starting_timestamp, not both")
         if self.pattern:
             try:
                 re.compile(self.pattern)
@@ -105,5 +143,6 @@ ENTRIES = (
         "Kafka topics (JSON values) through Spark's Kafka connector; streaming",
         f"{RUNTIME}.kafka.source:read",
         columns=_with_metadata(KAFKA_METADATA),
+        aliases=aliases.kafka_source,
     ),
 )
