@@ -553,7 +553,7 @@ def test_validate_counts_each_window_again_in_the_database(spark, tmp_path, kind
     does; a difference is an error that lands nothing."""
     from rivc.adapters.connectors.database.engine import Conn, connection
     from rivc.adapters.connectors.database.windows import Cursor, encode, plan_window
-    from rivc.adapters.ingest.extract import count_window, validation_error
+    from rivc.adapters.ingest.extract import count_chunks, count_window, validation_error
     from rivc.compiler.loading.project import load_project
 
     with database(kind) as db:
@@ -562,12 +562,14 @@ def test_validate_counts_each_window_again_in_the_database(spark, tmp_path, kind
         tables = """
 - {name: inc, table: ev, mode: incremental, cursor_column: at, unique_key: id}
 - {name: whole, query: "SELECT id, at FROM ev WHERE id > 50", mode: full}
+- {name: parts, table: ev, mode: chunked, chunk_column: id, chunk_size: 60, parallel: 2}
 """
         root = project(tmp_path, db, tables, {})
         done = rivc(root, "run", "--validate")
         assert done.exit_code == 0, done.output
         assert "validated: the database holds the same 200 rows" in done.output, done.output
         assert "validated: the database holds the same 150 rows" in done.output
+        assert "validated: each chunk group held the rows it read (200 in all)" in done.output
         # rows at the boundary value (at = 20: id 200) and past it
         db.executemany("INSERT INTO ev VALUES (%s, %s)", [(201, 20), (202, 21)])
         again = rivc(root, "run", "--validate", "--select", "source:src.inc")
@@ -584,3 +586,10 @@ def test_validate_counts_each_window_again_in_the_database(spark, tmp_path, kind
         assert count_window(conn, "SELECT * FROM ev", window) == 2
         assert count_window(conn, "SELECT * FROM ev", first) == 202
         assert "holds 3 rows in this window, 2 were read" in validation_error(3, 2)
+        parts = project_.sources["src.parts"].table
+        with connection(conn) as c:
+            chunks = plan_window(c, kind, "SELECT * FROM ev", parts, None).chunks or []
+        assert len(chunks) == 4  # ids 1..202 in chunks of 60
+        counted = [count_chunks(conn, "SELECT * FROM ev", [p]) for _, p in chunks]
+        assert counted == [60, 60, 60, 22]
+        assert count_chunks(conn, "SELECT * FROM ev", [p for _, p in chunks[:2]]) == 120
