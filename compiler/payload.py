@@ -111,3 +111,10 @@ class Carries(Spec):
     """A message connector's config: the format of its messages' payloads."""
 
     payload: Payload = Payload()
+
+
+class MessageSource(Carries):
+    """A message source's config: its payloads, and whether each row gets the message's own
+    columns (topic, sequence, id, time: the connector's entry names them)."""
+
+    metadata_columns: bool = False

@@ -16,13 +16,13 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rivc.compiler.errors import ConnectorError
-from rivc.compiler.payload import Payload
+from rivc.compiler.payload import MessageSource, Payload
 from rivc.compiler.sql import literal, quote
 
-from ..plane.base import JSON_OPTIONS
+from ..plane.base import JSON_OPTIONS, SourceContext
 from .files.formats import json_objects
 
 if TYPE_CHECKING:
@@ -38,6 +38,19 @@ CONTENT_TYPES = {
     "avro": "application/avro",
     "protobuf": "application/x-protobuf",
 }
+
+
+M = TypeVar("M", bound=MessageSource)
+
+
+def decode_stream(
+    raw: DataFrame, ctx: SourceContext[M], metadata: Mapping[str, str], place: str
+) -> DataFrame:
+    """A message source's stream as its table's columns: `metadata` (its columns -> their SQL
+    expressions over `raw`) added when the table asks for them."""
+    cfg = ctx.config
+    extra = metadata if cfg.metadata_columns else None
+    return decode(raw, cfg.payload, ctx.root, ctx.name, ctx.columns, extra, place)
 
 
 def decode(

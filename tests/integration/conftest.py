@@ -200,3 +200,32 @@ def _mariadb(server_id: int) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             server.kill()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def stream() -> Iterator[str]:
+    """A JetStream stream name of this test's; the stream and its sinks' commit keys removed
+    after (tests/rivc_nats.py)."""
+    import secrets
+
+    from rivc_nats import drop_stream
+
+    name = f"RIVC_TEST_{secrets.token_hex(4).upper()}"
+    yield name
+    drop_stream(name)
+
+
+@pytest.fixture
+def queue() -> Iterator[str]:
+    """A RabbitMQ queue name of this test's, deleted after."""
+    import secrets
+
+    import pika
+
+    name = f"rivc_test_{secrets.token_hex(4)}"
+    yield name
+    conn = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:5672/%2F"))
+    try:
+        conn.channel().queue_delete(name)
+    finally:
+        conn.close()

@@ -9,12 +9,10 @@ from __future__ import annotations
 import base64
 import json
 import math
-import secrets
 import shutil
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import date
 from decimal import Decimal
 from typing import Any
@@ -22,19 +20,11 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database, project
-from rivc_nats import URL, create_stream, drop_stream, js, messages
+from rivc_nats import URL, create_stream, js, messages
 
 from rivc_testing import rivc, run_rivc, write_files
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def stream() -> Iterator[str]:
-    """A stream name of this test's; the stream and its sinks' commit keys removed after."""
-    name = f"RIVC_TEST_{secrets.token_hex(4).upper()}"
-    yield name
-    drop_stream(name)
 
 
 def expected(value: Any) -> Any:

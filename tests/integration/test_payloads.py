@@ -9,46 +9,25 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
-import pika
 import pytest
 from deltalake import DeltaTable
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from rivc_nats import URL as NATS
-from rivc_nats import create_stream, drop_stream, js
+from rivc_nats import create_stream, js
 
 from rivc_testing import rivc, write_files
 
 pytestmark = pytest.mark.integration
 
 AMQP = "amqp://guest@127.0.0.1:5672/%2F"
-
-
-@pytest.fixture
-def stream() -> Iterator[str]:
-    name = f"RIVC_TEST_{secrets.token_hex(4).upper()}"
-    yield name
-    drop_stream(name)
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    name = f"rivc_test_{secrets.token_hex(4)}"
-    yield name
-    conn = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:5672/%2F"))
-    try:
-        conn.channel().queue_delete(name)
-    finally:
-        conn.close()
 
 
 def table(root: Path, rel: str) -> list[dict[str, Any]]:

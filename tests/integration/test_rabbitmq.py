@@ -6,12 +6,10 @@ own queues and deletes them."""
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import signal
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -36,17 +34,6 @@ def drain(queue: str) -> list[tuple[str, Any]]:
                 return out
             assert props.content_type == "application/json" and props.delivery_mode == 2
             out.append((props.message_id, json.loads(body)))
-    finally:
-        conn.close()
-
-
-@pytest.fixture
-def queue() -> Iterator[str]:
-    name = f"rivc_test_{secrets.token_hex(4)}"
-    yield name
-    conn = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@127.0.0.1:5672/%2F"))
-    try:
-        conn.channel().queue_delete(name)
     finally:
         conn.close()
 

@@ -14,7 +14,7 @@ from rivc.compiler.errors import ConnectorError
 
 from ...plane.base import SourceContext
 from ...util.errortext import missing_data_source
-from ..payloads import decode
+from ..payloads import decode_stream
 from .spec import KafkaSecurity, KafkaSourceConfig
 
 JARS_HINT = (
@@ -121,12 +121,9 @@ def read(spark: Any, ctx: SourceContext[KafkaSourceConfig]) -> Any:
         "kafka_offset": "offset",
         "kafka_timestamp": "timestamp",
     }
-    return decode(
+    return decode_stream(
         raw.withColumnRenamed("value", "payload"),
-        cfg.payload,
-        ctx.root,
-        ctx.name,
-        ctx.columns,
-        metadata if cfg.metadata_columns else None,
+        ctx,
+        metadata,
         "concat('topic ', topic, ' partition ', partition, ' offset ', offset)",
     )

@@ -16,7 +16,7 @@ from rivc.compiler.loading.secrets import (
     secret_keys,
 )
 from rivc.compiler.loading.specbase import Spec, StrList, _as_tuple
-from rivc.compiler.payload import Carries
+from rivc.compiler.payload import MessageSource
 
 # Kafka's settings that carry credentials (its documentation's), with or without `kafka.`
 _KAFKA_CREDENTIALS = (
@@ -82,7 +82,7 @@ class KafkaSecurity(Spec):
         return self
 
 
-class KafkaSourceConfig(Carries):
+class KafkaSourceConfig(MessageSource):
     """Spark's own Kafka source; values are JSON parsed into the declared columns."""
 
     brokers: StrList = Field(min_length=1)  # host:port
@@ -96,7 +96,6 @@ class KafkaSourceConfig(Carries):
     consumer_group: str | None = Field(None, min_length=1)  # kafka.group.id (ACLs, quotas)
     max_offsets_per_trigger: int | None = Field(None, gt=0)
     fail_on_data_loss: bool = True
-    metadata_columns: bool = False  # adds kafka_key, kafka_topic, kafka_partition, ...
     security: KafkaSecurity = KafkaSecurity()
     options: KafkaOptions = {}  # more kafka.* consumer settings
     stream: Literal[True] = True

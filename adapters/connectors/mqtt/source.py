@@ -27,7 +27,7 @@ from rivc.compiler.loading.locate import STATE_DIR
 from rivc.compiler.loading.secrets import with_secrets
 
 from ...plane.base import SourceContext, register_data_source
-from ..payloads import decode
+from ..payloads import decode_stream
 from ..spool import Spool, unspooled
 from .spec import MqttSourceConfig
 
@@ -237,15 +237,7 @@ def read(spark: Any, ctx: SourceContext[MqttSourceConfig]) -> Any:
         .load()
     )
     metadata = {"mqtt_topic": "topic", "mqtt_qos": "qos", "mqtt_received_at": "received_at"}
-    return decode(
-        raw,
-        cfg.payload,
-        ctx.root,
-        ctx.name,
-        ctx.columns,
-        metadata if cfg.metadata_columns else None,
-        "concat('topic ', topic)",
-    )
+    return decode_stream(raw, ctx, metadata, "concat('topic ', topic)")
 
 
 def probe(cfg: MqttSourceConfig, _root: Path, _storage: Mapping[str, str]) -> tuple[bool, str]:

@@ -16,7 +16,7 @@ from rivc.compiler.loading.secrets import (
     SecretUrl,
 )
 from rivc.compiler.loading.specbase import Spec, StrList, _as_tuple
-from rivc.compiler.payload import Carries
+from rivc.compiler.payload import MessageSource
 
 
 class LastWill(Spec):
@@ -29,7 +29,7 @@ class LastWill(Spec):
     retain: bool = False
 
 
-class MqttSourceConfig(Carries):
+class MqttSourceConfig(MessageSource):
     """An MQTT subscription; JSON payloads are parsed into the table's declared columns."""
 
     url: SecretUrl  # mqtt://host:1883 or mqtts://host:8883
@@ -53,7 +53,6 @@ class MqttSourceConfig(Carries):
     retry_max_ms: int = Field(10_000, gt=0)
     retry_multiplier: float = Field(2.0, ge=1.0)
     last_will: LastWill | None = None
-    metadata_columns: bool = False  # adds mqtt_topic, mqtt_qos, mqtt_received_at
     max_messages_per_trigger: int = Field(10_000, gt=0)
     drain_ms: int = Field(1_000, ge=0)  # available_now: quiet time that ends the catch-up
     stream: Literal[True] = True

@@ -25,7 +25,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.secrets import with_secrets
 
 from ...plane.base import SourceContext, register_data_source
-from ..payloads import decode
+from ..payloads import decode_stream
 from .sink import connect, durable_name, run, server_params, subject_matches
 from .spec import NatsSourceConfig
 
@@ -257,12 +257,4 @@ def read(spark: Any, ctx: SourceContext[NatsSourceConfig]) -> Any:
         .load()
     )
     metadata = {"nats_subject": "subject", "nats_seq": "seq", "nats_time": "time"}
-    return decode(
-        raw,
-        cfg.payload,
-        ctx.root,
-        ctx.name,
-        ctx.columns,
-        metadata if cfg.metadata_columns else None,
-        "concat('subject ', subject, ' seq ', seq)",
-    )
+    return decode_stream(raw, ctx, metadata, "concat('subject ', subject, ' seq ', seq)")

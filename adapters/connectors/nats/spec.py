@@ -15,7 +15,7 @@ from rivc.compiler.loading.secrets import (
     SecretUrl,
 )
 from rivc.compiler.loading.specbase import Spec, StrList, _as_tuple
-from rivc.compiler.payload import Carries
+from rivc.compiler.payload import Carries, MessageSource
 
 
 class NatsServer(Spec):
@@ -43,14 +43,13 @@ _SUBJECT = r"^[^.\s*>]+(\.[^.\s*>]+)*$"  # tokens, no wildcards
 _FILTER = r"^[^.\s]+(\.[^.\s]+)*$"  # tokens; * and > allowed
 
 
-class NatsSourceConfig(Carries, NatsServer):
+class NatsSourceConfig(MessageSource, NatsServer):
     """A JetStream stream read by sequence: a stream's messages stay on the server, so a
     failed batch is read again from it; the server's durable consumer follows the commits."""
 
     subjects: StrList = ()  # filters (with * and >); default: every subject of the stream
     durable: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]+$")  # default rivc-<project>-<table>
     start: Literal["first", "new"] = "first"  # where a stream with no checkpoint starts
-    metadata_columns: bool = False  # adds nats_subject, nats_seq, nats_time
     max_messages_per_trigger: int = Field(10_000, gt=0)
 
     _tuple = field_validator("subjects", mode="before")(_as_tuple)

@@ -31,7 +31,7 @@ from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.secrets import with_secrets
 
 from ...plane.base import SourceContext, register_data_source
-from ..payloads import decode
+from ..payloads import decode_stream
 from .sink import url_with_password
 from .spec import RabbitmqSourceConfig
 
@@ -200,12 +200,6 @@ def read(spark: Any, ctx: SourceContext[RabbitmqSourceConfig]) -> Any:
         "rabbitmq_redelivered": "redelivered",
         "rabbitmq_timestamp": "ts",
     }
-    return decode(
-        raw,
-        cfg.payload,
-        ctx.root,
-        ctx.name,
-        ctx.columns,
-        metadata if cfg.metadata_columns else None,
-        "concat('queue message ', coalesce(message_id, '(no id)'))",
+    return decode_stream(
+        raw, ctx, metadata, "concat('queue message ', coalesce(message_id, '(no id)'))"
     )

@@ -12,7 +12,7 @@ from rivc.compiler.loading.secrets import (
     SecretEnv,
     SecretUrl,
 )
-from rivc.compiler.payload import Carries
+from rivc.compiler.payload import Carries, MessageSource
 
 
 class RabbitmqSinkConfig(Carries, SinkConfig):
@@ -27,14 +27,13 @@ class RabbitmqSinkConfig(Carries, SinkConfig):
     max_in_flight: int = Field(1_000, ge=1, le=100_000)  # messages awaiting the broker's confirm
 
 
-class RabbitmqSourceConfig(Carries):
+class RabbitmqSourceConfig(MessageSource):
     """A RabbitMQ queue, consumed by rivc: a message is acknowledged once the sink committed the
     batch that holds it (docs/streaming.md)."""
 
     url: SecretUrl = Field(pattern=r"^amqps?://")  # amqp://user@host:5672/vhost (vhost / is %2F)
     password_env: SecretEnv | None = None
     queue: str = Field(min_length=1)  # an existing queue
-    metadata_columns: bool = False  # adds rabbitmq_routing_key, _message_id, _redelivered, ...
     max_messages_per_trigger: int = Field(10_000, gt=0)
     stream: Literal[True] = True
 

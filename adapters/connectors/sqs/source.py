@@ -32,7 +32,7 @@ from rivc.compiler.loading.locate import STATE_DIR
 from rivc.compiler.loading.secrets import with_secrets
 
 from ...plane.base import SourceContext, register_data_source
-from ..payloads import decode
+from ..payloads import decode_stream
 from ..spool import Spool, spooled, unspooled
 from .sink import sqs_client
 from .spec import SqsSourceConfig
@@ -214,12 +214,4 @@ def read(spark: Any, ctx: SourceContext[SqsSourceConfig]) -> Any:
         "sqs_group_id": "group_id",
         "sqs_receive_count": "receives",
     }
-    return decode(
-        raw,
-        cfg.payload,
-        ctx.root,
-        ctx.name,
-        ctx.columns,
-        metadata if cfg.metadata_columns else None,
-        "concat('message ', message_id)",
-    )
+    return decode_stream(raw, ctx, metadata, "concat('message ', message_id)")

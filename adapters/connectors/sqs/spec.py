@@ -11,7 +11,7 @@ from rivc.compiler.connector import RUNTIME, ConnectorInfo, SinkConfig, _with_me
 from rivc.compiler.importers import aliases
 from rivc.compiler.loading.secrets import SecretStr
 from rivc.compiler.loading.specbase import Spec
-from rivc.compiler.payload import Carries
+from rivc.compiler.payload import Carries, MessageSource
 
 
 class SqsAuth(Spec):
@@ -35,7 +35,7 @@ class SqsQueue(Spec):
         return self.queue_url.endswith(".fifo")
 
 
-class SqsSourceConfig(Carries, SqsQueue):
+class SqsSourceConfig(MessageSource, SqsQueue):
     """An SQS queue read by rivc: each message spooled under .rivc/spool/ as it is received and
     deleted from the queue once the sink committed the batch that holds it (docs/streaming.md)."""
 
@@ -44,7 +44,6 @@ class SqsSourceConfig(Carries, SqsQueue):
     visibility_timeout_s: int = Field(300, ge=1, le=43_200)
     wait_time_s: int = Field(1, ge=0, le=20)  # long polling, per ReceiveMessage
     max_messages_per_trigger: int = Field(10_000, gt=0)
-    metadata_columns: bool = False  # adds sqs_message_id, sqs_sent_at, sqs_group_id, ...
     stream: Literal[True] = True
 
 
