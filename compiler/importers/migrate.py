@@ -129,8 +129,13 @@ def _files_sink(source: str, export: dict[str, Any]) -> tuple[dict[str, Any], li
     config: dict[str, Any] = {"format": fmt}
     if fmt == "parquet":
         config["compression"] = export.get("compression", "zstd")  # Rivet's default
-        if "compression_level" in export:
-            unmapped.append("compression_level: rivc writes each codec at its default level")
+    elif "compression" in export:  # a text file compressed whole
+        config["compression"] = export["compression"]
+    if "compression_level" in export:
+        if config.get("compression") in ("zstd", "gzip"):
+            config["compression_level"] = export["compression_level"]
+        else:
+            unmapped.append("compression_level: rivc takes a level for gzip and zstd files")
     dest = export.get("destination") or {"type": "local", "path": "./output"}
     kind = dest.get("type", "local")
     if kind == "local":

@@ -42,8 +42,8 @@ def test_a_rivet_config_becomes_a_project_that_compiles(tmp_path):
         "url_env": "DATABASE_URL",
     }
     unmapped = [line for line in out.splitlines() if "no equivalent" in line]
+    assert sinks["orders"]["config"]["compression_level"] == 9  # zstd's level, carried
     assert [line.split(": ")[1] for line in unmapped] == [
-        "exports[orders].compression_level",
         "exports[orders].destination.access_key_env",
         "exports[orders].destination.secret_key_env",
         "exports[events].destination.credentials_file",
