@@ -19,6 +19,7 @@ deduplicate by.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,7 +70,10 @@ class SqsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.client: Any = None
         self.spool: Spool | None = None
         self.handles: dict[str, str] = {}  # spooled, not yet deleted: message id -> newest handle
-        self.deleted: set[str] = set()  # deleted by this reader: a late copy is deleted again
+        # deleted by this reader, with when: a late copy (its visibility ran out before the
+        # delete) is deleted again; forgotten after twice the visibility timeout
+        self.deleted: dict[str, float] = {}
+        self.done = 0  # the offset below which this reader has deleted what the spool holds
         self.target: int | None = None  # available_now: the end of this run
 
     def _open(self) -> Spool:
@@ -181,15 +185,20 @@ class SqsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         spool. Spark calls it when it plans the batch after (a run's last batch: on the next
         run's first plan)."""
         spool = self._open()
-        upto = int(end["seq"])
-        first = spool.first_segment()
-        if upto <= first:
+        upto = min(int(end["seq"]), spool.next)
+        start = max(spool.first_segment(), self.done)
+        if upto <= start:
             return
-        done = [r["id"] for r in spool.read(first, min(upto, spool.next))]
+        done = [r["id"] for r in spool.read(start, upto)]
         self._delete([self.handles[m] for m in done if m in self.handles])
+        now = time.monotonic()
         for m in done:
             self.handles.pop(m, None)
-            self.deleted.add(m)
+            self.deleted[m] = now
+        horizon = now - 2 * self.cfg.visibility_timeout_s
+        while self.deleted and next(iter(self.deleted.values())) < horizon:
+            del self.deleted[next(iter(self.deleted))]  # oldest first: insertion order
+        self.done = upto
         spool.commit(upto)
 
     def stop(self) -> None:
