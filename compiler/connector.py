@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
+from rivc.compiler import dbtypes
 from rivc.compiler.importers.aliases import Translator
 from rivc.compiler.loading.specbase import Spec
 
@@ -177,6 +178,9 @@ class ConnectorInfo:
     # what a sink stores values in, for the check of the types it can hold (dbtypes.unwritable):
     # "table" (Delta, Iceberg), "files" (of its config's `format`), None (no typed store)
     holds: Literal["table", "files"] | None = None
+    # a type check of its own target's, beside `holds`: (Spark type) -> why it cannot hold it
+    # exactly, with the fix, or None
+    cannot_hold: Callable[[str], str | None] | None = None
     # the config names users bring from the systems rivc replaces: renamed, or refused with a
     # pointer (compiler/importers/aliases.py)
     aliases: Translator | None = None
@@ -194,6 +198,14 @@ class ConnectorInfo:
     # a stream whose place is held on the broker for one consumer (an MQTT session and spool, a
     # NATS durable consumer): one sink reads it
     single_consumer: bool = False
+
+    def unwritable(self, fmt: str | None, spark_type: str) -> str | None:
+        """Why this sink cannot hold a column of `spark_type` exactly (its files of `fmt`), with
+        the fix; None when it can. Compile asks for the types it knows, the run for the rest."""
+        why = dbtypes.unwritable(self.holds, fmt, spark_type)
+        if why is None and self.cannot_hold is not None:
+            why = self.cannot_hold(spark_type)
+        return why
 
     def key_columns(self, config: Any) -> dict[str, tuple[str, ...]]:
         """Config fields that name input columns, for compile-time checks (a sink's spec says

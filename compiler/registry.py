@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from importlib.metadata import EntryPoint, entry_points
 from typing import Literal
 
+from rivc.adapters.connectors.clickhouse.spec import ENTRIES as CLICKHOUSE
 from rivc.adapters.connectors.datagen.spec import ENTRIES as DATAGEN
 from rivc.adapters.connectors.delta.spec import ENTRIES as DELTA
 from rivc.adapters.connectors.files.spec import ENTRIES as FILES
@@ -45,6 +46,7 @@ from .loading.specbase import Spec
 
 # the built-in connectors' entries, each from its package's spec
 BUILT_IN = (
+    CLICKHOUSE,
     DATAGEN,
     DELTA,
     FILES,

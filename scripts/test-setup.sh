@@ -26,6 +26,12 @@ if [ ! -f /usr/share/java/postgresql.jar ] || [ ! -f /usr/share/java/mariadb-jav
   as_root apt-get install -y -q libpostgresql-jdbc-java libmariadb-java >/dev/null
 fi
 
+# ClickHouse for the clickhouse sink's tests (each starts a server of its own)
+if [ ! -x /usr/sbin/clickhouse-server ]; then
+  as_root apt-get install -y -q clickhouse-server >/dev/null || {
+    as_root apt-get update -q >/dev/null && as_root apt-get install -y -q clickhouse-server >/dev/null; }
+fi
+
 # Azurite, Azure's storage emulator, for the az:// and abfss:// tests (npm's registry)
 tools="${RIVC_TOOLS:-$HOME/.cache/rivc-tools}"
 if ! command -v azurite-blob >/dev/null && [ ! -x "$tools/node_modules/.bin/azurite-blob" ]; then

@@ -161,6 +161,62 @@ def moto_server() -> Iterator[str]:
         server.wait(10)
 
 
+CLICKHOUSE_USERS = """<yandex>
+  <profiles><default></default></profiles>
+  <quotas><default></default></quotas>
+  <users>
+    <default><password></password><networks><ip>127.0.0.1</ip></networks>
+      <profile>default</profile><quota>default</quota></default>
+    <rivc><password>ch-s3cret</password><networks><ip>127.0.0.1</ip></networks>
+      <profile>default</profile><quota>default</quota></rivc>
+  </users>
+</yandex>
+"""
+
+
+@contextmanager
+def clickhouse_server(home: Path) -> Iterator[tuple[str, int]]:
+    """A ClickHouse server of the tests' own (Debian's package, scripts/test-setup.sh) with its
+    data in `home`, its HTTP interface on a free port: users `default` (no password) and `rivc`
+    (password ch-s3cret). Yields (the HTTP URL, the native TCP port) once it answers."""
+    import urllib.request
+
+    http, tcp = free_port(), free_port()
+    (home / "users.xml").write_text(CLICKHOUSE_USERS)
+    (home / "config.xml").write_text(
+        f"""<yandex>
+  <logger><level>warning</level><log>{home}/server.log</log><errorlog>{home}/error.log</errorlog>
+    <console>0</console></logger>
+  <http_port>{http}</http_port><tcp_port>{tcp}</tcp_port><listen_host>127.0.0.1</listen_host>
+  <path>{home}/data/</path><tmp_path>{home}/tmp/</tmp_path>
+  <users_config>{home}/users.xml</users_config>
+  <mark_cache_size>5368709120</mark_cache_size>
+  <default_profile>default</default_profile><default_database>default</default_database>
+</yandex>
+"""
+    )
+    server = subprocess.Popen(
+        ["/usr/sbin/clickhouse-server", f"--config-file={home}/config.xml"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{http}"
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/?query=SELECT%201", timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield url, tcp
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 @contextmanager
 def moto_s3(bucket: str = "lake") -> Iterator[str]:
     """A local S3 endpoint (moto) with `bucket` created; yields its URL."""

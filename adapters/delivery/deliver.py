@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connector import SinkConfig
-from rivc.compiler.dbtypes import unwritable
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.locate import STATE_DIR
 from rivc.compiler.registry import connector
@@ -109,18 +108,13 @@ class BatchWriter:
         known.append(self.sink().last_batch_id())
         return max((k for k in known if k is not None), default=None)
 
-    @property
-    def holds(self) -> str | None:
-        """What the sink stores values in (its registry entry says)."""
-        info = connector("sink", self.connector)
-        return info.holds if info is not None else None
-
     def refuse_unwritable(self, schema: Any) -> None:
         """Compile refuses the column types it knows the sink cannot hold; this, the rest,
         before any write or retry."""
         fmt = self.config.file_format() if isinstance(self.config, SinkConfig) else None
+        info = connector("sink", self.connector)
         for f in schema.fields:
-            why = unwritable(self.holds, fmt, f.dataType.simpleString())
+            why = info.unwritable(fmt, f.dataType.simpleString()) if info else None
             if why is not None:
                 raise ConnectorError(
                     f"{self.nid} cannot hold column {f.name!r}, of type "

@@ -270,6 +270,36 @@ def sqs_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _flag(out, refusals, "include_metadata", True, "rivc sends each row's id as rivc_id always")
 
 
+def clickhouse_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
+    """Rivven's clickhouse sink: its connection, table and retry keys are rivc's; batching by
+    time is a run's, and a row that cannot be written stops the batch."""
+    _refuse(out, refusals, "flush_interval_secs", BATCHING)
+    if out.get("compression") == "lz4":
+        out.pop("compression")
+        refusals.append(
+            (
+                ("compression",),
+                "compression: lz4 is ClickHouse's native framing; over HTTP rivc sends gzip "
+                "(compression: gzip, the default) or none",
+            )
+        )
+    _flag(out, refusals, "validation", True, "rivc checks every column against the table always")
+    _flag(
+        out,
+        refusals,
+        "skip_invalid_rows",
+        False,
+        "a value the table cannot hold exactly stops the batch, named; fix it in the model",
+    )
+    _refuse(
+        out,
+        refusals,
+        "circuit_breaker",
+        "a run stops at the sink's first failure after max_retries; the next run begins the "
+        "batch again",
+    )
+
+
 def webhook_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
     _rename(out, refusals, "timeout_secs", "timeout_s")
     retry = out.pop("retry", None)

@@ -7,7 +7,6 @@ from ..analysis.rules import Finding
 from ..analysis.workers import ModelResult
 from ..connector import SinkConfig, history_of, merge_keys_of
 from ..dag.graph import Node, node_id, ref_id
-from ..dbtypes import unwritable
 from ..emit.manifest import SinkFacts
 from ..errors import (
     GraphError,
@@ -81,7 +80,7 @@ def sink_node(
         check_expectations(spec.quality, columns, sink.where, findings)
         fmt = sink.config.file_format() if isinstance(sink.config, SinkConfig) else None
         for col, kind in columns.items():
-            why = unwritable(sink.connector.holds, fmt, kind) if kind else None
+            why = sink.connector.unwritable(fmt, kind) if kind else None
             if why is not None:
                 findings.append(
                     spec_finding(

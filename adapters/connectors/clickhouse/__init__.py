@@ -1,0 +1,1 @@
+"""ClickHouse: the `clickhouse` sink."""
