@@ -27,6 +27,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.errors import ConnectorError
@@ -205,13 +206,21 @@ class ClickHouseSink(Sink[ClickHouseSinkConfig]):
         if upsert:
             self._refuse_keys(data)
         rows = size = 0
-        for chunk in stream(data, rows=cfg.batch_size):
-            if not chunk.num_rows:
-                continue
-            body = encode(chunk, columns, self._tail(chunk, batch_id))
-            self.server.query(insert, body)
-            rows, size = rows + chunk.num_rows, size + len(body)
-            fault("mid-publish", self.ctx.sink)  # part of the batch inserted
+        # one request in flight while the next is encoded (Arrow's kernels, gzip and the wait
+        # for the server all let go of the GIL)
+        with ThreadPoolExecutor(1, thread_name_prefix="rivc-clickhouse") as sender:
+            pending: Future[str] | None = None
+            for chunk in stream(data, rows=cfg.batch_size):
+                if not chunk.num_rows:
+                    continue
+                body = encode(chunk, columns, self._tail(chunk, batch_id))
+                if pending is not None:
+                    pending.result()
+                    fault("mid-publish", self.ctx.sink)  # part of the batch inserted
+                pending = sender.submit(self.server.query, insert, body)
+                rows, size = rows + chunk.num_rows, size + len(body)
+            if pending is not None:
+                pending.result()
         fault("before-commit", self.ctx.sink)  # every row inserted; the marker not
         self._mark(batch_id)
         return WriteResult(rows=rows, bytes=size, commits=1, commit_s=time.perf_counter() - started)
@@ -246,6 +255,11 @@ class ClickHouseSink(Sink[ClickHouseSinkConfig]):
                     "exactly; cast it in the model"
                 )
             want[f.name] = kind
+        if self.ctx.shared:
+            raise self.refused(
+                "shared: true is not supported by the clickhouse sink: its rows carry batch ids "
+                "of one writer, and a rerun deletes what that writer's markers do not hold"
+            )
         if DELETE_COLUMN in schema.names and cfg.mode != "upsert":
             raise self.refused(
                 "unwrap_cdc's deletes need mode upsert (an appended table cannot remove a row)"
