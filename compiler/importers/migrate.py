@@ -205,7 +205,6 @@ CDC_CONFIG = {
 STREAMS = ("mqtt", "kafka")  # sources whose config compiles as it is; their columns do not
 CONNECTION_KEYS = ("host", "port", "database", "user")
 SSLMODES = ("disable", "prefer", "require", "verify-ca", "verify-full")
-SINKS = ("delta", "iceberg", "webhook", "stdout")  # Rivven's sinks whose config compiles as it is
 
 
 def import_rivven(doc: YamlDoc) -> Imported:
@@ -345,8 +344,10 @@ def _rivven_sink(
 ) -> list[dict[str, Any]]:
     """One rivc sink per source table the sink's topics carry."""
     at = f"sinks.{name}"
+    from ..registry import connector as known  # the registry imports what imports this module
+
     connector = aliases.connector_name(str(sink.get("connector", "")))
-    if connector not in SINKS:
+    if known("sink", connector) is None:
         unmapped.append(f"{at}: connector {sink.get('connector')}: rivc has no such sink")
         return []
     for key in sink:
@@ -365,7 +366,7 @@ def _rivven_sink(
             unmapped.append(f"{at}.topics {t}: no source in this file publishes it")
     out = []
     for source, table in inputs:
-        config = dict(sink.get("config") or {})
+        config = _secrets_from_env(dict(sink.get("config") or {}), known("sink", connector))
         if connector == "webhook":
             config = _headers_from_env(config, f"{at}.config", unmapped)
         one = len(inputs) == 1
@@ -375,6 +376,20 @@ def _rivven_sink(
             config["table"] = f"{config['table']}_{table}"
         spec = {"name": name if one else f"{name}_{table}", "from": source, "connector": connector}
         out.append({**spec, "config": config, **_rate(sink)})
+    return out
+
+
+def _secrets_from_env(config: dict[str, Any], info: Any) -> dict[str, Any]:
+    """A secret given as `${VAR}` under a key whose spec has `<key>_env` (a password) becomes
+    that: the variable's name, read when the sink runs (never written out expanded)."""
+    fields = info.config.model_fields if info is not None else {}
+    out = {}
+    for key, value in config.items():
+        ref = _ENV_REF.match(value) if isinstance(value, str) else None
+        if ref is not None and f"{key}_env" in fields and f"{key}_env" not in config:
+            out[f"{key}_env"] = ref.group(1)
+        else:
+            out[key] = value
     return out
 
 

@@ -21,7 +21,9 @@ from rivc.compiler.importers import aliases
 def test_spec_refusals() -> None:
     with pytest.raises(ValidationError, match="mode upsert needs key_columns"):
         ClickHouseSinkConfig(url="http://h:8123", table="t", mode="upsert")
-    with pytest.raises(ValidationError, match="password or access_token, not both"):
+    with pytest.raises(
+        ValidationError, match="give one of password, password_env and access_token"
+    ):
         ClickHouseSinkConfig(url="http://h:8123", table="t", password="a", access_token="b")
     with pytest.raises(ValidationError):
         ClickHouseSinkConfig(url="http://h:8123", table="t; DROP TABLE x")

@@ -126,6 +126,10 @@ def test_a_rivven_connect_file_becomes_a_project_and_lists_what_it_could_not_car
         "Content-Type": "application/json",
         "X-Api-Key": "literal-key",
     }
+    assert sinks["analytics"]["connector"] == "clickhouse"  # Rivven's config, as it is
+    # ${CLICKHOUSE_PASSWORD}: the variable's name, read when the sink runs, never expanded
+    assert sinks["analytics"]["config"]["password_env"] == "CLICKHOUSE_PASSWORD"
+    assert "password" not in sinks["analytics"]["config"]
     assert sinks["debug"]["from"] == "source:sensors.sensors"
     assert "warehouse" not in sinks
     for line in (

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import os
 import re
 import time
 import urllib.error
@@ -61,12 +62,20 @@ class Server:
     def __init__(self, cfg: ClickHouseSinkConfig) -> None:
         self.cfg = cfg
         self.base = cfg.url.rstrip("/") + "/"
-        self.headers: dict[str, str] = {}
+
+    def authorization(self) -> str:
+        """The Authorization header: the bearer token, or the user and password (Basic)."""
+        cfg = self.cfg
         if cfg.access_token is not None:
-            self.headers["Authorization"] = f"Bearer {cfg.access_token}"
-        else:
-            pair = f"{cfg.username}:{cfg.password or ''}".encode()
-            self.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+            return f"Bearer {cfg.access_token}"
+        password = cfg.password or ""
+        if cfg.password_env:
+            if cfg.password_env not in os.environ:
+                raise ConnectorError(
+                    f"password_env {cfg.password_env} is not set in the environment"
+                )
+            password = os.environ[cfg.password_env]
+        return "Basic " + base64.b64encode(f"{cfg.username}:{password}".encode()).decode()
 
     @property
     def where(self) -> str:
@@ -74,7 +83,7 @@ class Server:
 
     def query(self, sql: str, body: bytes | None = None) -> str:
         """Run `sql` (an INSERT's rows in `body`) and return the answer's text."""
-        headers = dict(self.headers)
+        headers = {"Authorization": self.authorization()}
         if body is None:
             url, data = self.base, sql.encode()
         else:

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rivc.compiler.connector import RUNTIME, ConnectorInfo, SinkConfig
 from rivc.compiler.importers import aliases
-from rivc.compiler.loading.secrets import SecretStr
+from rivc.compiler.loading.secrets import SecretEnv, SecretStr
 from rivc.compiler.loading.specbase import StrList, _as_tuple
 
 _IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
@@ -26,6 +26,7 @@ class ClickHouseSinkConfig(SinkConfig):
     table: str = Field(pattern=_IDENTIFIER)
     username: str = "default"
     password: SecretStr | None = None
+    password_env: SecretEnv | None = None  # the password, from this environment variable
     access_token: SecretStr | None = None  # a bearer token (ClickHouse Cloud), not a password
     mode: Literal["append", "upsert"] = "append"
     # upsert: a ReplacingMergeTree ordered by these, the batch id its version
@@ -46,8 +47,9 @@ class ClickHouseSinkConfig(SinkConfig):
             raise ValueError("mode upsert needs key_columns")
         if self.key_columns and self.mode != "upsert":
             raise ValueError("key_columns is for mode upsert")
-        if self.password is not None and self.access_token is not None:
-            raise ValueError("give password or access_token, not both")
+        given = [k for k in ("password", "password_env", "access_token") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"give one of password, password_env and access_token, not {given}")
         return self
 
     def merge_by(self) -> tuple[str, ...]:
