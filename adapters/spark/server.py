@@ -187,6 +187,33 @@ def start(root: Path, spec: SparkSpec) -> Server:
     return server
 
 
+def warm_up(root: Path, server: Server) -> float:
+    """Load, in the server's JVM and in the runs' shared session, what a first run would
+    otherwise pay for: rivc's Delta merge (lake/deltamerge.py: the statistics probe, the join,
+    the task writer's Python workers) run twice on a table of eight rows, the second time
+    rewriting a file and deleting a key. Returns its seconds (docs/performance.md, "The first
+    merge on a warm server")."""
+    import shutil
+
+    from pyspark.sql import SparkSession
+
+    from ..lake.deltamerge import merge
+    from ..util.storage import Store
+
+    started = time.perf_counter()
+    table = str(home(root) / "warm-up")
+    spark = SparkSession.builder.remote(f"{server.url};session_id={server.session}").getOrCreate()
+    try:
+        store = Store.of(table, {})
+        first = spark.range(8).selectExpr("id", "cast(id AS string) AS v", "false AS _rivc_delete")
+        merge(first, table, store, ("id",))
+        again = spark.range(4, 12).selectExpr("id", "'x' AS v", "id = 4 AS _rivc_delete")
+        merge(again, table, store, ("id",))
+    finally:
+        shutil.rmtree(table, ignore_errors=True)
+    return time.perf_counter() - started
+
+
 def used(root: Path) -> None:
     (home(root) / USED).touch()
 

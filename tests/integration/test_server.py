@@ -84,6 +84,8 @@ def test_the_warm_server_runs_the_project_for_its_token_only(tmp_path: Path) -> 
     )
     started = rivc(root, "server", "start")
     assert started.returncode == 0, started.stdout + started.stderr
+    assert "its Delta merge path loaded in" in started.stdout  # the warm-up ran...
+    assert not (root / ".rivc/server/warm-up").exists()  # ...and left nothing behind
     info_path = root / ".rivc/server/server.json"
     info = json.loads(info_path.read_text())
     try:
