@@ -142,7 +142,8 @@ class _Task:
                         f = open_files[key] = _File.open(
                             fs, root, self._dir(key), part.schema, self.codec
                         )
-                    f.write(part)
+                    # with a target file size, each batch is flushed so the size is known
+                    f.write(part, flush=bool(self.max_bytes))
                     if self.max_bytes and f.stream.tell() >= self.max_bytes:
                         done.append(self._close(open_files.pop(key), key))
             for key in list(open_files):
@@ -189,9 +190,15 @@ class _Task:
         }
 
 
+ROW_GROUP_ROWS = 1 << 20  # Spark's batches (10,000 rows) gathered into row groups of this many
+ROW_GROUP_BYTES = 64 << 20  # ... or of this much Arrow memory, whichever comes first
+
+
 class _File:
     def __init__(self, fs: Any, path: str, rel: str, stream: Any, writer: Any) -> None:
         self.fs, self.path, self.rel, self.stream, self.writer = fs, path, rel, stream, writer
+        self.held: list[pa.Table] = []  # batches not written yet: the next row group
+        self.rows = self.bytes = 0
 
     @classmethod
     def open(cls, fs: Any, root: str, directory: str, schema: pa.Schema, codec: str) -> _File:
@@ -204,10 +211,25 @@ class _File:
         stream = fs.open_output_stream(path, compression=None)
         return cls(fs, path, rel, stream, pq.ParquetWriter(stream, schema, compression=codec))
 
-    def write(self, table: pa.Table) -> None:
-        self.writer.write_table(table)
+    def write(self, table: pa.Table, flush: bool = False) -> None:
+        """Add rows; a row group is written once enough are held (a row group per Spark batch
+        made files of 10,000-row groups, slower to write and to read)."""
+        self.held.append(table)
+        self.rows += table.num_rows
+        self.bytes += table.nbytes
+        if flush or self.rows >= ROW_GROUP_ROWS or self.bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if self.held:
+            whole = pa.concat_tables(self.held)
+            self.writer.write_table(whole, row_group_size=max(whole.num_rows, 1))
+        self.held, self.rows, self.bytes = [], 0, 0
 
     def close(self) -> tuple[int, int, dict[str, Any]]:
+        self._flush()
         self.writer.close()
         meta = self.writer.writer.metadata
         size = self.stream.tell()

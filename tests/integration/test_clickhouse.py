@@ -48,11 +48,12 @@ def read(port: int, sql: str) -> list[list[str | None]]:
     ]
 
 
+def execute(port: int, sql: str) -> None:
+    subprocess.run(["clickhouse-client", "--port", str(port), "-q", sql], check=True)
+
+
 def fresh(port: int, name: str) -> str:
-    subprocess.run(
-        ["clickhouse-client", "--port", str(port), "-q", f"DROP DATABASE IF EXISTS {name}"],
-        check=True,
-    )
+    execute(port, f"DROP DATABASE IF EXISTS {name}")
     return name
 
 
@@ -280,9 +281,9 @@ sinks:
         landed = f"SELECT count() FROM system.parts WHERE database = '{db}' AND table = 't'"
         assert read(port, landed) == [["0"]]  # no part: nothing inserted
         shutil.rmtree(root / ".rivc")
-        read(port, f"DROP TABLE IF EXISTS {db}.t")
+        execute(port, f"DROP TABLE IF EXISTS {db}.t")
     # a table of the user's whose column would not hold the values exactly
-    read(
+    execute(
         port,
         f"CREATE TABLE {db}.t (id Int32, x Nullable(Int16), _rivc_batch Int64) ENGINE = MergeTree ORDER BY id",
     )
@@ -290,6 +291,26 @@ sinks:
     failed = rivc(root, "run")
     assert failed.exit_code == 1
     assert "column 'x' is Nullable(Int16); the batch's values need Int32" in failed.output
+    # a table of the user's with rows and no _rivc_batch: refused with the ALTER that adds it,
+    # after which its rows are kept as they are
+    execute(
+        port, f"CREATE TABLE {db}.u (id Int32, x Nullable(Int32)) ENGINE = MergeTree ORDER BY id"
+    )
+    execute(port, f"INSERT INTO {db}.u VALUES (100, 7)")
+    (root / "sinks/ch.yml").write_text(
+        f'sinks:\n  - {{name: to_ch, from: m, connector: clickhouse, config: {{url: "{url}", '
+        f"database: {db}, table: u}}}}\n"
+    )
+    failed = rivc(root, "run")
+    assert failed.exit_code == 1
+    alter = f"ALTER TABLE {db}.u ADD COLUMN _rivc_batch Int64 DEFAULT -1"
+    assert alter in failed.output, failed.output
+    execute(port, alter)
+    done = rivc(root, "run")
+    assert done.exit_code == 0, done.output
+    got = read(port, f"SELECT id, x, _rivc_batch FROM {db}.u ORDER BY id")
+    assert got[0][:2] == ["1", "40000"] and int(got[0][2]) >= 0  # a batch of rivc's
+    assert got[1] == ["100", "7", "-1"]  # the user's row, as it was
     # a wrong password: the server's refusal, the password nowhere
     (root / "sinks/ch.yml").write_text(
         f'sinks:\n  - {{name: to_ch, from: m, connector: clickhouse, config: {{url: "{url}", '

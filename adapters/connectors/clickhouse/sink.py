@@ -333,11 +333,14 @@ class ClickHouseSink(Sink[ClickHouseSinkConfig]):
                     "land exactly"
                 )
         needed = {BATCH: "Int64", **({DELETED: "UInt8"} if cfg.mode == "upsert" else {})}
+        adds = {BATCH: "DEFAULT -1", DELETED: "DEFAULT 0"}  # rows already there: no batch's
         for c, kind in needed.items():
             if held.get(c) != kind:
                 raise self.refused(
-                    f"{where} has no column {c} {kind}, where rivc keeps each row's batch "
-                    "(docs/sinks.md); let rivc create the table, or add it"
+                    f"{where} has no column {c} {kind}, which rivc's commits need "
+                    f"(docs/sinks.md): let rivc create the table, or ALTER TABLE "
+                    f"{cfg.database}.{cfg.table} ADD COLUMN {c} {kind} {adds[c]} (the rows "
+                    "already there are then never touched)"
                 )
         if cfg.mode == "upsert":
             engine = self.server.rows(
