@@ -13,7 +13,6 @@ so the append adds N rows and the upsert writes a new version of every key.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -22,8 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from extract_bench import measure  # noqa: E402
-from sink_bench import MODEL  # noqa: E402
+from sink_bench import MODEL, runs_of_sinks  # noqa: E402
 
 from rivc_testing import clickhouse_server  # noqa: E402
 
@@ -52,14 +50,8 @@ def main() -> None:
             (root / "rivc_project.yml").write_text("name: chbench\n")
             (root / "models/orders.sql").write_text(MODEL.format(rows=args.rows))
             (root / "sinks/out.yml").write_text(SINKS.replace("URL", url))
-            for run in ("first run", "second run (the model rebuilt: a new version of each key)"):
-                wall, _ = measure([rivc, "run"], root)
-                results = json.loads((root / "target/run_results.json").read_text())["results"]
-                print(f"{args.rows:,} rows, {run}: whole run {wall:.1f} s")
-                for r in results:
-                    if r["node"].startswith("sink:"):
-                        secs = r["duration_s"]
-                        print(f"  {r['node']:<16} {secs:6.1f} s {args.rows / secs:>10,.0f} rows/s")
+            runs = ("first run", "second run (the model rebuilt: a new version of each key)")
+            runs_of_sinks(rivc, root, args.rows, runs)
             anchor(root, port, args.rows)
 
 

@@ -15,7 +15,6 @@ target/run_results.json; the second run rebuilds the model, so the upsert replac
 from __future__ import annotations
 
 import argparse
-import json
 import secrets
 import subprocess
 import sys
@@ -28,8 +27,7 @@ import psycopg
 import pymysql
 
 sys.path.insert(0, str(Path(__file__).parent))
-from extract_bench import measure  # noqa: E402
-from sink_bench import MODEL  # noqa: E402
+from sink_bench import MODEL, runs_of_sinks  # noqa: E402
 
 SINKS = """
 sinks:
@@ -67,14 +65,8 @@ def main() -> None:
             )
             (root / "models/orders.sql").write_text(MODEL.format(rows=args.rows))
             (root / "sinks/out.yml").write_text(SINKS.replace("KIND", kind))
-            for run in ("first run", "second run (the model rebuilt: upsert replaces every key)"):
-                wall, _ = measure([rivc, "run"], root)
-                results = json.loads((root / "target/run_results.json").read_text())["results"]
-                print(f"{args.rows:,} rows, {run}: whole run {wall:.1f} s")
-                for r in results:
-                    if r["node"].startswith("sink:"):
-                        secs = r["duration_s"]
-                        print(f"  {r['node']:<16} {secs:6.1f} s {args.rows / secs:>10,.0f} rows/s")
+            runs = ("first run", "second run (the model rebuilt: upsert replaces every key)")
+            runs_of_sinks(rivc, root, args.rows, runs)
             if kind == "postgres":
                 anchor(root, name, args.rows)
     finally:

@@ -38,6 +38,19 @@ sinks:
 """
 
 
+def runs_of_sinks(rivc: str, root: Path, rows: int, runs: tuple[str, ...]) -> None:
+    """`rivc run` in `root` once per label of `runs`, each sink node's seconds and rows/s
+    printed from target/run_results.json."""
+    for run in runs:
+        wall, _ = measure([rivc, "run"], root)
+        results = json.loads((root / "target/run_results.json").read_text())["results"]
+        print(f"{rows:,} rows, {run}: whole run {wall:.1f} s")
+        for r in results:
+            if r["node"].startswith("sink:"):
+                secs = r["duration_s"]
+                print(f"  {r['node']:<16} {secs:6.1f} s {rows / secs:>10,.0f} rows/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=5_000_000)

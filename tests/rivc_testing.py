@@ -131,12 +131,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def answers(server: subprocess.Popen[bytes], url: str, within_s: float) -> None:
+    """Wait until `url` answers a GET; raise when `server` ended or `within_s` passed."""
+    import urllib.request
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
     """A local moto server (S3, SQS, ...) in its own process; yields its URL once it answers.
     Its own process: delta-rs blocks while holding the GIL, so an in-process (threaded) moto
     server could never answer it."""
-    import urllib.request
 
     port = free_port()
     server = subprocess.Popen(
@@ -145,16 +159,8 @@ def moto_server() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
     try:
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        answers(server, f"{url}/moto-api/", 30)
         yield url
     finally:
         server.terminate()
@@ -179,7 +185,6 @@ def clickhouse_server(home: Path) -> Iterator[tuple[str, int]]:
     """A ClickHouse server of the tests' own (Debian's package, scripts/test-setup.sh) with its
     data in `home`, its HTTP interface on a free port: users `default` (no password) and `rivc`
     (password ch-s3cret). Yields (the HTTP URL, the native TCP port) once it answers."""
-    import urllib.request
 
     http, tcp = free_port(), free_port()
     (home / "users.xml").write_text(CLICKHOUSE_USERS)
@@ -201,16 +206,8 @@ def clickhouse_server(home: Path) -> Iterator[tuple[str, int]]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{http}"
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/?query=SELECT%201", timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        answers(server, f"{url}/?query=SELECT%201", 60)
         yield url, tcp
     finally:
         server.terminate()
