@@ -132,6 +132,7 @@ def _analyze(
         tuple((p.name, p.macros) for p in project.packages),
         tuple((d.macro_namespace, d.search_order) for d in project.spec.dispatch),
         dict(project.source_seeds),
+        versions=project.versions,
     )
     findings: list[Finding] = [rules.not_run(note) for note in project.not_run]
     env_used = dict(project.env_used)

@@ -51,6 +51,7 @@ class Node:
     uses: dict[str, str] = field(
         default_factory=dict
     )  # models: vars and macros (rendering/render.py)
+    versioned: str | None = None  # a version of a dbt versioned model: that model's name
 
     @property
     def relation(self) -> str:

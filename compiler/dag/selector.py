@@ -131,8 +131,12 @@ def _match(pick: _Picker, atom: Atom) -> set[NodeId]:
 
     found: set[NodeId]
     candidates: list[str]
-    if method == "":
-        found = {n.id for n in nodes if n.kind != "source" and glob(n.name)}
+    if method == "":  # a versioned model's name selects its versions, as in dbt
+        found = {
+            n.id
+            for n in nodes
+            if n.kind != "source" and (glob(n.name) or (n.versioned and glob(n.versioned)))
+        }
         candidates = [n.name for n in nodes if n.kind != "source"]
     elif method == "tag":
         found = {n.id for n in nodes if any(glob(t) for t in n.tags)}

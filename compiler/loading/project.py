@@ -46,6 +46,7 @@ from .specs import (
     dead_letter_name,
     validate_doc,
 )
+from .versions import Versions, expand, rename
 from .yamlio import AnyEnv, YamlDoc, YamlPath, load_yaml
 
 __all__ = ["Located", "Project", "SinkDef", "SourceTableDef", "SqlFile", "load_project"]
@@ -87,6 +88,7 @@ class Project:
     snapshots: frozenset[str] = frozenset()  # models read from snapshots/ (dbt snapshots)
     python_models: dict[str, SqlFile] = field(default_factory=dict)  # models/**/*.py
     fixtures: dict[str, SqlFile] = field(default_factory=dict)  # tests/fixtures/*.csv, *.sql
+    versions: dict[str, Versions] = field(default_factory=dict)  # versioned model -> versions
 
     @property
     def name(self) -> str:
@@ -162,6 +164,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
     macros: list[SqlFile] = []
     tests: dict[str, SqlFile] = {}
     fixtures: dict[str, SqlFile] = {}  # tests/fixtures/: unit tests' rows (dbt's fixture:)
+    versions: dict[str, Versions] = {}  # dbt's versioned models (loading/versions.py)
     for rel in files:
         top = rel.parts[0]
         if (
@@ -188,6 +191,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     dbt_sources,
                     unit_tests,
                     yaml_snapshots,
+                    versions,
                 )
         elif rel.suffix == ".py" and top == p.models and len(rel.parts) > 1:
             if rel.stem in models or rel.stem in python_models or not IDENT.match(rel.stem):
@@ -279,6 +283,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
                     SourceLocation(seed.path),
                 )
             )
+    errors += rename(models, versions)
     # a dbt project's properties for a node it does not have: dbt's warning, one RV012 note;
     # in rivc's own format, an error (most often a misspelt name)
     unmatched = errors if project_doc.path.name == PROJECT_FILE else not_run
@@ -329,6 +334,7 @@ def load_project(root: Path, env: Mapping[str, str] | None = None) -> Project:
         frozenset(snapshots),
         python_models,
         fixtures,
+        versions,
     )
 
 
@@ -596,6 +602,7 @@ def _add_properties(
     dbt_sources: list[DbtTable],
     unit_tests: list[tuple[UnitTestSpec, Located]],
     yaml_snapshots: dict[str, SqlFile],
+    versions: dict[str, Versions],
 ) -> None:
     parsed: PropertiesFile = validate_doc(PropertiesFile, doc)
     for i, entry in enumerate(parsed.snapshots or ()):  # properties of snapshots, or YAML ones
@@ -620,12 +627,16 @@ def _add_properties(
             )
         seeds[seed.name] = (seed, Located(doc, ("seeds", i)))
     for i, props in enumerate(parsed.models):
-        if props.name in out:
-            raise ProjectError(
-                f"properties for model {props.name!r} are given twice",
-                doc.location(("models", i, "name")),
-            )
-        out[props.name] = (props, Located(doc, ("models", i)))
+        each: list[tuple[ModelProps, YamlPath]] = [(props, ("models", i))]
+        if props.versions:
+            expanded, versions[props.name] = expand(doc, ("models", i), props)
+            each = [(v, ("models", i, "versions", j)) for j, v in enumerate(expanded)]
+        for one, at in each:
+            if one.name in out:
+                raise ProjectError(
+                    f"properties for model {one.name!r} are given twice", doc.location(at)
+                )
+            out[one.name] = (one, Located(doc, at))
 
 
 def project_secrets(project: Project, env: Mapping[str, str]) -> dict[str, str]:

@@ -110,12 +110,41 @@ class ColumnSpec(Spec):
     granularity: str | None = None  # a time spine's (dbt's semantic layer)
 
 
+class ModelVersion(Spec):
+    """One version of a versioned model (dbt's `versions:`): the model file `<name>_v<v>`
+    unless `defined_in` names another; its description, config, columns and tests on top of
+    the model's. Its `columns` are column specs, and `include` / `exclude` of the model's."""
+
+    v: int | float | str
+    defined_in: Name | None = None
+    description: str | None = None
+    config: dict[str, Any] = {}
+    columns: tuple[dict[str, Any], ...] = ()
+    data_tests: tuple[TestDef, ...] = Field((), alias="tests")
+    # dbt's documentation and governance keys: accepted and left alone
+    meta: dict[str, Any] = {}
+    docs: dict[str, Any] = {}
+    access: Literal["private", "protected", "public"] | None = None
+    group: str | None = None
+    deprecation_date: Any = None
+    constraints: Any = None
+
+    @property
+    def key(self) -> str:
+        """The version as ref(..., v=) names it: 2, 2.0 and "2" are one version."""
+        v = self.v
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
 class ModelProps(Spec):
     name: Name
     description: str = ""
     config: ModelConfig = ModelConfig()
     columns: tuple[ColumnSpec, ...] = ()
     data_tests: tuple[TestDef, ...] = Field((), alias="tests")  # tests of the whole model
+    # dbt's model versions: each version a model of its own (loading/versions.py)
+    latest_version: int | float | str | None = None
+    versions: tuple[ModelVersion, ...] = ()
     # dbt's documentation, governance and semantic-layer keys: accepted and left alone
     meta: dict[str, Any] = {}
     docs: dict[str, Any] = {}

@@ -319,6 +319,9 @@ def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Nod
         lineage=lineage,
         filters=filters,
         uses=res.uses,
+        versioned=next(
+            (n for n, v in project.versions.items() if res.name in v.models.values()), None
+        ),
     )
 
 

@@ -16,8 +16,9 @@ import jinja2
 from ..dbt import crossdb
 from ..dbt import jinja as dbtjinja
 from ..errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
-from ..loading.property_specs import TestConfig
+from ..loading.property_specs import ModelVersion, TestConfig
 from ..loading.specs import IGNORED, ModelConfig, check_contract
+from ..loading.versions import Versions
 from ..sql import quote
 from . import sandbox
 from .relations import Column, NeedColumns, Relation
@@ -65,6 +66,8 @@ class RenderContext:
     columns: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     seeds: dbtjinja.Seeds = ()  # seeds run_query may read at compile
     graph: Mapping[str, Any] = field(default_factory=dict)  # dbt's `graph` (nodes/models.py)
+    # dbt's versioned models: name -> its versions (loading/versions.py)
+    versions: Mapping[str, Versions] = field(default_factory=dict)
 
 
 class _State:
@@ -79,14 +82,32 @@ class _State:
         self.testing = False  # a generic test's macro: config() takes test configs
         self.known: Mapping[str, Mapping[str, str]] = {}  # models' columns, for a second render
 
-    def ref(self, name: str, *rest: str) -> Relation:
+    def ref(self, name: str, *rest: str, v: Any = None, version: Any = None) -> Relation:
         if rest:
             raise RenderError(f"ref() takes one model name, got {(name, *rest)!r}")
+        name = self._version(name, v if v is not None else version)
         if name not in self.ctx.models:
             raise GraphError(f"ref({name!r}): no such model{did_you_mean(name, self.ctx.models)}")
         if name not in self.out.refs:
             self.out.refs.append(name)
         return Relation(name, "ref")
+
+    def _version(self, name: str, wanted: Any) -> str:
+        """The model a versioned model's name (and version) is: the latest without one."""
+        versions = self.ctx.versions.get(name)
+        if versions is None:
+            if wanted is not None:
+                raise GraphError(f"ref({name!r}, v={wanted!r}): model {name!r} has no versions")
+            return name
+        if wanted is None:
+            return versions.latest
+        key = ModelVersion(v=wanted).key
+        if key not in versions.models:
+            raise GraphError(
+                f"ref({name!r}, v={wanted!r}): model {name!r} has versions "
+                f"{', '.join(versions.models)}"
+            )
+        return versions.models[key]
 
     def source(self, source: str, table: str) -> Relation:
         fqn = f"{source}.{table}"

@@ -613,3 +613,76 @@ def test_insert_overwrite_replaces_the_partitions_its_rows_fall_in(make_project)
     files = DeltaTable(str(root / "warehouse/days")).file_uris()
     assert len([f for f in files if "day=2024-01-02" in f]) >= 1
     assert all("day=2024-01-01" in f or "day=2024-01-02" in f for f in files)
+
+
+VERSIONED = {
+    "dbt_project.yml": "name: versioned\nversion: '1.0'\nprofile: versioned\n"
+    "models:\n  versioned:\n    +materialized: table\n",
+    "models/dim_customers_v1.sql": "select 1 as id, 'a' as name, 'x' as legacy\n",
+    "models/dim_customers_v2.sql": "select 1 as id, 'a' as name\n",
+    "models/dim_customers_next.sql": "select 1 as id, 'a' as name, 2 as score\n",
+    "models/latest.sql": "select * from {{ ref('dim_customers') }}\n",
+    "models/first.sql": "select * from {{ ref('dim_customers', v=1) }}\n",
+    "models/third.sql": "select * from {{ ref('dim_customers', version=3) }}\n",
+    "models/props.yml": """models:
+  - name: dim_customers
+    latest_version: 2
+    columns:
+      - name: id
+        data_tests: [not_null]
+      - name: legacy
+    versions:
+      - v: 1
+      - v: 2
+        columns:
+          - include: all
+            exclude: [legacy]
+      - v: 3
+        defined_in: dim_customers_next
+""",
+}
+
+
+def test_model_versions_build_the_relations_dbt_builds(tmp_path):
+    """dbt's model versions under rivc and under dbt-duckdb: the same relations (a version
+    defined in a file of another name is still `<name>_v<v>`), the same refs, the same tests."""
+    project = write_files(tmp_path / "dbt", VERSIONED)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles/profiles.yml").write_text(
+        "versioned:\n  target: dev\n  outputs:\n"
+        f"    dev: {{type: duckdb, path: '{tmp_path / 'v.duckdb'}', threads: 1}}\n"
+    )
+    dbt("build", project, tmp_path / "profiles")
+    theirs = json.loads((project / "target/run_results.json").read_text())["results"]
+    built = {r["unique_id"] for r in theirs if r["unique_id"].startswith("model.")}
+    assert built == {
+        "model.versioned.dim_customers.v1",
+        "model.versioned.dim_customers.v2",
+        "model.versioned.dim_customers.v3",
+        "model.versioned.latest",
+        "model.versioned.first",
+        "model.versioned.third",
+    }
+    with duckdb.connect(str(tmp_path / "v.duckdb"), read_only=True) as con:
+        relations = {
+            r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()
+        }
+        expected = {
+            name: sorted(con.execute(f"select * from {name}").fetchall())
+            for name in ("latest", "first", "third")
+        }
+    assert {"dim_customers_v1", "dim_customers_v2", "dim_customers_v3"} <= relations
+
+    root = write_files(tmp_path / "rivc", VERSIONED)
+    done = rivc(root, "build")
+    assert done.exit_code == 0, done.output
+    ours = json.loads((root / "target/run_results.json").read_text())["results"]
+    statuses = {r["node"]: r["status"] for r in ours}
+    for name in ("dim_customers_v1", "dim_customers_v2", "dim_customers_v3", "latest", "first"):
+        assert statuses[f"model:{name}"] == "success", statuses
+    tests = {n for n in statuses if n.startswith("test:")}
+    dbt_tests = {r["unique_id"].split(".")[2] for r in theirs if r["unique_id"].startswith("test.")}
+    assert {t.removeprefix("test:") for t in tests} == dbt_tests
+    for name, rows in expected.items():
+        got = DeltaTable(str(root / "warehouse" / name)).to_pyarrow_table().to_pylist()
+        assert sorted(tuple(r.values()) for r in got) == rows, name
