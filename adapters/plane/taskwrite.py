@@ -137,15 +137,18 @@ class _Task:
                 if not batch.num_rows:
                     continue
                 for key, part in self._split(pa.Table.from_batches([batch])):
-                    f = open_files.get(key)
-                    if f is None:
-                        f = open_files[key] = _File.open(
-                            fs, root, self._dir(key), part.schema, self.codec
-                        )
-                    # with a target file size, each batch is flushed so the size is known
-                    f.write(part, flush=bool(self.max_bytes))
-                    if self.max_bytes and f.stream.tell() >= self.max_bytes:
-                        done.append(self._close(open_files.pop(key), key))
+                    # with a target file size, every 10,000 rows are flushed so the file's
+                    # size is known, and it rolls once it holds that much
+                    step = ROLL_ROWS if self.max_bytes else max(part.num_rows, 1)
+                    for at in range(0, part.num_rows, step):
+                        f = open_files.get(key)
+                        if f is None:
+                            f = open_files[key] = _File.open(
+                                fs, root, self._dir(key), part.schema, self.codec
+                            )
+                        f.write(part.slice(at, step), flush=bool(self.max_bytes))
+                        if self.max_bytes and f.stream.tell() >= self.max_bytes:
+                            done.append(self._close(open_files.pop(key), key))
             for key in list(open_files):
                 done.append(self._close(open_files.pop(key), key))
         finally:
@@ -190,6 +193,7 @@ class _Task:
         }
 
 
+ROLL_ROWS = 10_000  # with a target file size: rows written between two looks at the size
 ROW_GROUP_ROWS = 1 << 20  # Spark's batches (10,000 rows) gathered into row groups of this many
 ROW_GROUP_BYTES = 64 << 20  # ... or of this much Arrow memory, whichever comes first
 
