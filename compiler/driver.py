@@ -21,6 +21,7 @@ from .loading.locate import TARGET_DIR, project_file
 from .loading.project import Located, Project, load_project
 from .loading.specs import NodeId
 from .nodes.consumers import sink_inputs
+from .nodes.contracts import check_contracts
 from .nodes.data_tests import test_nodes
 from .nodes.models import CompileCache, analyze_models, check_model_keys, model_node
 from .nodes.python_models import python_model_nodes
@@ -170,6 +171,7 @@ def _analyze(
     for node in python_model_nodes(project, names, variables, env, findings):
         nodes[node.id] = node
     check_model_keys(project, models, nodes, findings)
+    check_contracts(project, models, types, nodes, findings)
     check_targets(project, findings)
     for name, sink in sorted(project.sinks.items()):
         if sink.spec.from_ is not None:

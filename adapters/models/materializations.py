@@ -103,6 +103,10 @@ class Table(Materialization):
                 f"model {node.name!r} reads a stream: materialize it as a view and deliver it "
                 "with a sink"
             )
+        if node.config.get("contract"):  # dbt's enforced contract, before anything is written
+            from .contracts import enforce
+
+            enforce(node.name, df, node.config["contract"])
         schema = rt.schema_of(nid, df)
         app_id = rt.model_app(node.name)
         last = None if table is None else table.transaction_version(app_id)

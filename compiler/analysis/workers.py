@@ -161,6 +161,8 @@ class Worker:
             mode="json",
             exclude={"language"} | foreign_config(config.materialized),
         )
+        if not (config.contract and config.contract.enforced):
+            res.config.pop("contract", None)  # nodes/models.py fills in an enforced one
         for key in HOOKS:  # rendered as the model's: `{{ this }}` is its table
             hooks = [self._hook(task.name, path, key, text, res) for text in res.config.pop(key)]
             if None in hooks:

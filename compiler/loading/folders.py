@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import ProjectError
 from .property_specs import SeedConfig
-from .specs import IGNORED, ModelConfig, check_contract
+from .specs import IGNORED, ModelConfig
 from .yamlio import YamlDoc
 
 KEYS = {
@@ -70,11 +70,6 @@ def check_tree(doc: YamlDoc, kind: str, tree: Any) -> None:
                         f"unknown {kind[:-1]} config {name!r}{did_you_mean(name[1:], keys)}",
                         doc.location((*at, key)),
                     )
-                if config_key(name) == "contract":
-                    try:
-                        check_contract(value)
-                    except ValueError as exc:
-                        raise ProjectError(str(exc), doc.location((*at, key))) from None
             elif isinstance(value, dict):
                 walk(value, (*at, key))
                 continue

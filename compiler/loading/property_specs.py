@@ -152,6 +152,7 @@ class ModelProps(Spec):
     group: str | None = None
     deprecation_date: Any = None
     time_spine: dict[str, Any] | None = None
+    constraints: Any = None  # model-level: its `check` ones with an enforced contract
 
 
 class SeedConfig(Spec):

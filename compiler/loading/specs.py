@@ -45,7 +45,6 @@ IGNORED = frozenset(
         "location_root",
         "group",
         "access",
-        "contract",
         "quote_columns",
         "full_refresh",
         "sql_header",
@@ -63,14 +62,17 @@ IGNORED = frozenset(
 )
 
 
-def check_contract(contract: Any) -> None:
-    """An enforced contract is refused: rivc does not check one yet, and a build that passed
-    must not look as if it had."""
-    if isinstance(contract, dict) and contract.get("enforced"):
-        raise ValueError(
-            "contract: an enforced contract is not checked by rivc yet; set enforced: false "
-            "(docs/dbt.md)"
-        )
+class Contract(Spec):
+    """dbt's model contract: enforced, the model's columns and types must be the ones its
+    properties declare (checked at compile where the types are known, and before the write),
+    and its columns' not_null and check constraints hold (checked before the write)."""
+
+    enforced: bool = False
+    alias_types: bool = True
+    # what the run checks, filled in by compile from the properties (compiler/nodes/contracts.py)
+    columns: dict[str, str] = {}
+    not_null: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
 
 
 class ModelConfig(Spec):
@@ -95,6 +97,7 @@ class ModelConfig(Spec):
     # dbt's hooks: Spark SQL run before and after the model is built (docs/dbt.md)
     pre_hook: tuple[str, ...] = ()
     post_hook: tuple[str, ...] = ()
+    contract: Contract | None = None
 
     _tuple = field_validator("unique_key", "tags", "partition_by", mode="before")(_as_tuple)
     _hooks = field_validator("pre_hook", "post_hook", mode="before")(_hook_list)
@@ -113,7 +116,6 @@ class ModelConfig(Spec):
         wherever a config is given (dbt_project.yml, config(), properties YAML)."""
         if not isinstance(value, dict):
             return value
-        check_contract(value.get("contract"))
         return {k: v for k, v in value.items() if k not in IGNORED}
 
     @property

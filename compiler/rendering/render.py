@@ -17,7 +17,7 @@ from ..dbt import crossdb
 from ..dbt import jinja as dbtjinja
 from ..errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
 from ..loading.property_specs import ModelVersion, TestConfig
-from ..loading.specs import IGNORED, ModelConfig, check_contract
+from ..loading.specs import IGNORED, ModelConfig
 from ..loading.versions import Versions
 from ..sql import quote
 from . import sandbox
@@ -177,10 +177,6 @@ class _State:
             return ""
         for key, value in kwargs.items():
             if key in IGNORED_CONFIG:
-                try:
-                    check_contract(value if key == "contract" else None)
-                except ValueError as exc:
-                    raise RenderError(f"config(): {exc}") from None
                 continue  # dbt's warehouse placement (schema, alias, grants, ...): docs/dbt.md
             if key not in CONFIG_KEYS:
                 raise RenderError(f"config(): unknown key {key!r}{did_you_mean(key, CONFIG_KEYS)}")

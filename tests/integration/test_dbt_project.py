@@ -686,3 +686,65 @@ def test_model_versions_build_the_relations_dbt_builds(tmp_path):
     for name, rows in expected.items():
         got = DeltaTable(str(root / "warehouse" / name)).to_pyarrow_table().to_pylist()
         assert sorted(tuple(r.values()) for r in got) == rows, name
+
+
+CONTRACTED = {
+    "dbt_project.yml": "name: contracted\nversion: '1.0'\nprofile: contracted\n"
+    "models:\n  contracted:\n    +materialized: table\n",
+    "models/orders.sql": "select cast(id as integer) as id, cast(v as string) as v from "
+    "(values (1, 'a'), ({{ var('second', '2') }}, 'b')) as t(id, v)\n",
+    "models/props.yml": """models:
+  - name: orders
+    config: {contract: {enforced: true}}
+    columns:
+      - name: id
+        data_type: integer
+        constraints: [{type: not_null}]
+      - name: v
+        data_type: varchar
+""",
+}
+
+
+def test_an_enforced_contract_is_checked_before_the_write_as_dbt_checks_it(tmp_path):
+    """The same project under dbt-duckdb and rivc: the contract holds and both build the same
+    table; a NULL in a not_null column fails both, and rivc's table is as it was."""
+    project = write_files(tmp_path / "dbt", CONTRACTED)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles/profiles.yml").write_text(
+        "contracted:\n  target: dev\n  outputs:\n"
+        f"    dev: {{type: duckdb, path: '{tmp_path / 'c.duckdb'}', threads: 1}}\n"
+    )
+    dbt("build", project, tmp_path / "profiles")
+    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    broken = subprocess.run(
+        [
+            str(DBT),
+            "build",
+            "--profiles-dir",
+            str(tmp_path / "profiles"),
+            "--vars",
+            "{second: 'null'}",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert broken.returncode != 0  # DuckDB refuses the NULL: the NOT NULL dbt declared
+    assert "NOT NULL constraint failed" in broken.stdout, broken.stdout[-2000:]
+    with duckdb.connect(str(tmp_path / "c.duckdb"), read_only=True) as con:
+        theirs = sorted(con.execute("select * from orders").fetchall())
+
+    root = write_files(tmp_path / "rivc", CONTRACTED)
+    done = rivc(root, "build")
+    assert done.exit_code == 0, done.output
+    table = root / "warehouse/orders"
+    ours = sorted(tuple(r.values()) for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist())
+    assert ours == theirs == [(1, "a"), (2, "b")]
+    versions = len(DeltaTable(str(table)).history())
+    failed = rivc(root, "build", "--vars", "{second: 'null'}")
+    assert failed.exit_code == 1, failed.output
+    assert "1 row(s) with id NULL (not_null)" in failed.output, failed.output
+    assert len(DeltaTable(str(table)).history()) == versions  # nothing written
