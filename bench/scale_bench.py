@@ -2,6 +2,7 @@
 
     python bench/scale_bench.py                    # 20M rows, a 1M-row merge
     python bench/scale_bench.py --rows 5000000 --changed 250000
+    python bench/scale_bench.py --rows 2000000 --repeat 3   # writers only, medians of 3
 
 Measures, side by side on the same DataFrame:
 - Spark's own `df.write.parquet` (the reference);
@@ -34,6 +35,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=20_000_000)
     parser.add_argument("--changed", type=int, default=1_000_000)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="above 1: Spark's writer and the task writer only, "
+        "each run this many times in turn, medians compared",
+    )
     args = parser.parse_args()
 
     from rivc.adapters.lake import deltamerge, deltatable
@@ -72,6 +80,26 @@ def main() -> None:
         return took
 
     print(f"{n:,} rows, {FILES} tasks, 2 cores")
+    if args.repeat > 1:
+        import statistics
+
+        spark_runs, task_runs = [], []
+        for i in range(args.repeat):
+            spark_runs.append(
+                timed(
+                    "Spark df.write.parquet",
+                    lambda: df.write.mode("overwrite").parquet(str(base / "plain")),
+                )
+            )
+            each = _Task(str(base / f"tasks-{i}"), Store(), "rivc-bench", "snappy", (), None)
+            task_runs.append(
+                timed("rivc task writer", lambda t=each: df.mapInArrow(t, DESCRIPTION).collect())
+            )
+        ratio = statistics.median(spark_runs) / statistics.median(task_runs)
+        print(f"medians of {args.repeat}: task writer at {ratio:.0%} of Spark's rows/s")
+        spark.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        return
     spark_s = timed(
         "Spark df.write.parquet", lambda: df.write.mode("overwrite").parquet(str(base / "plain"))
     )
