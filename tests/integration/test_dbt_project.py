@@ -40,14 +40,19 @@ def dbt_build(tmp: Path) -> Path:
     """dbt's own build of the fixture, in DuckDB: the reference."""
     project = tmp / "dbt"
     shutil.copytree(FIXTURE, project)
-    (tmp / "profiles").mkdir()
-    (tmp / "profiles" / "profiles.yml").write_text(
-        "shop:\n  target: dev\n  outputs:\n"
-        f"    dev: {{type: duckdb, path: '{tmp / 'shop.duckdb'}', threads: 1}}\n"
-    )
+    duckdb_profile(tmp, "shop", tmp / "shop.duckdb")
     for command in ("deps", "build"):
         dbt(command, project, tmp / "profiles")
     return project
+
+
+def duckdb_profile(tmp: Path, name: str, database: Path) -> None:
+    """`tmp`/profiles/profiles.yml: profile `name` on the DuckDB file `database`, one thread."""
+    (tmp / "profiles").mkdir()
+    (tmp / "profiles" / "profiles.yml").write_text(
+        f"{name}:\n  target: dev\n  outputs:\n"
+        f"    dev: {{type: duckdb, path: '{database}', threads: 1}}\n"
+    )
 
 
 def dbt(command: str, project: Path, profiles: Path) -> None:
@@ -647,11 +652,7 @@ def test_model_versions_build_the_relations_dbt_builds(tmp_path):
     """dbt's model versions under rivc and under dbt-duckdb: the same relations (a version
     defined in a file of another name is still `<name>_v<v>`), the same refs, the same tests."""
     project = write_files(tmp_path / "dbt", VERSIONED)
-    (tmp_path / "profiles").mkdir()
-    (tmp_path / "profiles/profiles.yml").write_text(
-        "versioned:\n  target: dev\n  outputs:\n"
-        f"    dev: {{type: duckdb, path: '{tmp_path / 'v.duckdb'}', threads: 1}}\n"
-    )
+    duckdb_profile(tmp_path, "versioned", tmp_path / "v.duckdb")
     dbt("build", project, tmp_path / "profiles")
     theirs = json.loads((project / "target/run_results.json").read_text())["results"]
     built = {r["unique_id"] for r in theirs if r["unique_id"].startswith("model.")}
@@ -710,11 +711,7 @@ def test_an_enforced_contract_is_checked_before_the_write_as_dbt_checks_it(tmp_p
     """The same project under dbt-duckdb and rivc: the contract holds and both build the same
     table; a NULL in a not_null column fails both, and rivc's table is as it was."""
     project = write_files(tmp_path / "dbt", CONTRACTED)
-    (tmp_path / "profiles").mkdir()
-    (tmp_path / "profiles/profiles.yml").write_text(
-        "contracted:\n  target: dev\n  outputs:\n"
-        f"    dev: {{type: duckdb, path: '{tmp_path / 'c.duckdb'}', threads: 1}}\n"
-    )
+    duckdb_profile(tmp_path, "contracted", tmp_path / "c.duckdb")
     dbt("build", project, tmp_path / "profiles")
     env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
     broken = subprocess.run(
