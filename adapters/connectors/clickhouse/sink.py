@@ -203,8 +203,8 @@ class ClickHouseSink(Sink[ClickHouseSinkConfig]):
         cfg = self.config
         upsert = cfg.mode == "upsert"
         started = time.perf_counter()
-        new = self.server.query("SELECT version()").strip().split(".")[0]
-        columns = self._prepare(data.schema, micros=int(new) >= 20)
+        major = int(self.server.query("SELECT version()").strip().split(".")[0])
+        columns = self._prepare(data.schema, micros=major >= 20)  # DateTime64 came in 20.1
         held = self.last_batch_id()
         if held is not None and held >= batch_id:
             return WriteResult()
