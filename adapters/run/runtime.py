@@ -126,11 +126,13 @@ class Runtime:
 
     @property
     def writer(self) -> str:
-        """This project's writer id (warehouse.writer_id), read once per run."""
-        if self._writer is None:
-            warehouse = self.plan.warehouse
-            self._writer = writer_id(warehouse, self.plan.store(warehouse), self.plan.root)
-        return self._writer
+        """This project's writer id (warehouse.writer_id), read once per run: under the lock,
+        since sinks on two threads (`--threads`) of a fresh project would each make one."""
+        with self.lock:
+            if self._writer is None:
+                warehouse = self.plan.warehouse
+                self._writer = writer_id(warehouse, self.plan.store(warehouse), self.plan.root)
+            return self._writer
 
     def landing(self, nid: str) -> Landing:
         """The landing table of an extracted source, one object per run (it keeps the table it

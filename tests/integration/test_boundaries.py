@@ -187,3 +187,45 @@ def test_runs_without_new_rows_add_no_empty_delta_commits(spark, tmp_path):
         lake = DeltaTable(str(root / "out/events"))
         assert sorted(lake.to_pyarrow_table().column("id").to_pylist()) == [1, 2]
         assert lake.version() == first + 1
+
+
+def test_sinks_on_threads_of_a_fresh_project_take_one_writer_id(spark, tmp_path, monkeypatch):
+    """The first run of a new project, its sinks on four threads: each thread asks for the
+    project's writer id while none is recorded. Made slow here so that they meet, which the CDC
+    bench's two sinks did by themselves: two ids were made and a sink refused the table the
+    other id had claimed ("written by another checkout") on the next run. One id, every sink
+    delivers, and again."""
+    import time
+
+    from rivc.adapters.run import runtime
+
+    made: list[str] = []
+
+    def slow(*args, original=runtime.writer_id):
+        time.sleep(0.5)
+        made.append(original(*args))
+        return made[-1]
+
+    monkeypatch.setattr(runtime, "writer_id", slow)
+    root = write_files(
+        tmp_path,
+        {
+            "rivc_project.yml": "name: fresh\n",
+            "models/rows.sql": "select 1 as id, 'a' as v union all select 2, 'b'\n",
+            "sinks/lake.yml": "sinks:\n"
+            + "".join(
+                f"  - name: s{i}\n    from: rows\n    connector: delta\n"
+                f"    config: {{table_uri: out/s{i}, mode: merge, merge_keys: [id]}}\n"
+                for i in range(4)
+            ),
+        },
+    )
+    result = rivc(root, "run", "--threads", "4")
+    assert result.exit_code == 0, result.output
+    assert len(made) == 1
+    again = rivc(root, "run", "--threads", "4", "--full-refresh")  # each sink's table: ours
+    assert again.exit_code == 0, again.output
+    for i in range(4):
+        table = DeltaTable(str(root / f"out/s{i}"))
+        assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2]
+        assert made[0] in json.dumps(table.metadata().configuration)
