@@ -25,10 +25,9 @@ from .deltatable import (
     table_schema,
     write_batch,
 )
-from .history import versions
+from .history import appended, firsts, in_order, laid_out, unopened, versions
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
     from pyspark.sql import DataFrame
 
 
@@ -49,26 +48,33 @@ def merge(
     read, joined with the batch and rewritten; one commit removes them and adds the new files,
     with the batch id. Files no key can be in are not touched. Rows unwrap_cdc flagged as
     deletes (DELETE_COLUMN) take their key's row out of the table and add none. With `history`
-    (mode scd2) the batch's changes become versions of their keys instead (history.py)."""
+    (mode scd2) the batch's changes become versions of their keys instead (history.py), and
+    closed versions go to files apart from current ones, which a batch in order never reads."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_type
 
     deletes = DELETE_COLUMN in df.columns
     upserts = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN) if deletes else df
     where = f"merge into {uri}"
 
-    counted = df.groupBy(*keys).count()
-    totals = counted.agg(F.sum("count").alias("rows"), F.max("count").alias("most")).first()
+    starts = () if history is None else (F.min(history.valid_from).alias("first"),)
+    counted = df.groupBy(*keys).agg(F.count(F.lit(1)).alias("count"), *starts)
+    totals = counted.agg(
+        F.sum("count").alias("rows"),
+        F.max("count").alias("most"),
+        *((F.min("first").alias("first"),) if starts else ()),
+    ).first()
     batch_rows = int(totals["rows"] or 0) if totals else 0
-    if history is None and totals and (totals["most"] or 0) > 1:
+    one_each = not totals or (totals["most"] or 0) <= 1
+    if history is None and not one_each:
         dupe = counted.where("count > 1").first()
         shown = ", ".join(f"{k}={dupe[k]!r}" for k in keys) if dupe else ""
         raise ConnectorError(f"merge into {uri}: the batch holds key ({shown}) more than once")
     dt = open_table(uri, store.delta)
     if dt is None:
         if history is not None:
-            upserts = versions(None, df, keys, history, where)
+            upserts = laid_out(df, keys, history, where, one_each)
         schema = arrow_schema(upserts)
+        apart = None if history is None else f"`{history.valid_to}` IS NULL"
         return write_batch(
             upserts,
             uri,
@@ -79,6 +85,7 @@ def merge(
             stamp,
             codec,
             configuration=configuration,
+            apart=apart,
         )
     if not batch_rows:  # nothing to merge: a consumer's commit still records its places
         if len(stamp.txns) < 2:
@@ -89,20 +96,34 @@ def merge(
     stored = table_schema(dt)
     schema = stored if schema is None else schema
     parts = tuple(dt.metadata().partition_columns)
-    candidates = _candidates(df, dt, files, keys, parts)
-    target = read_files(df.sparkSession, candidates, stored, store) if candidates else None
-    if target is not None:  # the columns the batch adds: NULL in the rows already there
-        for f in schema:
-            if f.name not in stored.names:
-                target = target.withColumn(f.name, F.lit(None).cast(from_arrow_type(f.type)))
+    actions = add_actions(dt).to_pylist()  # in the order of `files`
+    hits = _candidates(df, actions, keys, parts)
+    apart = None
     if history is not None:
-        out = versions(target, df, keys, history, where)
-    elif target is None:
-        out = upserts
-    else:
-        out = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
-            upserts, allowMissingColumns=True
+        out, chosen = _history(
+            df,
+            files,
+            actions,
+            hits,
+            keys,
+            history,
+            schema,
+            stored,
+            store,
+            where,
+            one_each,
+            totals["first"] if totals else None,
         )
+        apart = f"`{history.valid_to}` IS NULL"
+    else:
+        chosen = hits
+        target = _read(df, [files[n] for n in chosen], schema, stored, store)
+        if target is None:
+            out = upserts
+        else:
+            out = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
+                upserts, allowMissingColumns=True
+            )
     out = out.select(*[F.col(n) for n in schema.names if n in out.columns])
     rel = {f.uri: f.uri[len(uri.rstrip("/")) + 1 :] for f in files}
     result = write_batch(
@@ -114,28 +135,108 @@ def merge(
         parts,
         stamp,
         codec,
-        removes=tuple(rel[f.uri] for f in candidates),
+        removes=tuple(rel[files[n].uri] for n in sorted(chosen)),
+        apart=apart,
     )
-    result.removed = len(candidates)
+    result.removed = len(chosen)
     result.rows = batch_rows  # rows merged, as a merge reports them (the rewrite is in bytes)
     return result
 
 
-def _candidates(
-    df: DataFrame,
-    dt: DeltaTable,
-    files: list[DataFile],
-    keys: tuple[str, ...],
-    parts: tuple[str, ...],
-) -> list[DataFile]:
-    """The files that may hold one of the batch's keys: each Spark task sorts the first key's
-    values of its rows and looks up every file's [min, max] range (or partition value) in them;
-    a file without a range is always a candidate."""
+def _read(
+    df: DataFrame, files: list[DataFile], schema: Any, stored: Any, store: Store
+) -> DataFrame | None:
+    """The rows of `files`, with the columns the batch adds NULL in them; None for no file."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
 
     if not files:
-        return []
+        return None
+    target = read_files(df.sparkSession, files, stored, store)
+    for f in schema:
+        if f.name not in stored.names:
+            target = target.withColumn(f.name, F.lit(None).cast(from_arrow_type(f.type)))
+    return target
+
+
+def _history(
+    df: DataFrame,
+    files: list[DataFile],
+    actions: list[dict[str, Any]],
+    hits: set[int],
+    keys: tuple[str, ...],
+    names: Scd2Columns,
+    schema: Any,
+    stored: Any,
+    store: Store,
+    where: str,
+    one_each: bool,
+    first_start: Any,
+) -> tuple[DataFrame, set[int]]:
+    """The rows that replace the chosen files of a scd2 table, and those files. A batch in
+    order (history.in_order) reads and rewrites only the files holding current versions of its
+    keys: their closed versions stay where they are. Any other batch (late changes, a replay)
+    lays out again every version of its keys, from every file that can hold them. A batch
+    whose first start (`first_start`) is past every start and end the table's statistics
+    hold is in order without a look at a row: a change log's next batch."""
+    # a file all of whose rows have an end holds closed versions only (stats missing: unknown)
+    open_ = {n for n in hits if (actions[n].get(f"null_count.{names.valid_to}") != 0)}
+    closed = hits - open_
+    first = firsts(df, keys, names, one_each)
+    current = _read(df, [files[n] for n in sorted(open_)], schema, stored, store)
+    if _after_all(first_start, actions, names):
+        ordered, missing = True, 0
+    elif current is None:
+        ordered, missing = True, 1
+    else:
+        ordered, missing = in_order(first, current, keys, names)
+    if ordered and missing and closed:  # a key without a current version: its history
+        held = _read(df, [files[n] for n in sorted(closed)], schema, stored, store)
+        assert held is not None
+        them = first if current is None else unopened(first, current, keys, names)
+        ordered = in_order(them, held, keys, names)[0]
+    if ordered:
+        laid = laid_out(df, keys, names, where, one_each)
+        return appended(current, laid, first, keys, names), open_
+    target = _read(df, [files[n] for n in sorted(hits)], schema, stored, store)
+    return versions(target, df, keys, names, where), hits
+
+
+def _after_all(start: Any, actions: list[dict[str, Any]], names: Scd2Columns) -> bool:
+    """Whether `start` is later than every start and end in the table, by its files'
+    statistics; False when one is missing or is text (which statistics may cut short)."""
+    import datetime
+    import decimal
+
+    if not isinstance(start, int | float | decimal.Decimal | datetime.date):
+        return False
+    try:
+        for a in actions:
+            rows = a.get("num_records")
+            if rows == 0:
+                continue
+            for column in (names.valid_from, names.valid_to):
+                top = a.get(f"max.{column}")
+                if top is None:
+                    if rows is None or a.get(f"null_count.{column}") != rows:
+                        return False  # unknown (an all-null column has no maximum)
+                elif not top < start:
+                    return False
+    except TypeError:  # values the statistics hold in another form
+        return False
+    return True
+
+
+def _candidates(
+    df: DataFrame, actions: list[dict[str, Any]], keys: tuple[str, ...], parts: tuple[str, ...]
+) -> set[int]:
+    """The files (numbers of their add `actions`) that may hold one of the batch's keys: each
+    Spark task sorts the first key's values of its rows and looks up every file's [min, max]
+    range (or partition value) in them; a file without a range is always a candidate."""
+
+    if not actions:
+        return set()
     key = keys[0]
-    actions = add_actions(dt).to_pylist()
     ranges: list[tuple[int, Any, Any]] = []
     for n, a in enumerate(actions):
         if key in parts:
@@ -145,8 +246,7 @@ def _candidates(
             ranges.append((n, a.get(f"min.{key}"), a.get(f"max.{key}")))
     probe = KeyProbe(key, key in parts, ranges)
     hits = df.select(key).mapInArrow(probe, "n int").distinct().collect()
-    chosen = {r.n for r in hits}
-    return [f for n, f in enumerate(files) if n in chosen]
+    return {r.n for r in hits}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,11 @@ start; a version closed where no version of its key starts was closed by a delet
 the batch's changes and laid out again in sequence order, on Spark's executors. So a late or
 out-of-order change lands where its sequence puts it, and a batch applied twice (a replay after
 a kill) changes nothing: a change already held has the same key and start.
+
+Most batches come in order: every key's first change is later than anything the table holds of
+it. Such a batch only ends each touched key's current version and adds versions after it
+(`appended`), so the sink reads and rewrites the current versions alone, never the closed
+history (deltamerge.py keeps the closed versions in files of their own).
 """
 
 from __future__ import annotations
@@ -27,6 +32,100 @@ def repeated_change(changes: DataFrame, keys: tuple[str, ...], names: Scd2Column
     by = (*keys, names.valid_from)
     dupe = changes.groupBy(*by).count().where("count > 1").first()
     return None if dupe is None else ", ".join(f"{k}={dupe[k]!r}" for k in by)
+
+
+FIRST = "_rivc_first"
+
+
+def firsts(
+    changes: DataFrame, keys: tuple[str, ...], names: Scd2Columns, one_each: bool
+) -> DataFrame:
+    """Each of the batch's keys with its first change's start (deletes included); `one_each`:
+    the batch holds one change of each key."""
+    from pyspark.sql import functions as F
+
+    if one_each:
+        return changes.select(*keys, F.col(names.valid_from).alias(FIRST))
+    return changes.groupBy(*keys).agg(F.min(names.valid_from).alias(FIRST))
+
+
+def laid_out(
+    changes: DataFrame, keys: tuple[str, ...], names: Scd2Columns, where: str, one_each: bool
+) -> DataFrame:
+    """The batch's changes as versions of their keys, the table not consulted. With one change
+    of each key (`one_each`) nothing needs ordering: a change that is not a delete is its key's
+    current version."""
+    from pyspark.sql import functions as F
+
+    if not one_each:
+        return versions(None, changes, keys, names, where)
+    if DELETE_COLUMN in changes.columns:
+        changes = changes.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN)
+    return changes.withColumn(names.is_current, F.lit(True))
+
+
+def in_order(
+    first: DataFrame, held: DataFrame, keys: tuple[str, ...], names: Scd2Columns
+) -> tuple[bool, int]:
+    """Whether every key of the batch (`first`) starts after all that `held` (table rows)
+    holds of it, and how many of the batch's keys `held` has no current version of (a new key,
+    or one a delete closed: its closed versions may be elsewhere). A null key is never in
+    order (the full layout decides it)."""
+    from pyspark.sql import functions as F
+
+    start, end = F.col(names.valid_from), F.col(names.valid_to)
+    latest = held.groupBy(*keys).agg(
+        F.max(F.coalesce(end, start)).alias("_rivc_latest"),
+        F.max(end.isNull().cast("int")).alias("_rivc_open"),
+    )
+    null_key = " OR ".join(f"`{k}` IS NULL" for k in keys)
+    row = (
+        first.join(latest, list(keys), "left")
+        .selectExpr(
+            f"count_if(_rivc_latest >= {FIRST} OR {null_key}) AS late",
+            "count_if(coalesce(_rivc_open, 0) = 0) AS unopened",
+        )
+        .first()
+    )
+    assert row is not None
+    return int(row["late"]) == 0, int(row["unopened"])
+
+
+def unopened(
+    first: DataFrame, held: DataFrame, keys: tuple[str, ...], names: Scd2Columns
+) -> DataFrame:
+    """The batch's keys `held` has no current version of, with their first start."""
+    current = held.where(f"`{names.valid_to}` IS NULL").select(*keys)
+    return first.join(current, list(keys), "left_anti")
+
+
+def appended(
+    current: DataFrame | None,
+    laid: DataFrame,
+    first: DataFrame,
+    keys: tuple[str, ...],
+    names: Scd2Columns,
+) -> DataFrame:
+    """For a batch in order (in_order): `current` (the rows that replace it, closed versions
+    among them kept as they are) with each touched key's current version ended at the key's
+    first change, and the batch's versions (`laid`, laid_out) after it."""
+    from pyspark.sql import functions as F
+
+    if current is None:
+        return laid
+    end, flag = names.valid_to, names.is_current
+    ended = (
+        current.join(first, list(keys), "left")
+        .withColumn(
+            end,
+            F.when(F.col(end).isNull() & F.col(FIRST).isNotNull(), F.col(FIRST)).otherwise(
+                F.col(end)
+            ),
+        )
+        .withColumn(flag, F.col(end).isNull())
+        .drop(FIRST)
+    )
+    return ended.unionByName(laid, allowMissingColumns=True)
 
 
 def versions(
@@ -82,13 +181,12 @@ def versions(
             held.select(*columns, F.lit(False).alias("_rivc_del"), F.lit(1).alias("_rivc_src")),
             allowMissingColumns=True,
         ).unionByName(removed)
-    # one event per key and start: the batch's own when the table held it too (a replay)
-    one = Window.partitionBy(*keys, start).orderBy("_rivc_src")
+    if target is not None:  # one event per key and start: the batch's own (a replay)
+        one = Window.partitionBy(*keys, start).orderBy("_rivc_src")
+        events = events.withColumn("_rivc_n", F.row_number().over(one)).where("_rivc_n = 1")
     order = Window.partitionBy(*keys).orderBy(start)
     laid = (
-        events.withColumn("_rivc_n", F.row_number().over(one))
-        .where("_rivc_n = 1")
-        .withColumn(end, F.lead(start).over(order))
+        events.withColumn(end, F.lead(start).over(order))
         .where(~F.col("_rivc_del"))
         .withColumn(current, F.col(end).isNull())
         .select(*(c for c in changes.columns if c != DELETE_COLUMN))
