@@ -19,7 +19,8 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from decimal import Decimal
+from typing import Any, NamedTuple
 
 from rivc.compiler.dbtypes import Delivery
 from rivc.compiler.errors import ConnectorError
@@ -40,7 +41,7 @@ from ...ingest.extract import Extraction
 from ..database.engine import connection, database
 from ..database.relational import deliveries
 from .copy import CopyPlan, arrow_type, convert
-from .pgoutput import UNCHANGED, Relation, Transaction, Truncate, Value, lsn_text
+from .pgoutput import PG_EPOCH_US, UNCHANGED, Relation, Transaction, Truncate, Value, lsn_text
 from .pgoutput import Change as PgChange
 from .slot import KEY_KINDS, LogicalSlot, Parts, Undecodable, Visibility
 from .spec import PostgresCdcConfig, cdc_columns
@@ -72,8 +73,7 @@ class PgPosition(LogPosition):
         return lsn_text(self.lsn)
 
 
-@dataclass(frozen=True)
-class _Commit:
+class _Commit(NamedTuple):  # one per transaction read
     txn: Transaction
 
     def seq(self, i: int) -> int:
@@ -253,7 +253,9 @@ class _Session(LogSession):
         self.seen = seen
         self.key_cols = self.key_columns() if len(seen.seen) > 1 else []
         self.end = max(held.lsn, self.upto)
-        layouts: dict[Relation, tuple[int | None, ...] | None] = {}
+        # each relation the log describes (a new one when the table's shape changed): whether
+        # it is this table, and its layout; looked up by identity, once per relation
+        known: dict[int, tuple[Relation, bool, tuple[int | None, ...] | None]] = {}
         for txn in self.slot.changes(held.lsn, self.upto):
             self.end = max(self.end, txn.end_lsn)
             if seen.everywhere(txn.xid):
@@ -264,11 +266,18 @@ class _Session(LogSession):
                     if any(r.qualified == qualified for r in change.relations):
                         found.append(Change("truncate", None, None, i))
                     continue
-                if change.relation.qualified != qualified:
+                rel = change.relation
+                entry = known.get(rel.oid)
+                if entry is None or entry[0] is not rel:
+                    mine = rel.qualified == qualified
+                    entry = known[rel.oid] = (
+                        rel,
+                        mine,
+                        _layout(self.ctx, rel, plan) if mine else None,
+                    )
+                if not entry[1]:
                     continue
-                if change.relation not in layouts:
-                    layouts[change.relation] = _layout(self.ctx, change.relation, plan)
-                layout = layouts[change.relation]
+                layout = entry[2]
                 before, image = _reshape(change.before, layout), _reshape(change.after, layout)
                 op = {"insert": "c", "update": "u", "delete": "d"}[change.op]
                 found.append(Change(op, _image(before, change, plan), image, i))
@@ -416,6 +425,7 @@ def _snapshot(
 # ----------------------------------------------------------------------------- values
 
 _MONEY = re.compile(r"[^0-9.\-]")
+_RETEXT = ("timestamptz", "money")  # the types whose text _text changes
 
 
 def _text(d: Delivery, db_type: str, value: str) -> str:
@@ -439,7 +449,9 @@ def _column(d: Delivery, db_type: str, values: list[Any], plan: CopyPlan) -> Any
         raise ConnectorError(
             f"{plan.label}: column {d.name} is an array: not read from the log yet"
         )
-    texts = pa.array([None if v is None else _text(d, db_type, v) for v in values], pa.string())
+    if db_type in _RETEXT:
+        values = [None if v is None else _text(d, db_type, v) for v in values]
+    texts = pa.array(values, pa.string())
     return convert(plan, d, texts)
 
 
@@ -467,6 +479,7 @@ def _envelopes(
     delivers them; untouched TOASTed values filled in from the row's last version (in `rows`,
     the batch's `parts` written so far, or the landed history)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     types = [_db_type(d) for d in plan]
     cp = CopyPlan(plan, label)
@@ -482,23 +495,19 @@ def _envelopes(
             "before": before,
             "after": after,
             "commit_lsn": pa.array(
-                [None if c is None else _dec(c.txn.final_lsn) for c in rows.commits],
+                [None if c is None else Decimal(c.txn.final_lsn) for c in rows.commits],
                 pa.decimal128(20, 0),
             ),
-            "seq": pa.array([_dec(x) for x in rows.seq], pa.decimal128(38, 0)),
+            "seq": pa.array([Decimal(x) for x in rows.seq], pa.decimal128(38, 0)),
             "txid": pa.array([None if c is None else c.txn.xid for c in rows.commits], pa.int64()),
-            "commit_time": pa.array(
-                [None if c is None else c.txn.commit_time for c in rows.commits],
-                pa.timestamp("us", tz="UTC"),
-            ),
+            "commit_time": pc.add(
+                pa.array(
+                    [None if c is None else c.txn.commit_us for c in rows.commits], pa.int64()
+                ),
+                PG_EPOCH_US,
+            ).cast(pa.timestamp("us", tz="UTC")),
         }
     )
-
-
-def _dec(value: int) -> Any:
-    from decimal import Decimal
-
-    return Decimal(value)
 
 
 def _db_type(d: Delivery) -> str:

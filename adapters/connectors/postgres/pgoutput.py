@@ -14,9 +14,14 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+PG_EPOCH_US = 946_684_800_000_000  # PG_EPOCH in microseconds since 1970
+_INT16, _INT32, _UINT32, _INT64 = (struct.Struct(f) for f in ("!h", "!i", "!I", "!q"))
+_BEGIN = struct.Struct("!qqI")  # final LSN, commit time, xid
+_COMMIT = struct.Struct("!qqq")  # commit LSN, end LSN, commit time
+_N, _T, _U = ord("n"), ord("t"), ord("u")
 
 
 class _Unchanged:
@@ -52,8 +57,7 @@ class Relation:
         return f"{self.namespace}.{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(NamedTuple):  # a tuple: made once per change read, the cheapest to make
     op: Op
     relation: Relation
     before: tuple[Value, ...] | None  # the key ('K') or the whole old row ('O'), else None
@@ -66,13 +70,17 @@ class Truncate:
     relations: tuple[Relation, ...]
 
 
-@dataclass
+@dataclass(slots=True)
 class Transaction:
     xid: int
     final_lsn: int  # the LSN of its commit record
     end_lsn: int = 0  # the LSN just past it: where a reader resumes
-    commit_time: datetime = PG_EPOCH
+    commit_us: int = 0  # its commit time, microseconds after PG_EPOCH (as the log holds it)
     changes: list[Change | Truncate] = field(default_factory=list)
+
+    @property
+    def commit_time(self) -> datetime:
+        return timestamp(self.commit_us)
 
 
 class ProtocolError(Exception):
@@ -92,22 +100,22 @@ class _Reader:
         return self.data[self.pos - 1]
 
     def int16(self) -> int:
-        (value,) = struct.unpack_from("!h", self.data, self.pos)
+        (value,) = _INT16.unpack_from(self.data, self.pos)
         self.pos += 2
         return int(value)
 
     def int32(self) -> int:
-        (value,) = struct.unpack_from("!i", self.data, self.pos)
+        (value,) = _INT32.unpack_from(self.data, self.pos)
         self.pos += 4
         return int(value)
 
     def uint32(self) -> int:
-        (value,) = struct.unpack_from("!I", self.data, self.pos)
+        (value,) = _UINT32.unpack_from(self.data, self.pos)
         self.pos += 4
         return int(value)
 
     def int64(self) -> int:
-        (value,) = struct.unpack_from("!q", self.data, self.pos)
+        (value,) = _INT64.unpack_from(self.data, self.pos)
         self.pos += 8
         return int(value)
 
@@ -118,19 +126,29 @@ class _Reader:
         return text
 
     def tuple_data(self) -> tuple[Value, ...]:
+        """A tuple's values; the loop keeps its state in locals (the hot path of decoding)."""
+        data, pos = self.data, self.pos
+        (count,) = _INT16.unpack_from(data, pos)
+        pos += 2
         values: list[Value] = []
-        for _ in range(self.int16()):
-            kind = self.byte()
-            if kind == "n":
-                values.append(None)
-            elif kind == "u":
-                values.append(UNCHANGED)
-            elif kind == "t":
-                size = self.int32()
-                values.append(self.data[self.pos : self.pos + size].decode())
-                self.pos += size
+        add, size_of = values.append, _INT32.unpack_from
+        for _ in range(count):
+            kind = data[pos]
+            pos += 1
+            if kind == _T:
+                (size,) = size_of(data, pos)
+                pos += 4
+                add(data[pos : pos + size].decode())
+                pos += size
+            elif kind == _N:
+                add(None)
+            elif kind == _U:
+                add(UNCHANGED)
             else:
-                raise ProtocolError(f"pgoutput: tuple value of kind {kind!r} (protocol 1 only)")
+                raise ProtocolError(
+                    f"pgoutput: tuple value of kind {chr(kind)!r} (protocol 1 only)"
+                )
+        self.pos = pos
         return tuple(values)
 
 
@@ -156,8 +174,8 @@ class Decoder:
         r = _Reader(data)
         kind = r.byte()
         if kind == "B":
-            final_lsn, micros, xid = r.int64(), r.int64(), r.uint32()
-            self._open = Transaction(xid, final_lsn, commit_time=timestamp(micros))
+            final_lsn, micros, xid = _BEGIN.unpack_from(data, 1)
+            self._open = Transaction(xid, final_lsn, commit_us=micros)
             return None
         if kind == "R":
             oid, namespace, name = r.uint32(), r.string(), r.string()
@@ -174,9 +192,7 @@ class Decoder:
         if txn is None:
             raise ProtocolError(f"pgoutput: message {kind!r} outside a transaction")
         if kind == "C":
-            r.int8()
-            txn.final_lsn, txn.end_lsn, micros = r.int64(), r.int64(), r.int64()
-            txn.commit_time = timestamp(micros)
+            txn.final_lsn, txn.end_lsn, txn.commit_us = _COMMIT.unpack_from(data, 2)
             self._open = None
             return txn
         if kind == "I":

@@ -109,7 +109,10 @@ class Parts:
         return (op, before, after)
 
     def everywhere(self, xid: int) -> bool:
-        return all(seen.holds(xid) for seen in self.seen)
+        for seen in self.seen:  # once per transaction read: no generator
+            if not seen.holds(xid):
+                return False
+        return True
 
     def after(self) -> tuple[Any, ...] | None:
         """The last key read, where the next part begins; None before the first."""
