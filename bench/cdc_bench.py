@@ -7,6 +7,7 @@ and a Delta scd2 history (batch mode).
     python bench/cdc_bench.py --follow 60       # lag of a followed log at 2,000 changes/s
     python bench/cdc_bench.py --warm            # each run on the project's warm server
     python bench/cdc_bench.py --merge-only      # the Delta merge sink alone (no scd2 history)
+    python bench/cdc_bench.py --rounds 4        # the one-transaction run four times
 
 Starts a PostgreSQL cluster of its own with wal_level = logical (initdb as postgres, a free port,
 a temporary folder; root needed), or a MariaDB with the row-based binlog, loads a table, and times `rivc run` in a new process for:
@@ -139,6 +140,7 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=2_000, help="changes a second, with --follow")
     ap.add_argument("--warm", action="store_true", help="runs on `rivc server start`'s server")
     ap.add_argument("--merge-only", action="store_true", help="no scd2 history sink")
+    ap.add_argument("--rounds", type=int, default=1, help="times the one-transaction run repeats")
     args = ap.parse_args()
     if args.follow:
         follow(args.follow, args.rate)
@@ -199,9 +201,10 @@ def main() -> None:
             run("UPDATE orders SET status = 'burst', amount = amount + 1 WHERE id = %s", (i,))
         took = timed_run(root)
         results.append((f"{n:,} single-row transactions", n, took))
-        run("UPDATE orders SET status = 'bulk', updated = now()")
-        took = timed_run(root)
-        results.append((f"one {n:,}-row transaction", n, took))
+        for r in range(1, args.rounds + 1):  # the history grows by n versions each round
+            run(f"UPDATE orders SET status = 'bulk{r}', updated = now()")
+            took = timed_run(root)
+            results.append((f"one {n:,}-row transaction" + (f" #{r}" if r > 1 else ""), n, took))
         print(f"{'run':40} {'changes':>9} {'seconds':>8} {'changes/s':>10}")
         for label, changes, secs in results:
             print(f"{label:40} {changes:>9,} {secs:>8.1f} {changes / secs:>10,.0f}")
