@@ -25,7 +25,7 @@ from .deltatable import (
     table_schema,
     write_batch,
 )
-from .history import appended, firsts, in_order, laid_out, unopened, versions
+from .history import closed_apart, laid_out, replacing
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -74,7 +74,7 @@ def merge(
         if history is not None:
             upserts = laid_out(df, keys, history, where, one_each)
         schema = arrow_schema(upserts)
-        apart = None if history is None else f"`{history.valid_to}` IS NULL"
+        apart = None if history is None else closed_apart(history)
         return write_batch(
             upserts,
             uri,
@@ -114,7 +114,7 @@ def merge(
             one_each,
             totals["first"] if totals else None,
         )
-        apart = f"`{history.valid_to}` IS NULL"
+        apart = closed_apart(history)
     else:
         chosen = hits
         target = _read(df, [files[n] for n in chosen], schema, stored, store)
@@ -173,33 +173,21 @@ def _history(
     one_each: bool,
     first_start: Any,
 ) -> tuple[DataFrame, set[int]]:
-    """The rows that replace the chosen files of a scd2 table, and those files. A batch in
-    order (history.in_order) reads and rewrites only the files holding current versions of its
-    keys: their closed versions stay where they are. Any other batch (late changes, a replay)
-    lays out again every version of its keys, from every file that can hold them. A batch
-    whose first start (`first_start`) is past every start and end the table's statistics
-    hold is in order without a look at a row: a change log's next batch."""
-    # a file all of whose rows have an end holds closed versions only (stats missing: unknown)
-    open_ = {n for n in hits if (actions[n].get(f"null_count.{names.valid_to}") != 0)}
-    closed = hits - open_
-    first = firsts(df, keys, names, one_each)
-    current = _read(df, [files[n] for n in sorted(open_)], schema, stored, store)
-    if _after_all(first_start, actions, names):
-        ordered, missing = True, 0
-    elif current is None:
-        ordered, missing = True, 1
-    else:
-        ordered, missing = in_order(first, current, keys, names)
-    if ordered and missing and closed:  # a key without a current version: its history
-        held = _read(df, [files[n] for n in sorted(closed)], schema, stored, store)
-        assert held is not None
-        them = first if current is None else unopened(first, current, keys, names)
-        ordered = in_order(them, held, keys, names)[0]
-    if ordered:
-        laid = laid_out(df, keys, names, where, one_each)
-        return appended(current, laid, first, keys, names), open_
-    target = _read(df, [files[n] for n in sorted(hits)], schema, stored, store)
-    return versions(target, df, keys, names, where), hits
+    """The rows that replace the chosen files of a scd2 table, and those files
+    (history.replacing), from the add actions' statistics: a file whose every row has an end
+    holds closed versions only (statistics missing: it may hold current ones)."""
+    open_ = {n for n in hits if actions[n].get(f"null_count.{names.valid_to}") != 0}
+    return replacing(
+        df,
+        hits,
+        open_,
+        _after_all(first_start, actions, names),
+        lambda ns: _read(df, [files[n] for n in ns], schema, stored, store),
+        keys,
+        names,
+        where,
+        one_each,
+    )
 
 
 def _after_all(start: Any, actions: list[dict[str, Any]], names: Scd2Columns) -> bool:

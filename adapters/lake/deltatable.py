@@ -504,24 +504,9 @@ def write_batch(
     With `apart` (a condition), the rows that meet it and the others go to separate files."""
     batch = stamp.batch_id
     where = prefix("batch" if batch is None else f"batch-{batch:06d}")
-    codec_ = SPARK_CODECS[codec]
-    if apart is None:
-        written = write_parquet(df, uri, store, where, codec_, partition_by, max_bytes)
-    else:
-        df = df.persist()  # computed once for both writes
-        try:
-            written = [
-                w
-                for n, part in enumerate((df.where(apart), df.where(f"NOT ({apart})")))
-                for w in write_parquet(
-                    part, uri, store, f"{where}/{n}", codec_, partition_by, max_bytes
-                )
-            ]
-        except BaseException:
-            store.remove_tree(join(uri, where))
-            raise
-        finally:
-            df.unpersist()
+    written = write_parquet(
+        df, uri, store, where, SPARK_CODECS[codec], partition_by, max_bytes, apart
+    )
     fault("before-commit", uri.rstrip("/").rsplit("/", 1)[-1])  # the files are in, the log not
     try:
         retries, took = commit(

@@ -11,11 +11,13 @@ a kill) changes nothing: a change already held has the same key and start.
 Most batches come in order: every key's first change is later than anything the table holds of
 it. Such a batch only ends each touched key's current version and adds versions after it
 (`appended`), so the sink reads and rewrites the current versions alone, never the closed
-history (deltamerge.py keeps the closed versions in files of their own).
+history (the Delta and Iceberg sinks keep the closed versions in files of their own:
+`replacing`, `closed_apart`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rivc.compiler.connector import Scd2Columns
@@ -35,6 +37,49 @@ def repeated_change(changes: DataFrame, keys: tuple[str, ...], names: Scd2Column
 
 
 FIRST = "_rivc_first"
+
+
+def closed_apart(names: Scd2Columns) -> str:
+    """The condition that parts a history's rows into files of their own: current versions."""
+    return f"`{names.valid_to}` IS NULL"
+
+
+def replacing(
+    changes: DataFrame,
+    hits: set[int],
+    open_: set[int],
+    past: bool,
+    read: Callable[[list[int]], DataFrame | None],
+    keys: tuple[str, ...],
+    names: Scd2Columns,
+    where: str,
+    one_each: bool,
+) -> tuple[DataFrame, set[int]]:
+    """The rows that replace some of a history table's files, and which: `hits` are the files
+    (by number) that can hold the batch's keys, `open_` those of them that may hold current
+    versions (the others hold closed ones only), `read` gives the rows of some files. A batch
+    in order (in_order; `past`: the table's statistics show every start of the batch after
+    all it holds) reads and rewrites only the open files: the closed versions stay where they
+    are. Any other batch (late changes, a replay) lays out again every version of its keys,
+    from every file that can hold them. `one_each`: the batch holds one change of each key."""
+    closed = hits - open_
+    first = firsts(changes, keys, names, one_each)
+    current = read(sorted(open_))
+    if past:
+        ordered, missing = True, 0
+    elif current is None:
+        ordered, missing = True, 1
+    else:
+        ordered, missing = in_order(first, current, keys, names)
+    if ordered and missing and closed:  # a key without a current version: its history
+        held = read(sorted(closed))
+        assert held is not None
+        them = first if current is None else unopened(first, current, keys, names)
+        ordered = in_order(them, held, keys, names)[0]
+    if ordered:
+        laid = laid_out(changes, keys, names, where, one_each)
+        return appended(current, laid, first, keys, names), open_
+    return versions(read(sorted(hits)), changes, keys, names, where), hits
 
 
 def firsts(

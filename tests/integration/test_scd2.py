@@ -118,11 +118,11 @@ def test_a_batch_in_order_leaves_the_closed_versions_files_alone(spark, tmp_path
             False,
         ),
     ]
-    from rivc.adapters.lake import deltamerge
+    from rivc.adapters.lake import history
 
     compared: list = []
     monkeypatch.setattr(
-        deltamerge, "in_order", lambda *a, f=deltamerge.in_order: compared.append(1) or f(*a)
+        history, "in_order", lambda *a, f=history.in_order: compared.append(1) or f(*a)
     )
     for changes, in_order, past in batches:
         kept = closed_only(uri) if seen else set()
@@ -146,12 +146,10 @@ def test_random_batches_give_the_history_they_describe(spark, tmp_path, monkeypa
     both ways of merging (a batch in order, any other) taken."""
     import random
 
-    from rivc.adapters.lake import deltamerge
+    from rivc.adapters.lake import history
 
     fast = []
-    monkeypatch.setattr(
-        deltamerge, "appended", lambda *a, f=deltamerge.appended: fast.append(1) or f(*a)
-    )
+    monkeypatch.setattr(history, "appended", lambda *a, f=history.appended: fast.append(1) or f(*a))
     rng = random.Random(20261129)
     uri = str(tmp_path / "history")
     seen: list = []

@@ -11,7 +11,7 @@ from rivc.compiler.connector import Scd2Columns
 from rivc.compiler.rendering.transforms import DELETE_COLUMN
 from rivc.compiler.sql import quote
 
-from ...lake.history import versions
+from ...lake.history import replacing
 from ...util.storage import Store
 from .catalog import footer_data_file, spark_arrow_schema, store_path
 
@@ -57,34 +57,50 @@ def upsert_files(table: Any, df: Any, key: str) -> list[Any] | None:
 def upserted(
     table: Any,
     df: Any,
-    replaced: list[Any],
+    found: list[Any],
     keys: tuple[str, ...],
     store: Store,
     history: Scd2Columns | None,
-) -> Any:
-    """What replaces `replaced`: their rows without the batch's keys, plus the batch's rows that
-    are not deletes, in the table's column order (columns the batch lacks read as null through
-    the name mapping). With `history` (mode scd2): the versions of the batch's keys laid out
-    again with the batch's changes."""
-
+) -> tuple[Any, list[Any]]:
+    """What replaces some of `found` (the files that can hold a batch key), and which: their
+    rows without the batch's keys, plus the batch's rows that are not deletes, in the table's
+    column order (columns the batch lacks read as null through the name mapping). With
+    `history` (mode scd2), history.replacing decides: a batch in order ends the current
+    versions of its keys in the files that may hold current versions (a file whose every row
+    has an end, its null count 0, holds closed ones only; no count: it may hold current ones), any other lays out every version
+    of its keys again."""
     from ...plane.tableread import DataFile, read_files
 
-    target = None
-    if replaced:
-        stored = spark_arrow_schema(table)
-        files = [DataFile(store_path(f.file_path), f.file_size_in_bytes, {}) for f in replaced]
-        target = read_files(df.sparkSession, files, stored, store)
+    stored = spark_arrow_schema(table)
+
+    def read(numbers: list[int]) -> Any:
+        if not numbers:
+            return None
+        files = [
+            DataFile(store_path(found[n].file_path), found[n].file_size_in_bytes, {})
+            for n in numbers
+        ]
+        return read_files(df.sparkSession, files, stored, store)
+
     if history is not None:
-        rows = versions(target, df, keys, history, "scd2 into " + ".".join(table.name()))
+        end = table.schema().find_field(history.valid_to).field_id
+        open_ = {n for n, f in enumerate(found) if (f.null_value_counts or {}).get(end) != 0}
+        where = "scd2 into " + ".".join(table.name())
+        hits = set(range(len(found)))
+        rows, chosen = replacing(df, hits, open_, False, read, keys, history, where, False)
+        replaced = [found[n] for n in sorted(chosen)]
     else:
+        replaced = found
         rows = df
         if DELETE_COLUMN in df.columns:
             rows = df.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN)
+        target = read(list(range(len(found))))
         if target is not None:
             rows = target.join(df.select(*keys), list(keys), "left_anti").unionByName(
                 rows, allowMissingColumns=True
             )
-    return rows.select(*[quote(n) for n in table.schema().column_names if n in rows.columns])
+    names = table.schema().column_names
+    return rows.select(*[quote(n) for n in names if n in rows.columns]), replaced
 
 
 def data_files(

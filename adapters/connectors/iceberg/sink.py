@@ -21,7 +21,7 @@ from rivc.compiler.loading.locate import STATE_DIR
 from rivc.compiler.rendering.transforms import DELETE_COLUMN
 from rivc.compiler.sql import quote
 
-from ...lake.history import versions
+from ...lake.history import closed_apart, versions
 from ...plane.base import (
     Can,
     Sink,
@@ -189,8 +189,7 @@ class IcebergSink(Sink[IcebergSinkConfig]):
             found = upsert_files(table, df, c.key_fields[0])
             if found is None:  # delete files: pyiceberg's own delete applies them
                 return streamed("the table has delete files (compact it first)")
-            replaced = found
-            df = upserted(table, df, replaced, c.key_fields, store, history)
+            df, replaced = upserted(table, df, found, c.key_fields, store, history)
         elif history is not None:
             df = versions(None, df, c.key_fields, history, f"scd2 into {self.identifier}")
         elif deletes:  # a new table: the deletes have nothing to take out
@@ -200,7 +199,10 @@ class IcebergSink(Sink[IcebergSinkConfig]):
         if buckets:
             frame = _with_buckets(frame, table, buckets)
         codec = CODECS[c.compression]
-        written = write_parquet(frame, uri, store, rel, codec, tuple(helpers), c.target_file_size)
+        apart = None if history is None else closed_apart(history)  # current versions apart
+        written = write_parquet(
+            frame, uri, store, rel, codec, tuple(helpers), c.target_file_size, apart
+        )
         paths = [join(location, w.rel) for w in written]
         fault("before-commit", c.table)  # the files are in, no snapshot references them
         try:
