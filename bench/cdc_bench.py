@@ -18,7 +18,8 @@ each node's time, and the log the server keeps for the slot once caught up.
 --follow SECONDS (postgres): `rivc run` follows the log (the merge sink's trigger 1 second)
 while a writer inserts --rate rows a second (five transactions a second) for that long; the bench
 reads the Delta table as it changes and reports the lag from each row's commit to the table
-(p50, p95, max) and the log kept for the slot afterwards.
+(p50, p95, max), the log kept for the slot afterwards, and the resident memory of rivc's
+process tree (its JVM included) in the first and the last minute.
 """
 
 from __future__ import annotations
@@ -221,6 +222,31 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def tree_rss(pid: int) -> int:
+    """Resident bytes of process `pid` and all its descendants (rivc, its JVM, Python workers)."""
+    import os
+
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    total, todo = 0, [pid]
+    while todo:
+        at = todo.pop()
+        try:
+            total += int(Path(f"/proc/{at}/statm").read_text().split()[1]) * os.sysconf(
+                "SC_PAGE_SIZE"
+            )
+        except OSError:
+            pass
+        todo += children.get(at, [])
+    return total
+
+
 def follow(seconds: float, rate: int) -> None:
     """The lag from a row's commit to the merge sink's table while rivc follows the log."""
     import signal
@@ -293,8 +319,13 @@ def follow(seconds: float, rate: int) -> None:
 
         writer = threading.Thread(target=write)
         writer.start()
+        rss: list[tuple[float, int]] = []  # (seconds in, bytes) every 5 s
+        began = sampled = time.monotonic()
         while writer.is_alive():
             poll()
+            if time.monotonic() - sampled >= 5:
+                sampled = time.monotonic()
+                rss.append((sampled - began, tree_rss(proc.pid)))
             time.sleep(0.1)
         writer.join()
         rows = dict(
@@ -320,6 +351,13 @@ def follow(seconds: float, rate: int) -> None:
             f"{lags[int(len(lags) * 0.95)]:.1f} s, max {lags[-1]:.1f} s; {missing} never arrived"
         )
         print(f"log kept for the slot after Ctrl-C: {int(kept):,} bytes")
+        if rss:
+            first = max(b for t, b in rss if t <= 60)
+            last = max(b for t, b in rss if t >= rss[-1][0] - 60)
+            print(
+                f"RSS of rivc and its JVM: first minute max {first / 2**20:,.0f} MB, "
+                f"last minute max {last / 2**20:,.0f} MB"
+            )
     finally:
         if proc.poll() is None:
             proc.kill()
