@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -16,6 +15,9 @@ from .analysis import rules
 from .analysis.rules import Finding
 from .dag.graph import Node, ProjectGraph, node_id
 from .dag.selector import select
+from .dbt import naming
+from .emit import run_results
+from .emit.run_results import RESULTS_FILE
 from .errors import CompileFailed, GraphError, RivcError, SelectionError, SourceLocation
 from .loading.locate import TARGET_DIR, project_file
 from .loading.project import Located, Project, load_project
@@ -185,6 +187,7 @@ def _analyze(
         nodes[node.id] = node
     _refs_to_disabled(nodes, findings)
     hooks = _run_hooks(project, renderer, findings)
+    _name_relations(project, renderer, nodes, findings)
     graph = ProjectGraph(nodes)
     sink_inputs(project, graph, findings)
     chosen = select(
@@ -256,6 +259,18 @@ def _run_hooks(
     return out
 
 
+def _name_relations(
+    project: Project, renderer: Renderer, nodes: dict[NodeId, Node], findings: list[Finding]
+) -> None:
+    """Each model's, seed's and data test's relation name in dbt's terms (dbt/naming.py)."""
+    placed, errors = naming.place(
+        project.name, nodes.values(), project.target_context, renderer.macro
+    )
+    for nid, where in placed.items():
+        nodes[NodeId(nid)].placed = where
+    findings += [rules.from_error(e) for e in errors]
+
+
 def _refs_to_disabled(nodes: dict[NodeId, Node], findings: list[Finding]) -> None:
     """A ref() to a model or seed with `enabled: false` (which has no node) is an error."""
     for node in nodes.values():
@@ -281,14 +296,14 @@ def _last_results(root: Path, options: CompileOptions) -> dict[NodeId, str] | No
     asks for it with `result:`; None when there was no run."""
     if not _asks(options, "result"):
         return {}
-    path = root / TARGET_DIR / "run_results.json"
+    path = root / TARGET_DIR / RESULTS_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = run_results.read(path)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SelectionError(f"{path} cannot be read: {exc}") from None
-    return {NodeId(r["node"]): str(r["status"]) for r in data.get("results", [])}
+    return {NodeId(r["node"]): str(r["status"]) for r in data["results"]}
 
 
 def _changed(

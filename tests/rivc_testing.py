@@ -68,6 +68,14 @@ def at_entry(error: str, path: str) -> str:
     return message
 
 
+def last_run(root: Path) -> dict[str, Any]:
+    """target/run_results.json (dbt's format) as rivc reads it back: the run's command,
+    status, warehouse and options, and rivc's result of each node."""
+    from rivc.compiler.emit import run_results
+
+    return run_results.read(root / "target" / "run_results.json")
+
+
 def rivc(root: Path, *args: str) -> Result:
     """`rivc ARGS --project-dir root` in this process (on the test session's SparkSession)."""
     return CliRunner().invoke(main, [*args, "--project-dir", str(root)], catch_exceptions=False)

@@ -197,26 +197,21 @@ RETRIED = ("error", "fail", "skipped")  # what `rivc retry` runs again
 def retry(project_dir: str | None) -> None:
     """Run the nodes that failed or were skipped in the last run again, with its command and
     options (target/run_results.json), as `dbt retry` does."""
-    import json
     from dataclasses import replace
 
     from rivc.compiler.dag.selector import RESULTS
+    from rivc.compiler.emit import run_results
     from rivc.compiler.errors import ProjectError
 
     from ..run.scheduler import RunOptions
 
     root = _root(project_dir)
     try:
-        last = json.loads((root / RESULTS).read_text(encoding="utf-8"))
+        last = run_results.read(root / RESULTS)
     except FileNotFoundError:
         raise ProjectError(f"nothing to retry: there was no run ({RESULTS} is missing)") from None
-    except ValueError as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ProjectError(f"{RESULTS} cannot be read: {exc}") from None
-    if "args" not in last:
-        raise ProjectError(
-            f"{RESULTS} was written by an older rivc, without the run's options: run the "
-            "command again"
-        )
     found = {r["status"] for r in last["results"] if r["kind"] != "operation"}
     chosen = tuple(f"result:{status}" for status in RETRIED if status in found)
     if not chosen:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from rivc.compiler.emit.manifest import Manifest, ManifestNode
+from rivc.compiler.emit.manifest import MANIFEST_FILE, Manifest, ManifestNode
 from rivc.compiler.errors import StateError
 from rivc.compiler.loading.locate import TARGET_DIR
 from rivc.compiler.loading.project import Project, load_project, project_secrets
@@ -37,7 +37,7 @@ class Plan:
 
     @classmethod
     def load(cls, root: Path, env: Mapping[str, str] | None = None) -> Plan:
-        path = root / TARGET_DIR / "manifest.json"
+        path = root / TARGET_DIR / MANIFEST_FILE
         try:
             manifest = Manifest.loads(path.read_text())
         except OSError:
@@ -66,7 +66,7 @@ class Plan:
     @classmethod
     def from_compiled(cls, root: Path, project: Project, files: Mapping[str, str]) -> Plan:
         """The plan of an in-process run: the compile's own output, nothing read back."""
-        manifest = Manifest.loads(files["manifest.json"])
+        manifest = Manifest.loads(files[MANIFEST_FILE])
         compiled = {path: text for path, text in files.items() if path.startswith("compiled/")}
         return cls(root, manifest, project, compiled)
 

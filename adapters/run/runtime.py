@@ -4,7 +4,7 @@ nodes read, landing tables, writer ids and batch ids. The code both `rivc run` a
 (node_source, node_model, node_sink, node_test), each given this context.
 
 It runs a Plan (plan.py): the SQL compiled into target/ with the connector configs and secrets
-of the project's specs, which target/manifest.json leaves out. So a generated job does what the
+of the project's specs, which target/rivc_manifest.json leaves out. So a generated job does what the
 scheduler does in-process, and needs the project folder beside target/.
 """
 

@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from rivc.compiler.emit import run_results
+from rivc.compiler.emit.dbt_manifest import unique_id
+from rivc.compiler.emit.run_results import RESULTS_FILE
 from rivc.compiler.errors import ProjectError
 from rivc.compiler.loading.locate import TARGET_DIR
 from rivc.compiler.materializations import of_node
@@ -79,17 +82,34 @@ class RunReport:
     def failed(self) -> bool:
         return any(r.status in FAILED for r in self.results)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "command": self.command,
-            "started_at": self.started_at,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "status": "error" if self.failed else "interrupted" if self.interrupted else "success",
-            "args": asdict(self.options),  # what `rivc retry` runs again with
-            "warehouse": self.warehouse,
-            "results": [asdict(r) for r in self.results],
-        }
+    def dumps(self, plan: Plan) -> str:
+        """target/run_results.json: in dbt's format, with rivc's facts (compiler/emit/run_results.py)."""
+        project = plan.manifest.project
+        nodes = plan.nodes
+        return run_results.dumps(
+            project=project,
+            ids={nid: unique_id(project, node) for nid, node in nodes.items()},
+            relations={
+                nid: node.placed.relation_name
+                for nid, node in nodes.items()
+                if node.placed is not None and node.kind != "test"
+            },
+            command=self.command,
+            run={
+                "run_id": self.run_id,
+                "started_at": self.started_at,
+                "elapsed_s": round(self.elapsed_s, 3),
+                "status": "error"
+                if self.failed
+                else "interrupted"
+                if self.interrupted
+                else "success",
+                "warehouse": self.warehouse,
+            },
+            options=asdict(self.options),  # what `rivc retry` runs again with
+            results=[asdict(r) for r in self.results],
+            elapsed_s=self.elapsed_s,
+        )
 
 
 def compile_for_run(
@@ -213,8 +233,7 @@ def execute(
         options,
         warehouse,
     )
-    out = root / TARGET_DIR / "run_results.json"
-    out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    (root / TARGET_DIR / RESULTS_FILE).write_text(report.dumps(plan))
     from ..ops import lineage_out, metrics_out, notify
 
     metrics_out.export(plan.profile.metrics, root, plan.project.spec.name, report, on_warning)
@@ -261,10 +280,10 @@ def _deferred_warehouse(options: RunOptions) -> str | None:
         return None
     if options.state is None:
         raise ProjectError("--defer reads unselected parents from --state's run: give --state DIR")
-    path = Path(options.state) / "run_results.json"
+    path = Path(options.state) / RESULTS_FILE
     try:
-        warehouse = json.loads(path.read_text(encoding="utf-8")).get("warehouse")
-    except (OSError, ValueError):
+        warehouse = run_results.read(path).get("warehouse")
+    except (OSError, ValueError, KeyError, TypeError):
         warehouse = None
     if not warehouse:
         raise ProjectError(

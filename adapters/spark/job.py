@@ -6,8 +6,9 @@ import os
 import sys
 from pathlib import Path
 
+from rivc.compiler.emit.manifest import MANIFEST_FILE
 from rivc.compiler.errors import RivcError, StateError
-from rivc.compiler.loading.locate import SPARK_LOG, STATE_DIR
+from rivc.compiler.loading.locate import SPARK_LOG, STATE_DIR, TARGET_DIR
 
 from ..run.execute import execute
 from ..run.plan import Plan
@@ -57,9 +58,10 @@ def fetch_project(uri: str, into: Path) -> Path:
         with fs.open_input_stream(info.path, compression=None) as src:
             dest.write_bytes(src.read())
         copied += 1
-    if not (into / "target/manifest.json").exists():
+    if not (into / TARGET_DIR / MANIFEST_FILE).exists():
         raise StateError(
-            f"no target/manifest.json among its {copied} files: publish the project after `rivc compile`"
+            f"no {TARGET_DIR}/{MANIFEST_FILE} among its {copied} files: publish the project "
+            "after `rivc compile`"
         )
     return into
 

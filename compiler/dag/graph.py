@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..emit.manifest import Facts
+from ..emit.manifest import Facts, Placed
 from ..errors import GraphError, SourceLocation
 from ..loading.specs import NodeId
 
@@ -52,6 +52,7 @@ class Node:
         default_factory=dict
     )  # models: vars and macros (rendering/render.py)
     versioned: str | None = None  # a version of a dbt versioned model: that model's name
+    placed: Placed | None = None  # models, seeds, data tests: dbt's name (dbt/naming.py)
 
     @property
     def relation(self) -> str:

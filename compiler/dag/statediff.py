@@ -1,5 +1,5 @@
 """`state:` selectors: what changed since an earlier compile (`--state DIR`: a target/ folder,
-its manifest.json and compiled SQL), as dbt's state comparison. A change is one that changes
+its rivc_manifest.json and compiled SQL), as dbt's state comparison. A change is one that changes
 what a node does: its compiled SQL (after Jinja, macros, vars and params; whitespace, comments
 and keyword case do not count), its config or connector spec, or its columns and their types;
 and, as dbt's `modified.macros` and `modified.vars`, a macro it calls or a var it reads whose
@@ -19,7 +19,7 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import TokenError
 
 from ..analysis.inline import compiled_sql
-from ..emit.manifest import compiled_variants
+from ..emit.manifest import MANIFEST_FILE, compiled_variants
 from ..errors import SelectionError
 from ..loading.specs import NodeId
 from .graph import Node, ProjectGraph
@@ -45,14 +45,14 @@ class Earlier:
 
 def load(folder: Path) -> Earlier:
     try:
-        data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        data = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SelectionError(
-            f"--state {folder}: no manifest.json there (give the target/ folder of an earlier "
-            "compile or run)"
+            f"--state {folder}: no {MANIFEST_FILE} there (give the target/ folder of an earlier "
+            "rivc compile or run)"
         ) from None
     except (OSError, ValueError) as exc:
-        raise SelectionError(f"--state {folder}: manifest.json cannot be read: {exc}") from None
+        raise SelectionError(f"--state {folder}: {MANIFEST_FILE} cannot be read: {exc}") from None
     return Earlier(folder, data.get("nodes", {}))
 
 

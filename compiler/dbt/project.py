@@ -131,7 +131,6 @@ DBT_TARGET_KEYS = frozenset(
         "method",
         "host",
         "port",
-        "schema",
         "database",
         "user",
         "token",

@@ -11,14 +11,16 @@ from ..analysis.inline import compiled_sql
 from ..dag.graph import Node
 from ..driver import CompiledProject
 from ..version import VERSION
-from .manifest import Manifest, ManifestNode, SinkFacts
+from .dbt_manifest import DBT_FILE, dbt_manifest
+from .manifest import MANIFEST_FILE, Manifest, ManifestNode, SinkFacts
 
 
 def compiled_path(node: Node, variant: str | None = None) -> str:
     python = node.config.get("language") == "python"
     suffix = f".{variant}.sql" if variant else ".py" if python else ".sql"
-    name = node.name
-    if len(name) >= 64:  # a test named by its arguments: a short file name, as dbt makes
+    name = node.config.get("alias") if node.kind == "test" else None  # a long one's, as dbt's
+    name = str(name or node.name)
+    if len(name) >= 64:
         name = f"{name[:30]}_{hashlib.md5(name.encode()).hexdigest()}"
     return f"compiled/{node.kind}/{name}{suffix}"
 
@@ -65,6 +67,8 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
             else {c: [(str(n), col, how) for n, col, how in o] for c, o in node.lineage.items()},
             filters=tuple(node.filters),
             uses=node.uses,
+            placed=node.placed,
+            versioned=node.versioned,
         )
         if node.kind == "sink":
             files[f"jobs/{node.name}.py"] = sink_job(compiled, node)
@@ -77,7 +81,8 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
         nodes,
         hooks=compiled.hooks,
     )
-    files["manifest.json"] = manifest.dumps()
+    files[MANIFEST_FILE] = manifest.dumps()
+    files[DBT_FILE] = dbt_manifest(manifest, files, _raw_code(compiled))
     files["graph.json"] = (
         json.dumps(
             {
@@ -89,6 +94,23 @@ def artifacts(compiled: CompiledProject) -> dict[str, str]:
         + "\n"
     )
     return files
+
+
+def _raw_code(compiled: CompiledProject) -> dict[str, str]:
+    """Each model's and singular test's text as written, by node id."""
+    project = compiled.project
+    out: dict[str, str] = {}
+    for nid, node in compiled.graph.nodes.items():
+        found = (
+            project.models.get(node.name) or project.python_models.get(node.name)
+            if node.kind == "model"
+            else project.tests.get(node.name)
+            if node.kind == "test"
+            else None
+        )
+        if found is not None:
+            out[nid] = found.text
+    return out
 
 
 def sink_job(compiled: CompiledProject, node: Node) -> str:

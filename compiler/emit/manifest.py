@@ -1,4 +1,5 @@
-"""target/manifest.json: the typed hand-off from compile to run.
+"""target/rivc_manifest.json: the typed hand-off from compile to run (target/manifest.json is
+the same project in dbt's format, dbt_manifest.py).
 
 codegen writes a Manifest, the runtime reads one back; both sides share these classes, so mypy
 checks every field the runtime uses. Connector configs appear redacted (secrets as `****`);
@@ -16,6 +17,7 @@ from ..loading.specs import ModelConfig
 from ..materializations import INCREMENTAL, Materialization, of_node
 
 SCHEMA_VERSION = 3  # 3: named SQL variants (compiled_variants)
+MANIFEST_FILE = "rivc_manifest.json"  # under target/; manifest.json is dbt's (dbt_manifest.py)
 
 Kind = Literal["source", "seed", "model", "sink", "test"]
 
@@ -139,6 +141,20 @@ class SinkFacts:
 Facts = SourceFacts | SinkFacts | None
 
 
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A node's relation in dbt's terms (compiler/dbt/naming.py): `<schema>.<alias>`, as
+    dbt-spark names it."""
+
+    database: str | None
+    schema: str
+    alias: str
+
+    @property
+    def relation_name(self) -> str:
+        return f"{self.schema}.{self.alias}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ManifestNode:
     id: str
@@ -160,6 +176,8 @@ class ManifestNode:
     lineage: dict[str, list[tuple[str, str, str]]] | None = None
     filters: tuple[tuple[str, str], ...] = ()  # (node id, column) filtering its rows
     uses: dict[str, str] = field(default_factory=dict)  # "var:x"/"macro:p.m" -> hash
+    placed: Placed | None = None  # models, seeds, data tests: dbt's name of its relation
+    versioned: str | None = None  # a version of a dbt versioned model: that model's name
 
     @property
     def source(self) -> SourceFacts:
@@ -238,6 +256,10 @@ class ManifestNode:
             }
         if self.uses:
             out["uses"] = self.uses
+        if self.placed is not None:
+            out["placed"] = [self.placed.database, self.placed.schema, self.placed.alias]
+        if self.versioned is not None:
+            out["versioned"] = self.versioned
         return out
 
     @classmethod
@@ -271,6 +293,8 @@ class ManifestNode:
             },
             filters=tuple((f[0], f[1]) for f in data.get("lineage", {}).get("filters", ())),
             uses=dict(data.get("uses", {})),
+            placed=None if "placed" not in data else Placed(*data["placed"]),
+            versioned=data.get("versioned"),
         )
 
 

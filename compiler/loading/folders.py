@@ -24,9 +24,9 @@ from .specs import IGNORED, ModelConfig
 from .yamlio import YamlDoc
 
 KEYS = {
-    "models": frozenset(ModelConfig.model_fields),
-    "seeds": frozenset(SeedConfig.model_fields) | {"pre_hook", "post_hook"},  # not run on seeds
-    "snapshots": frozenset(ModelConfig.model_fields),
+    "models": ModelConfig.keys(),
+    "seeds": SeedConfig.keys() | {"pre_hook", "post_hook"},  # not run on seeds
+    "snapshots": ModelConfig.keys(),
 }
 HOOKS = ("pre_hook", "post_hook")  # dbt writes them pre-hook and post-hook in dbt_project.yml
 ADDITIVE = ("tags", *HOOKS)  # configs that add up across levels instead of replacing

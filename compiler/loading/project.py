@@ -74,7 +74,7 @@ class Project:
             "name": self.target,
             "profile_name": self.spec.profile,
             "type": "spark",
-            "schema": "default",
+            "schema": self.profile.schema_,
             "threads": 1,
         }
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from .specbase import Name, Spec, StrList, _as_tuple
-from .specs import ModelConfig
+from .specs import ModelConfig, Placement
 
 _THRESHOLD = re.compile(r"\s*(==|=|!=|<>|>=|<=|>|<)\s*(\d+)\s*")
 
@@ -155,7 +155,7 @@ class ModelProps(Spec):
     constraints: Any = None  # model-level: its `check` ones with an enforced contract
 
 
-class SeedConfig(Spec):
+class SeedConfig(Placement):
     """A seed's configuration (docs/seeds.md): `column_types` overrides inferred types."""
 
     column_types: dict[str, str] = {}

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, NewType, Union
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     PositiveInt,
     ValidationError,
@@ -30,13 +31,11 @@ NodeId = NewType("NodeId", str)  # "model:orders", "source:shop.orders", "sink:l
 # --------------------------------------------------------------------------- project
 
 
-# dbt configs rivc accepts and ignores: rivc names a model's table by the model, in its
-# warehouse, and keeps no documentation in the table (docs/dbt.md)
+# dbt configs rivc accepts and ignores: rivc keeps a model's table at its warehouse location
+# (its name in dbt's terms is `schema`, `alias`, `database`: compiler/dbt/naming.py) and keeps
+# no documentation in the table (docs/dbt.md)
 IGNORED = frozenset(
     {
-        "schema",
-        "database",
-        "alias",
         "persist_docs",
         "docs",
         "meta",
@@ -75,7 +74,24 @@ class Contract(Spec):
     checks: tuple[str, ...] = ()
 
 
-class ModelConfig(Spec):
+class Placement(Spec):
+    """dbt's name of a node's relation, as given (compiler/dbt/naming.py makes the name):
+    `schema` and `database` go through generate_schema_name/generate_database_name, `alias`
+    through generate_alias_name."""
+
+    model_config = ConfigDict(**Spec.model_config, serialize_by_alias=True)
+
+    schema_: str | None = Field(None, alias="schema")
+    alias: str | None = None
+    database: str | None = None
+
+    @classmethod
+    def keys(cls) -> frozenset[str]:
+        """Its keys as written in YAML and config() (`schema`, not `schema_`)."""
+        return frozenset(f.alias or name for name, f in cls.model_fields.items())
+
+
+class ModelConfig(Placement):
     """A model's configuration: project `defaults`, then properties YAML, then `config(...)`."""
 
     materialized: str = "view"  # a configurable entry of materializations.MATERIALIZATIONS
@@ -301,6 +317,8 @@ class ProfileSpec(Spec):
     connections: dict[str, ConnectionSpec] = {}
     # nodes run at once when --threads is not given (dbt's threads)
     threads: PositiveInt | None = None
+    # the schema (Spark database) of the project's relations, dbt's `target.schema`
+    schema_: Name = Field("default", alias="schema")
 
 
 # --------------------------------------------------------------------------- sources

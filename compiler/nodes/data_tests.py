@@ -159,6 +159,17 @@ class Tested:
             flat += [re.sub("[^0-9a-zA-Z_]+", "_", str(part)) for part in parts]
         return f"{test_type}_{self.label}_{'__'.join(flat)}"
 
+    def alias(self, kind: str, name: str) -> dict[str, str]:
+        """A generated name of 64 characters or more as dbt shortens it for the test's alias
+        and file: its type and tested node cut at 30 characters, then the name's md5."""
+        if len(name) < 64:
+            return {}
+        namespace, _, short = kind.rpartition(".")
+        test_type = f"{namespace}_{self.prefix}{short}" if namespace else self.prefix + short
+        return {
+            "alias": f"{f'{test_type}_{self.label}'[:30]}_{hashlib.md5(name.encode()).hexdigest()}"
+        }
+
 
 def generic_test(
     tested: Tested,
@@ -252,8 +263,9 @@ def generic_test(
             f"  ON child.{col} = parent.{field_}\nWHERE child.{col} IS NOT NULL "
             f"AND parent.{field_} IS NULL"
         )
+    alias = tested.alias(kind, name)
     if isinstance(given_name, str) and given_name:
-        name = given_name
+        name, alias = given_name, {}
     if spec.config.limit is not None:
         sql += f"\nLIMIT {spec.config.limit}"
     config = {
@@ -264,6 +276,7 @@ def generic_test(
         "test": kind,
         "column": column,
         "model": tested.label,
+        **alias,
     }
     if spec.config.store_failures:
         config["store_failures"] = True
@@ -391,6 +404,7 @@ def custom_test(
             "test": kind,
             "column": column,
             "model": tested.label,
+            **({} if given_name else tested.alias(kind, name)),
             **({"store_failures": True} if config.store_failures else {}),
             **({"fail_calc": config.fail_calc} if config.fail_calc != "count(*)" else {}),
         },

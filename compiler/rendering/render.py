@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from ..dbt import crossdb
+from ..dbt import crossdb, naming
 from ..dbt import jinja as dbtjinja
 from ..errors import GraphError, RenderError, RivcError, SourceLocation, did_you_mean
 from ..loading.property_specs import ModelVersion, TestConfig
@@ -23,7 +23,7 @@ from ..sql import quote
 from . import sandbox
 from .relations import Column, NeedColumns, Relation
 
-CONFIG_KEYS = frozenset(ModelConfig.model_fields)
+CONFIG_KEYS = ModelConfig.keys()
 TEST_CONFIG_KEYS = frozenset(f.alias or name for name, f in TestConfig.model_fields.items())
 IGNORED_CONFIG = IGNORED
 
@@ -261,6 +261,7 @@ class Renderer:
             this=_This(s),
             target=dict(ctx.target),
         )
+        self.common.update(naming.builtins(ctx.target))  # generate_schema_name and its kin
         # every package's macros by name: the root project's, then each package's (dbt/jinja.py)
         self.namespaces: dict[str, dict[str, Any]] = {ctx.project: {}}
         self.namespaces.update({name: {} for name, _ in ctx.packages})

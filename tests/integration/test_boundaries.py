@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database, project
 
-from rivc_testing import rivc, write_files
+from rivc_testing import last_run, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ CURSORS = {
 
 
 def source_rows(root: Path) -> int:
-    data = json.loads((root / "target" / "run_results.json").read_text())
+    data = last_run(root)
     return next(r["rows"] for r in data["results"] if r["node"] == "source:src.events")
 
 
@@ -89,7 +89,7 @@ def test_postgres_jdbc_session_is_read_only(spark, tmp_path):
         )
         result = rivc(root, "run")
         assert result.exit_code == 1
-        error = json.loads((root / "target/run_results.json").read_text())["results"][0]["error"]
+        error = last_run(root)["results"][0]["error"]
         assert "read-only transaction" in error, error
         conn = db.connect()
         try:

@@ -146,6 +146,7 @@ sinks:
     assert ["rivc:che:edges_ch", "0"] in marks
     assert "ch-s3cret" not in done.output + again.output + third.output
     manifest = (root / "target/manifest.json").read_text()
+    manifest += (root / "target/rivc_manifest.json").read_text()
     assert "ch-s3cret" not in manifest
 
 

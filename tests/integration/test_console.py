@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rivc_testing import rivc, write_files
+from rivc_testing import last_run, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -23,9 +23,8 @@ def test_a_spark_error_in_a_model_names_the_model_file_line_and_column(spark, tm
     root = write_files(tmp_path, BAD)
     result = rivc(root, "run")
     assert result.exit_code == 1
-    import json
 
-    runs = json.loads((root / "target/run_results.json").read_text())["results"]
+    runs = last_run(root)["results"]
     error = next(r["error"] for r in runs if r["node"] == "model:bad")
     assert error.startswith("models/bad.sql:3:3: error: [UNRESOLVED_ROUTINE]"), error
     assert "SQLSTATE" not in error and "\n" not in error

@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 from rivc_dbs import Db, database, project
 from rivc_nats import drop_stream, messages
 
-from rivc_testing import iceberg_catalog, rivc, run_rivc
+from rivc_testing import iceberg_catalog, last_run, rivc, run_rivc
 
 pytestmark = pytest.mark.integration
 STREAM = "RIVC_TEST_CONSUMERS"
@@ -510,7 +510,7 @@ def test_retention_folds_what_every_consumer_took_and_a_rewind_takes_it_again(sp
         assert "sink:f_pg_upsert: source:src.orders from its first batch" in out, out
         shop.insert(1)
         ok(root, "run")
-        ran = json.loads((root / "target/run_results.json").read_text())["results"]
+        ran = last_run(root)["results"]
         retaken = next(r for r in ran if r["node"] == "sink:f_pg_upsert")
         assert retaken["rows"] == len(shop.rows())  # every key again, not the one new row
         assert dict(shop.query("SELECT id, amount FROM out.upserted")) == shop.rows()

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from dbt_artifacts_parser.parser import parse_run_results
 from deltalake import DeltaTable
 
-from rivc_testing import rivc, run_rivc, write_files
+from rivc_testing import last_run, rivc, run_rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +70,11 @@ def dbt(command: str, project: Path, profiles: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:]
 
 
+def without_hash(uid: str) -> str:
+    """A generic test's id without the hash dbt appends to it (rivc's has none)."""
+    return uid.rsplit(".", 1)[0] if uid.startswith("test.") and uid.count(".") == 3 else uid
+
+
 def same(a: object, b: object) -> bool:
     """Equal values; a number compared by value (rivc keeps `0.25` a decimal where dbt-duckdb
     reads the seed column as a double)."""
@@ -92,7 +98,7 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
     assert "installed shop_utils (local: packages/shop_utils)" in installed.output
     built = rivc(root, "build")
     assert built.exit_code == 0, built.output
-    results = json.loads((root / "target/run_results.json").read_text())["results"]
+    results = last_run(root)["results"]
     statuses = {r["node"]: r["status"] for r in results}
     assert statuses["model:stg_orders"] == "success" and statuses["seed:raw_orders"] == "success"
     assert statuses["test:no_negative_amounts"] == "pass"
@@ -107,6 +113,18 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
         n.removeprefix("test:"): s for n, s in statuses.items() if n.startswith("test:")
     } == dbt_tests
     assert list(dbt_tests.values()).count("warn") == 3 and "fail" not in dbt_tests.values()
+    # target/run_results.json is dbt's format: every node under dbt's id, with dbt's status and
+    # a test's failures, read by dbt-artifacts-parser as dbt's own is
+    mine = json.loads((root / "target/run_results.json").read_text())
+    parse_run_results(mine)
+
+    def outcome(results: list[dict]) -> dict[str, tuple]:
+        return {
+            without_hash(r["unique_id"]): (r["status"], r["failures"] if r["failures"] else None)
+            for r in results
+        }
+
+    assert outcome(mine["results"]) == outcome(theirs)
     failures = {r["unique_id"].split(".")[2]: r["failures"] for r in theirs if r["failures"]}
     ours = {r["node"].removeprefix("test:"): r["rows"] for r in results if r["status"] == "warn"}
     assert (
@@ -119,7 +137,7 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
         }
     )
 
-    manifest = json.loads((root / "target/manifest.json").read_text())["nodes"]
+    manifest = json.loads((root / "target/rivc_manifest.json").read_text())["nodes"]
     assert (
         manifest["model:stg_orders"]["config"]["materialized"] == "view"
     )  # staging: +materialized
@@ -177,7 +195,7 @@ unit_tests:
     )
     ran = rivc(root, "test", "--select", "twice")
     assert ran.exit_code == 1, ran.output
-    results = json.loads((root / "target/run_results.json").read_text())["results"]
+    results = last_run(root)["results"]
     (result,) = [r for r in results if r["node"] == "test:doubled"]
     assert result["status"] == "fail" and result["rows"] == 2
     assert 'expected, not in the result: {"order_id": 2, "double": "1.00"}' in result["error"]
@@ -208,7 +226,7 @@ unit_tests:
     )
     built = rivc(root, "build")
     assert built.exit_code == 1, built.output
-    results = json.loads((root / "target/run_results.json").read_text())["results"]
+    results = last_run(root)["results"]
     status = {r["node"]: r["status"] for r in results}
     assert status["test:doubled"] == "fail" and status["model:stg"] == "success"
     assert status["model:twice"] == "skipped" and status["model:after"] == "skipped"
@@ -323,7 +341,7 @@ def test_a_sink_fed_by_a_snapshot_takes_each_new_version_and_snapshots_run_on_th
         return _snapshot_rows(DeltaTable(str(root / table)).to_pyarrow_table().to_pylist())
 
     def messages(root: Path) -> dict[str, str]:
-        said = json.loads((root / "target/run_results.json").read_text())["results"]
+        said = last_run(root)["results"]
         return {r["node"]: r["message"] for r in said}
 
     for n, data in enumerate((FIRST, SECOND, THIRD)):
@@ -385,7 +403,7 @@ def test_python_models_run_on_the_projects_spark(make_project):
     (root / "seeds/orders.csv").write_text("id,status\n1,placed\n2,shipped\n3,placed\n4,new\n")
     assert rivc(root, "build").exit_code == 0
     assert rows("upper")[-1] == (4, "NEW") and len(rows("upper")) == 4  # only the new row added
-    manifest = json.loads((root / "target/manifest.json").read_text())["nodes"]
+    manifest = json.loads((root / "target/rivc_manifest.json").read_text())["nodes"]
     assert manifest["model:busy"]["depends_on"] == ["model:by_status"]
     assert manifest["model:by_status"]["compiled_path"] == "compiled/model/by_status.py"
 
@@ -468,7 +486,7 @@ def test_dbt_sources_are_read_in_place_with_their_tests(tmp_path, make_project, 
         spark.sql("INSERT INTO raw_ecom.customers VALUES (10, 'Ann O''Hara'), (11, NULL)")
         built = rivc(root, "build")
         assert built.exit_code == 0, built.output  # one click count is 0: a warning
-        results = json.loads((root / "target/run_results.json").read_text())["results"]
+        results = last_run(root)["results"]
         statuses = {r["node"]: r["status"] for r in results}
         assert statuses == {
             "source:ecom.customers": "success",
@@ -523,7 +541,7 @@ def test_hooks_run_on_spark_around_the_run_and_each_model(tmp_path, make_project
             duckdb.sql(f"select step, what from read_parquet('{audit}/*.parquet')").fetchall()
         )
         assert rows == [(1, "pre"), (2, "`m`"), (9, "end")]
-        results = json.loads((root / "target/run_results.json").read_text())["results"]
+        results = last_run(root)["results"]
         assert [r["node"] for r in results] == [
             "operation:on-run-start.0",
             "model:m",
@@ -542,10 +560,7 @@ def test_hooks_run_on_spark_around_the_run_and_each_model(tmp_path, make_project
         )
         failed = rivc(root, "run")
         assert failed.exit_code == 1
-        statuses = {
-            r["node"]: r["status"]
-            for r in json.loads((root / "target/run_results.json").read_text())["results"]
-        }
+        statuses = {r["node"]: r["status"] for r in last_run(root)["results"]}
         assert statuses == {
             "operation:on-run-start.0": "error",
             "model:m": "skipped",
@@ -677,7 +692,7 @@ def test_model_versions_build_the_relations_dbt_builds(tmp_path):
     root = write_files(tmp_path / "rivc", VERSIONED)
     done = rivc(root, "build")
     assert done.exit_code == 0, done.output
-    ours = json.loads((root / "target/run_results.json").read_text())["results"]
+    ours = last_run(root)["results"]
     statuses = {r["node"]: r["status"] for r in ours}
     for name in ("dim_customers_v1", "dim_customers_v2", "dim_customers_v3", "latest", "first"):
         assert statuses[f"model:{name}"] == "success", statuses

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc, write_files
+from rivc_testing import last_run, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,7 @@ PROJECT = "name: inc\n"
 
 
 def results(root: Path) -> dict[str, dict]:
-    data = json.loads((root / "target" / "run_results.json").read_text())
+    data = last_run(root)
     return {r["node"]: r for r in data["results"]}
 
 

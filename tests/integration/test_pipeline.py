@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from rivc.adapters.connectors.datagen.source import Generator
-from rivc_testing import rivc, write_files
+from rivc_testing import last_run, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -139,7 +139,7 @@ def test_expectations_and_dead_letters(spark, tmp_path):
     assert by_id[min(cancelled)]["error"] == "accepted_values(status) failed"
     assert all(r["batch_id"] == 0 and r["failed_at"] for r in dead)
 
-    summary = json.loads((root / "target/run_results.json").read_text())["results"]
+    summary = last_run(root)["results"]
     message = next(r["message"] for r in summary if r["node"] == "sink:checked")
     # each check counts every row that fails it, whatever the other checks say
     castable = [o for o in ORDERS if o[0] not in bad_cast]

@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database, project
 
-from rivc_testing import at_entry, rivc
+from rivc_testing import at_entry, last_run, rivc
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,7 @@ KINDS = ["postgres", "mysql"]
 
 
 def results(root: Path) -> dict[str, dict]:
-    data = json.loads((root / "target" / "run_results.json").read_text())
+    data = last_run(root)
     return {r["node"]: r for r in data["results"]}
 
 

@@ -21,7 +21,7 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database
 
-from rivc_testing import S3_KEYS, at_entry, free_port, moto_s3, rivc, write_files
+from rivc_testing import S3_KEYS, at_entry, free_port, last_run, moto_s3, rivc, write_files
 
 pytestmark = [
     pytest.mark.integration,
@@ -590,7 +590,6 @@ def test_edge_values_stage_on_s3_exactly_or_are_refused_by_name(
     Spark: every value arrives as PostgreSQL returns it, read back with deltalake and pyarrow. A
     value with no exact Spark type (an infinite date) is refused by its column, and its sink
     writes nothing."""
-    import json
 
     import pyarrow.dataset as pads
     from rivc_types import PG_EXPECTED, PG_ROWS, PG_TABLE, READERS, compare, expected_rows
@@ -636,10 +635,7 @@ def test_edge_values_stage_on_s3_exactly_or_are_refused_by_name(
             timeout=900,
         )
         assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-        results = {
-            r["node"]: r
-            for r in json.loads((root / "target/run_results.json").read_text())["results"]
-        }
+        results = {r["node"]: r for r in last_run(root)["results"]}
         want = expected_rows(pg, PG_EXPECTED)
 
     vias = {"copy": "via COPY", "copy_spark": "via COPY in Spark", "jdbc": "via JDBC"}

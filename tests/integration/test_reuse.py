@@ -4,7 +4,6 @@ same, and anything that changes what the table would hold builds it again."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,11 +15,11 @@ from click.testing import CliRunner
 from deltalake import DeltaTable
 
 from rivc.adapters.cli import main
-from rivc_testing import rivc, write_files
+from rivc_testing import last_run, rivc, write_files
 
 
 def results(root: Path) -> dict[str, dict]:
-    data = json.loads((root / "target/run_results.json").read_text())
+    data = last_run(root)
     return {r["node"]: r for r in data["results"]}
 
 

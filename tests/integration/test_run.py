@@ -10,13 +10,13 @@ import duckdb
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc
+from rivc_testing import last_run, rivc
 
 pytestmark = pytest.mark.integration
 
 
 def results(root: Path) -> dict[str, dict]:
-    data = json.loads((root / "target" / "run_results.json").read_text())
+    data = last_run(root)
     return {r["node"]: r for r in data["results"]}
 
 
@@ -164,7 +164,7 @@ def test_retry_runs_what_failed_or_was_skipped_with_the_last_runs_options(spark,
 
     again = rivc(sample, "retry")
     assert again.exit_code == 0 and "nothing to retry" in again.output
-    last = json.loads((sample / "target/run_results.json").read_text())
+    last = last_run(sample)
     assert last["args"]["params"] == {"region": "us"}
     (sample / "target/run_results.json").unlink()
     missing = rivc(sample, "retry")

@@ -5,14 +5,13 @@ held once across reruns and a kill."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc, run_rivc
+from rivc_testing import last_run, rivc, run_rivc
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +99,7 @@ def rows(root: Path, name: str) -> list[dict]:
 
 
 def results(root: Path) -> dict[str, str]:
-    data = json.loads((root / "target/run_results.json").read_text())
+    data = last_run(root)
     return {r["node"]: r["status"] for r in data["results"]}
 
 
@@ -127,7 +126,7 @@ def test_a_seed_loads_every_edge_value_exactly_and_models_read_it(make_project):
     assert rows(root, "edges") == EXPECTED
     table = DeltaTable(str(root / "warehouse/edges"))
     version = table.version()
-    data = json.loads((root / "target/run_results.json").read_text())["results"]
+    data = last_run(root)["results"]
     seed = next(r for r in data if r["node"] == "seed:edges")
     assert seed["message"].startswith("unchanged")  # the table holds this file already
     assert table.version() == version

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from rivc_testing import at_entry, iceberg_catalog, rivc, run_rivc, write_files
+from rivc_testing import at_entry, iceberg_catalog, last_run, rivc, run_rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def project(root: Path, sinks: str, model: str = MODEL) -> Path:
 
 
 def results(root: Path) -> dict[str, dict]:
-    data = json.loads((root / "target" / "run_results.json").read_text())
+    data = last_run(root)
     return {r["node"]: r for r in data["results"]}
 
 

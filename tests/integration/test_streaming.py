@@ -194,7 +194,7 @@ sources:
     )
     compiled = rivc(root, "compile")
     assert compiled.exit_code == 0, compiled.output
-    manifest = json.loads((root / "target/manifest.json").read_text())
+    manifest = json.loads((root / "target/rivc_manifest.json").read_text())
     assert set(manifest["nodes"]["source:bus.clicks"]["columns"]) == {
         "user_id",
         "url",

@@ -3,7 +3,6 @@ TLS only), read by the COPY reader and by JDBC; the machine's server is left as 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import rivc, write_files
+from rivc_testing import last_run, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -160,7 +159,7 @@ def test_postgres_over_tls_with_each_reader(spark, tmp_path, tls_cluster, reader
     root = _project(tmp_path / "ok", port, f"sslmode: verify-full, sslrootcert: '{ca}'", query)
     result = rivc(root, "run")
     assert result.exit_code == 0, result.output
-    runs = json.loads((root / "target/run_results.json").read_text())["results"]
+    runs = last_run(root)["results"]
     assert f"via {reader}" in runs[0]["message"], runs[0]
     assert sorted(
         DeltaTable(str(root / "out/t")).to_pyarrow_table().column("id").to_pylist()
@@ -168,5 +167,5 @@ def test_postgres_over_tls_with_each_reader(spark, tmp_path, tls_cluster, reader
     # the server takes TLS only: without it the same source fails, naming the server's words
     plain = _project(tmp_path / "plain", port, "sslmode: disable", query)
     assert rivc(plain, "run").exit_code == 1
-    error = json.loads((plain / "target/run_results.json").read_text())["results"][0]["error"]
+    error = last_run(plain)["results"][0]["error"]
     assert "no encryption" in error or "pg_hba.conf" in error, error

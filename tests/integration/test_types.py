@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from rivc_dbs import database, project
 from rivc_types import PG_EXPECTED, PG_ROWS, PG_TABLE, READERS, compare, expected_rows, f32
 
-from rivc_testing import at_entry, iceberg_catalog, rivc, write_files
+from rivc_testing import at_entry, iceberg_catalog, last_run, rivc, write_files
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def test_postgres_type_matrix_arrives_exactly(spark, tmp_path, reader):
         result = rivc(root, "run")
         assert result.exit_code == 0, result.output
         via = {"copy": "via COPY", "copy_spark": "via COPY in Spark", "jdbc": "via JDBC"}[reader]
-        runs = json.loads((root / "target/run_results.json").read_text())["results"]
+        runs = last_run(root)["results"]
         assert via in next(r for r in runs if r["node"] == "source:src.types")["message"]
         want = expected_rows(db, PG_EXPECTED)
         for sink, rows in delivered(root).items():
@@ -156,10 +156,7 @@ def test_postgres_values_that_do_not_fit_are_refused_by_name(spark, tmp_path, re
         root = project(tmp_path, db, "\n".join(tables), models, sinks)
         result = rivc(root, "run")
         assert result.exit_code == 1, result.output
-        runs = {
-            r["node"]: r
-            for r in json.loads((root / "target/run_results.json").read_text())["results"]
-        }
+        runs = {r["node"]: r for r in last_run(root)["results"]}
         for name, (kind, _, words) in PG_REFUSED.items():
             run = runs[f"source:src.{name}"]
             assert run["status"] == "error", name
@@ -277,10 +274,7 @@ def test_mysql_values_that_do_not_fit_are_refused_by_name(spark, tmp_path):
         root = project(tmp_path, db, "\n".join(tables), {})
         result = rivc(root, "run")
         assert result.exit_code == 1
-        runs = {
-            r["node"]: r
-            for r in json.loads((root / "target/run_results.json").read_text())["results"]
-        }
+        runs = {r["node"]: r for r in last_run(root)["results"]}
         for name, (_, _, words) in MY_REFUSED.items():
             error = runs[f"source:src.{name}"]["error"]
             assert at_entry(error, "sources/src.yml").startswith(f"source src.{name}: column v (")

@@ -134,6 +134,7 @@ def test_a_rivven_iceberg_sink_and_mqtt_source(make_project):
         "s3.secret-access-key": "shh",
     }
     manifest = (root / "target" / "manifest.json").read_text()
+    manifest += (root / "target" / "rivc_manifest.json").read_text()
     assert "idp.example.com" in manifest and "shh" not in manifest  # never a secret
 
 

@@ -28,7 +28,7 @@ def test_init_compiles_and_lints_clean(tmp_path):
     assert run("compile", "--project-dir", str(target))[0] == 0
     code, out, err = run("lint", "--project-dir", str(target))
     assert code == 0, out + err
-    manifest = json.loads((target / "target" / "manifest.json").read_text())
+    manifest = json.loads((target / "target" / "rivc_manifest.json").read_text())
     kinds = {n["kind"] for n in manifest["nodes"].values()}
     assert kinds == {"source", "model", "sink", "test"}
 
@@ -55,7 +55,7 @@ def test_compile_select_checks_the_selection_and_keeps_target_whole(make_project
     assert code == 0, err
     compiled = sorted(p.name for p in (root / "target/compiled/model").iterdir())
     assert compiled == ["a.sql", "b.sql", "stg.sql"]
-    manifest = json.loads((root / "target/manifest.json").read_text())
+    manifest = json.loads((root / "target/rivc_manifest.json").read_text())
     assert manifest["selected"] == ["source:demo.orders", "model:stg", "model:a"]
     for node in manifest["nodes"].values():  # every file the manifest names is there
         if node["compiled_path"]:
@@ -186,7 +186,9 @@ def test_secrets_redacted_in_manifest_and_errors(make_project):
         }
     )
     assert run("compile", "--project-dir", str(root))[0] == 0
-    text = (root / "target/manifest.json").read_text()
+    text = (root / "target/manifest.json").read_text() + (
+        root / "target/rivc_manifest.json"
+    ).read_text()
     assert "topsecretkey" not in text and "pw123" not in text and "s3cretpw" not in text
     assert "****" in text
 

@@ -193,7 +193,50 @@ def test_dbt_configs_that_place_tables_are_accepted_in_a_model(make_project):
     compiled = analyze_dir(project(make_project, model))
     assert not compiled.errors, [str(f) for f in compiled.errors]
     assert compiled.graph.nodes["model:m"].config["materialized"] == "table"
-    assert "schema" not in compiled.graph.nodes["model:m"].config
+    # named as dbt-spark names it: <target schema>_<custom schema>.<alias> (dbt/naming.py)
+    placed = compiled.graph.nodes["model:m"].placed
+    assert placed is not None and placed.relation_name == "default_marts.m2"
+
+
+def test_two_relations_of_one_name_and_a_failing_naming_macro_are_errors_at_their_models(
+    make_project,
+):
+    """dbt refuses two nodes its naming gives one relation; a project's generate_*_name that
+    fails is an error at each node it names, never a silent default."""
+    clash = "{{ config(materialized='table', alias='m') }}\nselect 2 as x from {{ ref('stg') }}\n"
+    compiled = analyze_dir(
+        project(make_project, "select 1 as x from {{ ref('stg') }}\n", **{"models/n.sql": clash})
+    )
+    found = [str(f) for f in compiled.errors if "both named" in str(f)]
+    assert found and "default.m" in found[0] and "give one another alias or schema" in found[0]
+
+    broken = (
+        "{% macro generate_alias_name(custom_alias_name=none, node=none) %}"
+        "{{ exceptions.raise_compiler_error('no alias for ' ~ node.name) }}{% endmacro %}\n"
+    )
+    compiled = analyze_dir(
+        project(
+            make_project,
+            "select 1 as x from {{ ref('stg') }}\n",
+            **{"macros/naming.sql": broken},
+        )
+    )
+    errors = [str(f) for f in compiled.errors if "generate_*_name" in str(f)]
+    assert any(e.startswith("models/m.sql") and "no alias for m" in e for e in errors), errors
+
+
+def test_a_profiles_schema_is_target_schema_and_names_the_relations(make_project):
+    root = project(
+        make_project,
+        "{{ config(materialized='table', schema='marts') }}\n"
+        "select '{{ target.schema }}' as s from {{ ref('stg') }}\n",
+        **{"profiles.yml": "default:\n  target: dev\n  outputs:\n    dev: {schema: analytics}\n"},
+    )
+    compiled = analyze_dir(root)
+    assert not compiled.errors, [str(f) for f in compiled.errors]
+    node = compiled.graph.nodes["model:m"]
+    assert "'analytics' as s" in (node.sql or "")
+    assert node.placed is not None and node.placed.relation_name == "analytics_marts.m"
 
 
 COLUMNS_MACROS = {

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from rivc.compiler.dag.selector import select
+from rivc.compiler.emit import run_results
 from rivc.compiler.errors import GraphError, SelectionError
 from rivc_testing import analyze_dir
 
@@ -111,16 +112,24 @@ def test_result_selects_by_the_last_runs_status(make_project):
     root = make_project(FILES)
     with pytest.raises(SelectionError, match=r"run_results.json is missing: run first"):
         analyze_dir(root, select=("result:error",))
-    last = {
-        "results": [
-            {"node": "model:orders", "kind": "model", "status": "error"},
-            {"node": "model:revenue", "kind": "model", "status": "skipped"},
-            {"node": "model:stg", "kind": "model", "status": "success"},
-            {"node": "model:gone", "kind": "model", "status": "error"},  # no longer in the project
-        ]
-    }
+    results = [
+        {"node": "model:orders", "kind": "model", "status": "error"},
+        {"node": "model:revenue", "kind": "model", "status": "skipped"},
+        {"node": "model:stg", "kind": "model", "status": "success"},
+        {"node": "model:gone", "kind": "model", "status": "error"},  # no longer in the project
+    ]
+    last = run_results.dumps(
+        project="p",
+        ids={},
+        relations={},
+        command="run",
+        run={"run_id": "r1", "status": "error"},
+        options={},
+        results=results,
+        elapsed_s=1.0,
+    )
     (root / "target").mkdir()
-    (root / "target/run_results.json").write_text(json.dumps(last))
+    (root / "target/run_results.json").write_text(last)
     chosen = analyze_dir(root, select=("result:error+",)).chosen
     assert sorted(chosen) == [
         "model:orders",
@@ -181,7 +190,7 @@ def test_state_selects_what_changes_what_a_node_does(make_project):
         analyze_dir(root, select=("state:modified",))
     with pytest.raises(SelectionError, match="'modified'"):
         analyze_dir(root, select=("state:modifed",), state=str(root / "prod"))
-    with pytest.raises(SelectionError, match="no manifest.json there"):
+    with pytest.raises(SelectionError, match="no rivc_manifest.json there"):
         analyze_dir(root, select=("state:new",), state=str(root / "nowhere"))
 
 

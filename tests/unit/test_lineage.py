@@ -69,7 +69,7 @@ def test_how_each_column_is_made_and_what_filters_the_rows(make_project):
     ]
     from rivc.compiler.emit.codegen import artifacts
 
-    written = json.loads(artifacts(analyze_dir(root))["manifest.json"])["nodes"]["model:m"]
+    written = json.loads(artifacts(analyze_dir(root))["rivc_manifest.json"])["nodes"]["model:m"]
     assert written["lineage"]["columns"]["total"] == [["model:a", "amount", "aggregated"]]
     assert ["model:a", "kind"] in written["lineage"]["filters"]
 

@@ -1,4 +1,4 @@
-"""target/manifest.json is the typed hand-off from compile to run: what codegen writes, the
+"""target/rivc_manifest.json is the typed hand-off from compile to run: what codegen writes, the
 runtime reads back field for field."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from rivc.compiler.emit.manifest import Manifest
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sample_project" / "manifest.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "sample_project" / "rivc_manifest.json"
 
 
 def test_the_manifest_reads_back_as_it_was_written():
@@ -57,3 +57,22 @@ def test_a_state_manifest_of_schema_2_names_its_incremental_variant():
     new = {"compiled_variants": {"incremental": "compiled/model/m.incremental.sql"}}
     assert compiled_variants(new) == new["compiled_variants"]
     assert compiled_variants({"compiled_path": "compiled/model/m.sql"}) == {}
+
+
+def test_dbts_manifest_of_the_sample_project_is_read_by_dbts_tools():
+    """target/manifest.json is dbt's format: dbt-artifacts-parser reads it; the project's sources
+    are dbt sources and its sinks exposures, with rivc's facts under meta.rivc."""
+    from dbt_artifacts_parser.parser import parse_manifest
+
+    data = json.loads((GOLDEN.parent / "manifest.json").read_text())
+    parsed = parse_manifest(data)
+    assert parsed.metadata.dbt_schema_version == "https://schemas.getdbt.com/dbt/manifest/v12.json"
+    lake = data["exposures"]["exposure.shop.orders_lake"]
+    assert lake["depends_on"]["nodes"] == ["model.shop.orders_enriched"]
+    assert lake["meta"]["rivc"]["connector"] == "delta"
+    assert "source.shop.landing.pageviews" in data["sources"]
+    assert data["child_map"]["model.shop.orders_enriched"] == sorted(
+        uid
+        for uid, parents in data["parent_map"].items()
+        if "model.shop.orders_enriched" in parents
+    )

@@ -3,7 +3,7 @@
 Runs the sink as `rivc run --select sink:orders_lake` does, on whatever Spark runs this file:
     spark-submit target/jobs/orders_lake.py
     spark-submit --deploy-mode cluster orders_lake.py --project s3://bucket/path/to/project
-It reads target/manifest.json, the compiled SQL next to it and the project's specs (from the
+It reads target/rivc_manifest.json, the compiled SQL next to it and the project's specs (from the
 project folder around it, or copied from --project, a published copy of it), and makes
 the nodes the sink reads available as relations (a database source is extracted into its
 landing table first, as a run does, and read as that table; another source is read whole; a
