@@ -88,6 +88,8 @@ def _execute(command: str, selection: tuple[str, ...], **kw: Any) -> None:
         kw["state"],
         kw["defer"],
         kw.get("validate", False),
+        kw.get("event_time_start"),
+        kw.get("event_time_end"),
     )
     _run(root, options)
 
@@ -124,6 +126,16 @@ def _run(root: Path, options: Any) -> None:
 full_refresh = click.option(
     "--full-refresh", is_flag=True, help="Rebuild incremental models from scratch."
 )
+event_times = [
+    click.option(
+        "--event-time-start",
+        help="Microbatch models build their batches from this date or time (ISO 8601, UTC).",
+    ),
+    click.option(
+        "--event-time-end",
+        help="... up to this date or time (default: now).",
+    ),
+]
 validate = click.option(
     "--validate",
     is_flag=True,
@@ -158,7 +170,7 @@ def runner_command(extra: list[Any]) -> Callable[[Callable[..., None]], click.Co
     )
 
 
-@runner_command([full_refresh, validate])
+@runner_command([full_refresh, validate, *event_times])
 def run(selection: tuple[str, ...], **kw: Any) -> None:
     """Run sources, models and sinks of the selection on Spark, in DAG order."""
     _execute("run", selection, **kw)
@@ -182,7 +194,7 @@ def snapshot(selection: tuple[str, ...], **kw: Any) -> None:
     _execute("snapshot", selection, **kw)
 
 
-@runner_command([full_refresh, validate])
+@runner_command([full_refresh, validate, *event_times])
 def build(selection: tuple[str, ...], **kw: Any) -> None:
     """Run and test in DAG order: a failing test skips what depends on its model."""
     _execute("build", selection, **kw)

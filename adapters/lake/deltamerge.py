@@ -269,3 +269,119 @@ class KeyProbe:
                 hit.append(n)
         if hit:
             yield pa.RecordBatch.from_pydict({"n": pa.array(hit, pa.int32())})
+
+
+def replace_window(
+    df: DataFrame,
+    uri: str,
+    store: Store,
+    column: str,
+    window: tuple[Any, Any],
+    schema: Any,
+    stamp: Stamp = NO_STAMP,
+) -> WriteResult:
+    """The table's rows whose `column` falls in [start, end) replaced by `df` (dbt's
+    microbatch), in one commit: the files whose range of `column` meets the window are read,
+    their other rows kept and written again beside the batch, the batch's rows in files of
+    their own; the rest are not touched. A file's range is its Delta statistics, else its
+    Parquet footer's (rivc keeps no timestamp statistics in the log: docs/types.md), else it
+    is read. Run twice, it gives the same table. `rows` of the result: the batch's rows in the
+    window."""
+    from pyspark.sql import functions as F
+
+    dt = open_table(uri, store.delta)
+    if dt is None:
+        raise ConnectorError(f"{uri}: no table to replace a window of")
+    start, end = window
+    files = table_files(dt, uri)
+    stored = table_schema(dt)
+    parts = tuple(dt.metadata().partition_columns)
+    chosen = []
+    for n, a in enumerate(add_actions(dt).to_pylist()):
+        if a.get("num_records") == 0:
+            continue
+        if column in parts:
+            low = high = a.get(f"partition.{column}")
+        else:
+            low, high = a.get(f"min.{column}"), a.get(f"max.{column}")
+            if low is None or high is None:
+                low, high = _footer_range(store, files[n].uri, column)
+        try:
+            outside = (
+                low is not None and high is not None and (_utc(high) < start or _utc(low) >= end)
+            )
+        except TypeError:  # a value the statistics hold in another form: read the file
+            outside = False
+        if not outside:
+            chosen.append(n)
+    at = F.col(column)
+    inside = (at >= F.lit(start)) & (at < F.lit(end))
+    out = df
+    kept = _read(df, [files[n] for n in chosen], schema, stored, store)
+    if kept is not None:
+        out = kept.where(~inside | at.isNull()).unionByName(df, allowMissingColumns=True)
+    out = out.select(*[F.col(n) for n in schema.names if n in out.columns])
+    rel = {f.uri: f.uri[len(uri.rstrip("/")) + 1 :] for f in files}
+    result = write_batch(
+        out,
+        uri,
+        store,
+        "append",
+        schema,
+        parts,
+        stamp,
+        removes=tuple(rel[files[n].uri] for n in chosen),
+        apart=_window_sql(column, start, end),
+    )
+    root = len(uri.rstrip("/")) + 1
+    result.rows = sum(r or 0 for path, r, _ in result.files if "/0/" in path[root:])
+    return result
+
+
+def _window_sql(column: str, start: Any, end: Any) -> str:
+    """`column` in [start, end) as Spark SQL, false for NULL (`apart`'s condition: the batch's
+    rows go to files of their own, and a NULL row to one side, never to neither)."""
+    from rivc.compiler.microbatch import literal
+    from rivc.compiler.sql import quote
+
+    c = quote(column)
+    return f"COALESCE({c} >= {literal(start)} AND {c} < {literal(end)}, FALSE)"
+
+
+def _footer_range(store: Store, uri: str, column: str) -> tuple[Any, Any]:
+    """A Parquet file's [min, max] of `column` from its footer; (None, None) when a row group
+    has no range for it."""
+    import pyarrow.parquet as pq
+
+    fs, path = store.filesystem(uri)
+    with fs.open_input_file(path) as handle:
+        meta = pq.ParquetFile(handle).metadata
+    low = high = None
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            if col.path_in_schema != column:
+                continue
+            st = col.statistics
+            if st is None or not st.has_min_max:
+                if st is not None and st.null_count == group.num_rows:
+                    break  # nothing but NULLs: no range to add
+                return None, None
+            low = st.min if low is None else min(low, st.min)
+            high = st.max if high is None else max(high, st.max)
+    return low, high
+
+
+def _utc(value: Any) -> Any:
+    """A statistic's value comparable with a window's bounds (aware datetimes): a date its
+    midnight, a naive timestamp as UTC, a partition value's text parsed."""
+    import datetime
+
+    if isinstance(value, str):
+        value = datetime.datetime.fromisoformat(value)
+    if isinstance(value, datetime.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+    if isinstance(value, datetime.date):
+        return datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.UTC)
+    return value

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rivc.compiler.connector import history_of, merge_keys_of
 from rivc.compiler.emit.manifest import ManifestNode
@@ -60,6 +60,8 @@ class Runtime:
     resume_from: str | None = None  # a killed run this one resumes (state.start_run)
     defer_to: str | None = None  # --defer: the warehouse unselected tables are read from
     validate: bool = False  # --validate: extractions counted again in their database
+    # --event-time-start/end as UTC datetimes: the span microbatch models build (None: theirs)
+    event_times: tuple[Any, Any] = (None, None)
     interrupt: threading.Event = field(default_factory=threading.Event)  # set by the first Ctrl-C
     deferred: dict[str, Callable[[SparkSession], None]] = field(default_factory=dict)
     on_progress: Callable[[str, str], None] = lambda nid, text: None  # a node's progress line

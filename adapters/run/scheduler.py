@@ -65,6 +65,9 @@ class RunOptions:
     state: str | None = None  # --state: an earlier target/
     defer: bool = False  # --defer: unselected tables this warehouse lacks are read from --state's
     validate: bool = False  # --validate: each extraction's window counted again in its database
+    # --event-time-start/--event-time-end: the span microbatch models build (ISO 8601)
+    event_time_start: str | None = None
+    event_time_end: str | None = None
 
 
 @dataclass
@@ -178,6 +181,7 @@ def execute(
                 tracker=tracker or SparkProgress(),
                 defer_to=defer_to,
                 validate=options.validate,
+                event_times=_event_times(options),
             )
             if options.command in ("run", "build"):  # what the selection reads from a database
                 chosen = set(todo)
@@ -271,6 +275,25 @@ def _serve_metrics(runtime: Runtime, todo: list[str], warn: Callable[[str], None
         return metrics_out.live_text(project, run_id, totals, {n: waiting(n) for n in streams})
 
     return metrics_out.serve(plan.profile.metrics, text, warn)
+
+
+def _event_times(options: RunOptions) -> tuple[Any, Any]:
+    """--event-time-start and --event-time-end as times (compiler/microbatch.py)."""
+    from rivc.compiler.microbatch import as_time
+
+    try:
+        start, end = (
+            None if v is None else as_time(v, flag)
+            for v, flag in (
+                (options.event_time_start, "--event-time-start"),
+                (options.event_time_end, "--event-time-end"),
+            )
+        )
+    except ValueError as exc:
+        raise ProjectError(str(exc)) from None
+    if start is not None and end is not None and not start < end:
+        raise ProjectError("--event-time-start must be before --event-time-end")
+    return start, end
 
 
 def _deferred_warehouse(options: RunOptions) -> str | None:

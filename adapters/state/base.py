@@ -36,6 +36,8 @@ class NodeResult:
     commits: int | None = None  # sinks: table commits
     commit_ms: float | None = None  # sinks: time spent committing
     log_behind: int | None = None  # change-log sources: bytes of log past the held position
+    # microbatch models: the [start, end) of the batches built and of those that failed
+    batches: dict[str, list[list[str]]] | None = None
 
 
 class Records:

@@ -6,6 +6,7 @@ Points (docs/running.md, "What a rerun after a crash does"):
     after-staging    an extraction's files are staged in its landing table, before the commit
     between-chunks   a chunked extraction committed a group of chunks, before the next group;
                      a postgres-cdc snapshot landed a part, before the next
+    between-batches  a microbatch model committed a batch, before the next
     after-landing    an extraction's batch is committed to its landing table, before any
                      consumer reads it
     before-commit    Spark's tasks wrote a Delta or Iceberg batch's files, or `rivc maintain`
@@ -29,6 +30,7 @@ POINTS = frozenset(
         "mid-extraction",
         "after-staging",
         "between-chunks",
+        "between-batches",
         "after-landing",
         "before-commit",
         "mid-publish",

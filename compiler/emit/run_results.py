@@ -68,7 +68,7 @@ def _result(
         "compiled": None,
         "compiled_code": None,
         "relation_name": relations.get(nid),
-        "batch_results": None,
+        "batch_results": r.get("batches"),
     }
 
 

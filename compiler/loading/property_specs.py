@@ -162,6 +162,7 @@ class SeedConfig(Placement):
     delimiter: str = ","
     tags: StrList = ()
     enabled: bool = True
+    event_time: str | None = None  # what a microbatch model below it filters on
 
     _tuple = field_validator("tags", mode="before")(_as_tuple)
 

@@ -52,10 +52,7 @@ IGNORED = frozenset(
         "buckets",
         "on_configuration_change",
         "labels",
-        "event_time",
-        "batch_size",
-        "lookback",
-        "begin",
+        "concurrent_batches",  # rivc builds a microbatch model's batches one after another
         "copy_grants",
     }
 )
@@ -114,6 +111,12 @@ class ModelConfig(Placement):
     pre_hook: tuple[str, ...] = ()
     post_hook: tuple[str, ...] = ()
     contract: Contract | None = None
+    # dbt's microbatch (compiler/microbatch.py): the column a row's time is in (a parent's is
+    # what a microbatch model below it filters on), and the batches of a microbatch model
+    event_time: str | None = None
+    batch_size: Literal["hour", "day", "month", "year"] | None = None
+    begin: str | None = None  # a date or a timestamp, ISO 8601
+    lookback: int = Field(1, ge=0)
 
     _tuple = field_validator("unique_key", "tags", "partition_by", mode="before")(_as_tuple)
     _hooks = field_validator("pre_hook", "post_hook", mode="before")(_hook_list)
@@ -124,6 +127,16 @@ class ModelConfig(Placement):
     @classmethod
     def _columns(cls, value: Any) -> Any:
         return value if value == "all" else _as_tuple(value)
+
+    @field_validator("begin", mode="before")
+    @classmethod
+    def _begin(cls, value: Any) -> Any:
+        """YAML reads `begin: 2024-01-01` as a date: kept as its ISO text."""
+        import datetime
+
+        if isinstance(value, datetime.date):
+            return value.isoformat()
+        return value
 
     @model_validator(mode="before")
     @classmethod

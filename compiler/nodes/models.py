@@ -12,6 +12,7 @@ from ..analysis.rules import Finding
 from ..analysis.workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
 from ..dag.graph import Node, node_id, ref_id
 from ..errors import (
+    ProjectError,
     RenderError,
     SourceLocation,
     SqlError,
@@ -20,6 +21,7 @@ from ..loading.folders import folder_config, merge
 from ..loading.project import Project
 from ..loading.specs import NodeId
 from ..materializations import INCREMENTAL, materialization
+from ..microbatch import as_time
 from ..rendering.render import RenderContext
 from ..version import VERSION
 from .common import content_hash, suggest
@@ -349,10 +351,23 @@ def check_model_keys(
                     )
                 )
             )
+        if cfg.get("incremental_strategy") == "microbatch":
+            missing = [k for k in ("event_time", "batch_size", "begin") if not cfg.get(k)]
+            error = (
+                f"a microbatch model needs {', '.join(missing)} (docs/dbt.md)" if missing else None
+            )
+            if not missing:
+                try:
+                    as_time(cfg["begin"], "begin")
+                except ValueError as exc:
+                    error = str(exc)
+            if error is not None:
+                findings.append(rules.from_error(ProjectError(error, SourceLocation(path, 1))))
         if res.columns is None:
             continue
-        for key in ("unique_key", "partition_by"):
-            for col in cfg.get(key) or ():
+        for key in ("unique_key", "partition_by", "event_time"):
+            given = cfg.get(key) or ()
+            for col in (given,) if isinstance(given, str) else given:
                 if col not in res.columns:
                     findings.append(
                         rules.key_column(

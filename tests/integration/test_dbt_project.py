@@ -760,3 +760,82 @@ def test_an_enforced_contract_is_checked_before_the_write_as_dbt_checks_it(tmp_p
     assert failed.exit_code == 1, failed.output
     assert "1 row(s) with id NULL (not_null)" in failed.output, failed.output
     assert len(DeltaTable(str(table)).history()) == versions  # nothing written
+
+
+MICROBATCH = {
+    "dbt_project.yml": "name: mb\nconfig-version: 2\nprofile: mb\n"
+    "models:\n  mb:\n    +materialized: table\n",
+    # one row at each edge of a day, one before `begin`, one with no time, one late
+    "seeds/events.csv": "id,happened_at,amount\n1,2024-01-01 00:00:00,10\n"
+    "2,2024-01-01 23:59:59,11\n3,2024-01-02 08:00:00,12\n4,2024-01-02 09:30:00,13\n"
+    "5,2024-01-03 12:00:00,14\n6,2024-01-04 00:00:00,15\n7,2023-12-31 23:00:00,16\n8,,17\n",
+    "models/stg_events.sql": "{{ config(event_time='happened_at') }}\n"
+    "select id, happened_at, amount from {{ ref('events') }}\n",
+    # `seen`: how many of its parent's rows the batch read (each batch reads its own day)
+    "models/daily.sql": "{{ config(materialized='incremental', incremental_strategy='microbatch',"
+    " event_time='happened_at', batch_size='day', begin='2024-01-01') }}\n"
+    "select e.id, e.happened_at, e.amount * 2 as doubled,\n"
+    "  (select count(*) from {{ ref('stg_events') }}) as seen\n"
+    "from {{ ref('stg_events') }} as e\n",
+}
+
+
+def test_microbatch_builds_each_period_as_dbt_does_and_once_across_a_kill(tmp_path):
+    """dbt's microbatch on Delta: each day's batch reads its parent through that day and
+    replaces that day's rows; a later run over one day replaces it alone. Compared with
+    dbt-duckdb after each step. A run killed between batches is run again and the table holds
+    each row once; run_results.json lists the batches as dbt's does."""
+    ours, theirs = tmp_path / "rivc", tmp_path / "dbt"
+    for where in (ours, theirs):
+        write_files(where, MICROBATCH)
+    duckdb_profile(tmp_path, "mb", tmp_path / "mb.duckdb")
+    (ours / "profiles.yml").write_text("mb:\n  target: dev\n  outputs:\n    dev: {}\n")
+
+    def both(*args: str, ours_too: bool = True) -> None:
+        done = subprocess.run(
+            [str(DBT), "build", "--profiles-dir", str(tmp_path / "profiles"), *args],
+            cwd=theirs,
+            env={**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout[-3000:]
+        if ours_too:
+            built = rivc(ours, "build", *args)
+            assert built.exit_code == 0, built.output
+
+    def table() -> list[tuple]:
+        rows = DeltaTable(str(ours / "warehouse/daily")).to_pyarrow_table().to_pylist()
+        return sorted((r["id"], r["doubled"], r["seen"]) for r in rows)
+
+    def reference() -> list[tuple]:
+        with duckdb.connect(str(tmp_path / "mb.duckdb"), read_only=True) as con:
+            return sorted(con.sql("select id, doubled, seen from main.daily").fetchall())
+
+    span = ("--event-time-start", "2024-01-01", "--event-time-end", "2024-01-04")
+    both(*span)
+    assert table() == reference() == [(1, 20, 2), (2, 22, 2), (3, 24, 2), (4, 26, 2), (5, 28, 1)]
+    batches = next(
+        r["batch_results"]
+        for r in json.loads((ours / "target/run_results.json").read_text())["results"]
+        if r["unique_id"] == "model.mb.daily"
+    )
+    assert [s[:10] for s, _ in batches["successful"]] == ["2024-01-01", "2024-01-02", "2024-01-03"]
+
+    for where in (ours, theirs):  # day 2 and day 3 change; only day 2 is built again
+        csv = where / "seeds/events.csv"
+        csv.write_text(csv.read_text().replace(",12\n", ",112\n").replace(",14\n", ",114\n"))
+    both("--event-time-start", "2024-01-02", "--event-time-end", "2024-01-03")
+    assert table() == reference() == [(1, 20, 2), (2, 22, 2), (3, 224, 2), (4, 26, 2), (5, 28, 1)]
+
+    # killed after its first batch's commit, a full rebuild of four days is run again
+    wide = ("--full-refresh", "--event-time-start", "2024-01-01", "--event-time-end", "2024-01-05")
+    killed = run_rivc(ours, "between-batches:daily", "run", "--select", "daily", *wide)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert table() == [(1, 20, 2), (2, 22, 2)]  # the first day is in, the rest is not yet
+    again = rivc(ours, "run", "--select", "daily", *wide)
+    assert again.exit_code == 0, again.output
+    both(*wide, ours_too=False)
+    assert table() == reference()
+    assert table() == [(1, 20, 2), (2, 22, 2), (3, 224, 2), (4, 26, 2), (5, 228, 1), (6, 30, 1)]
