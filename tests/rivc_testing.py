@@ -392,3 +392,66 @@ def scrape(port: int) -> dict[str, dict[tuple[str, ...], float]]:
             node = (sample.labels["node"],) if "node" in sample.labels else ()
             out.setdefault(sample.name, {})[node] = sample.value
     return out
+
+
+HMS = Path(__file__).resolve().parent / "fixtures" / "hms" / "Hms.java"
+
+
+@contextmanager
+def hive_metastore(folder: Path) -> Iterator[str]:
+    """A Hive metastore (Thrift) started as operators start one, from the Hive 2.3 jars
+    PySpark ships, on Derby in `folder`; yields its thrift:// URI and stops it."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    conf = folder / "conf"
+    conf.mkdir(parents=True)
+    settings = {
+        "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={folder / 'db'};create=true",
+        "datanucleus.schema.autoCreateAll": "true",
+        "datanucleus.connectionPoolingType": "DBCP",
+        "hive.metastore.schema.verification": "false",
+        "hive.metastore.warehouse.dir": (folder / "warehouse").as_uri(),
+    }
+    (conf / "hive-site.xml").write_text(
+        "<configuration>"
+        + "".join(
+            f"<property><name>{k}</name><value>{v}</value></property>" for k, v in settings.items()
+        )
+        + "</configuration>\n"
+    )
+    port = free_port()
+    log = open(folder / "metastore.log", "wb")  # noqa: SIM115  (closed below)
+    proc = subprocess.Popen(
+        [
+            "java",
+            "-Dhive.async.log.enabled=false",
+            f"-Dderby.system.home={folder}",
+            f"-Dhive.log.dir={folder}",
+            "-cp",
+            f"{conf}:{jars}/*",
+            str(HMS),
+            "-p",
+            str(port),
+        ],
+        cwd=folder,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the metastore did not start: {(folder / 'metastore.log').read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.5)
+        yield f"thrift://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()

@@ -158,15 +158,7 @@ def iceberg_sink(out: dict[str, Any], refusals: list[Refusal]) -> None:
         kind = catalog.get("type")
         if kind == "memory":  # a catalog for local use: rivc's SQLite catalog is the one
             catalog["type"] = "sql"
-        elif kind == "hive":
-            refusals.append(
-                (
-                    ("catalog", "type"),
-                    "catalog type hive: rivc speaks the REST, Glue and SQL catalogs; a Hive "
-                    "metastore is reached through a REST catalog",
-                )
-            )
-        for block in ("rest", "glue", "sql", "memory"):
+        for block in ("rest", "glue", "sql", "hive", "memory"):
             nested = catalog.pop(block, None)
             if isinstance(nested, dict):
                 for key, value in nested.items():

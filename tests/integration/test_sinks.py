@@ -747,6 +747,45 @@ sinks:
             assert sorted(rows.column("order_id").to_pylist()) == want
 
 
+def test_an_iceberg_table_in_a_hive_metastore(spark, tmp_path):
+    """`catalog: {type: hive, uri: thrift://...}`: a Hive metastore started from the Hive jars
+    PySpark ships (Derby behind it). Both paths of the iceberg sink make and fill a table the
+    metastore lists under its database, each batch once across runs (a rebuilt model's batch
+    lands once more), read back by name with another client of the metastore."""
+    from pyiceberg.catalog.hive import HiveCatalog
+
+    from rivc_testing import hive_metastore
+
+    with hive_metastore(tmp_path / "hms") as uri:
+        reader = HiveCatalog("check", uri=uri, warehouse=(tmp_path / "lake").as_uri())
+        reader.create_namespace("shop", {"location": (tmp_path / "lake" / "shop").as_uri()})
+        catalog = f"{{type: hive, uri: '{uri}', warehouse: {tmp_path / 'lake'}}}"
+        root = project(
+            tmp_path / "h",
+            f"""
+sinks:
+  - {{name: spark_path, from: orders, connector: iceberg,
+     config: {{catalog: {catalog}, namespace: shop, table: big, spark_write_threshold: 0}}}}
+  - {{name: streamed, from: orders, connector: iceberg,
+     config: {{catalog: {catalog}, namespace: shop, table: small, mode: upsert,
+               key_fields: [order_id]}}}}
+""",
+        )
+        for args in ([], ["--full-refresh"]):
+            result = rivc(root, "run", *args)
+            assert result.exit_code == 0, result.output
+        assert sorted(t[1] for t in reader.list_tables("shop")) == ["big", "small"]
+        ids = DeltaTable(str(root / "warehouse/orders")).to_pyarrow_table().column("order_id")
+        big = reader.load_table("shop.big")
+        assert big.location().removeprefix("file:").lstrip("/") == str(
+            tmp_path / "lake/shop/big"
+        ).lstrip("/")  # in the database's location, as the metastore says
+        rows = big.scan().to_arrow().column("order_id").to_pylist()
+        assert sorted(rows) == sorted(ids.to_pylist() * 2)  # two batches, each once
+        small = reader.load_table("shop.small").scan().to_arrow().column("order_id")
+        assert sorted(small.to_pylist()) == sorted(ids.to_pylist())  # upserted by key
+
+
 def test_each_run_leaves_its_metrics_for_prometheus_and_its_lineage_for_openlineage(
     spark, tmp_path
 ):

@@ -95,3 +95,14 @@ def test_schema_evolution(tmp_path):
     table = adding.catalog().load_table("shop.orders")
     assert "note" in [f.name for f in table.schema().fields]
     assert sorted(table.scan().to_arrow().column("order_id").to_pylist()) == [1, 2]
+
+
+def test_a_hive_catalog_needs_the_metastores_uri():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="a hive catalog needs uri: thrift://"):
+        IcebergSinkConfig.model_validate(
+            {"namespace": "n", "table": "t", "catalog": {"type": "hive"}}
+        )
+    given = {"namespace": "n", "table": "t", "catalog": {"type": "hive", "uri": "thrift://h:9083"}}
+    assert IcebergSinkConfig.model_validate(given).catalog.type == "hive"

@@ -130,9 +130,21 @@ def file_io(store: Store) -> dict[str, str]:
 
 
 def open_catalog(c: IcebergCatalog, root: Path, store: Store) -> Any:
-    """The catalog a config names: REST, Glue, or SQL (by default rivc's SQLite catalog in
-    .rivc/iceberg/, with its warehouse beside it); relative warehouses are under the project."""
+    """The catalog a config names: REST, Glue, a Hive metastore, or SQL (by default rivc's
+    SQLite catalog in .rivc/iceberg/, with its warehouse beside it); relative warehouses are
+    under the project."""
     io = file_io(store)
+    if c.type == "hive":  # a Hive metastore's Thrift API: tables under its databases
+        from pyiceberg.catalog.hive import HiveCatalog
+
+        # Hive 2's column types (a timestamptz is `timestamp` there): the metastore's copy of
+        # the schema is informational, Iceberg's metadata holds the types
+        hive = {"uri": str(c.uri), "hive.hive2-compatible": "true"}
+        if c.warehouse:
+            hive["warehouse"] = (
+                c.warehouse if "://" in c.warehouse else (root / c.warehouse).resolve().as_uri()
+            )
+        return HiveCatalog(c.name, **{**hive, **io, **c.properties})
     if c.type == "glue":  # AWS Glue: the region and credentials of the store, as boto3 finds them
         from pyiceberg.catalog.glue import GlueCatalog
 

@@ -44,7 +44,7 @@ IcebergProperties = Annotated[
 
 
 class IcebergCatalog(Spec):
-    type: Literal["sql", "rest", "glue"] = "sql"
+    type: Literal["sql", "rest", "glue", "hive"] = "sql"
     name: str = "rivc"  # a SQL catalog keeps its tables under its name (Spark's catalog name)
     uri: SecretUrl | None = None
     warehouse: Location | None = None
@@ -53,6 +53,12 @@ class IcebergCatalog(Spec):
     # pyiceberg's own catalog properties, passed as they are (an OAuth2 server's
     # `oauth2-server-uri` and `scope`, `header.*`, `rest.sigv4-enabled`, ...)
     properties: IcebergProperties = {}
+
+    @model_validator(mode="after")
+    def _hive_needs_uri(self) -> IcebergCatalog:
+        if self.type == "hive" and not self.uri:
+            raise ValueError("a hive catalog needs uri: thrift://<metastore host>:<port>")
+        return self
 
 
 class IcebergPartition(Spec):
