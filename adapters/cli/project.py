@@ -462,15 +462,25 @@ def docs_generate(
     output: str | None, params: tuple[str, ...], vars_: str | None, project_dir: str | None
 ) -> None:
     """Write a static site (one index.html, no server needed) from a compile. No JVM."""
-    from ..ops.docs import generate
+    import json
+
+    from ..ops.docs import catalog, generate
+    from ..util.storage import Store, resolve
 
     started = time.perf_counter()
     ends_with_compile()
     root = _root(project_dir)
     compiled = _compile(root, (), (), _params(params), _vars(vars_), None)
     index = generate(compiled, Path(output) if output else root / TARGET_DIR / "docs")
+    profile = compiled.project.profile
+    warehouse = resolve(profile.warehouse, root)
+    found = catalog(compiled, warehouse, Store.of(warehouse, profile.storage))
+    (root / TARGET_DIR / "catalog.json").write_text(json.dumps(found, indent=2) + "\n")
     took = time.perf_counter() - started
-    click.echo(f"Wrote {index} ({len(compiled.graph.nodes)} nodes) in {took:.2f}s")
+    click.echo(
+        f"Wrote {index} and {TARGET_DIR}/catalog.json ({len(compiled.graph.nodes)} nodes) "
+        f"in {took:.2f}s"
+    )
 
 
 @docs.command("serve")

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 from ..dbt.naming import fqn, resource_type, version_of
 from ..version import VERSION
@@ -28,7 +28,20 @@ SCHEMA = "https://schemas.getdbt.com/dbt/manifest/v12.json"
 DBT_VERSION = "1.11.0"  # the dbt-core whose manifest this one is shaped as
 
 
-def unique_id(project: str, node: ManifestNode) -> str:
+class Named(Protocol):
+    """What a node's dbt id is made of (a compiled Node or a ManifestNode)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def versioned(self) -> str | None: ...
+
+
+def unique_id(project: str, node: Named) -> str:
     """A node's id in dbt's artifacts."""
     kind = resource_type(node.kind, node.config)
     if kind == "unit_test":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from dbt_artifacts_parser.parser import parse_run_results
+from dbt_artifacts_parser.parser import parse_catalog, parse_run_results
 from deltalake import DeltaTable
 
 from rivc_testing import last_run, rivc, run_rivc, write_files
@@ -60,7 +60,7 @@ def dbt(command: str, project: Path, profiles: Path) -> None:
     """`dbt COMMAND` in `project` (dbt-core with dbt-duckdb); it must succeed."""
     env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
     done = subprocess.run(
-        [str(DBT), command, "--profiles-dir", str(profiles)],
+        [str(DBT), *command.split(), "--profiles-dir", str(profiles)],
         cwd=project,
         env=env,
         capture_output=True,
@@ -125,6 +125,24 @@ def test_a_dbt_project_runs_unmodified_and_equals_dbts_tables(tmp_path):
         }
 
     assert outcome(mine["results"]) == outcome(theirs)
+
+    # target/catalog.json (`rivc docs generate`): dbt's format, every relation dbt's catalog has
+    # with the same columns in the same order, the types of its built Delta tables
+    dbt("docs generate", dbt_project, tmp_path / "profiles")
+    assert rivc(root, "docs", "generate").exit_code == 0
+    catalog = json.loads((root / "target/catalog.json").read_text())
+    parse_catalog(catalog)
+    dbt_catalog = json.loads((dbt_project / "target/catalog.json").read_text())
+
+    def columns(nodes: dict) -> dict[str, list[str]]:
+        return {
+            uid: [c for c, _ in sorted(n["columns"].items(), key=lambda kv: kv[1]["index"])]
+            for uid, n in nodes.items()
+        }
+
+    assert columns(catalog["nodes"]) == columns(dbt_catalog["nodes"])
+    fee = catalog["nodes"]["seed.shop.raw_payments"]["columns"]["fee"]["type"]
+    assert fee == "decimal(3,2)"  # as the table holds it
     failures = {r["unique_id"].split(".")[2]: r["failures"] for r in theirs if r["failures"]}
     ours = {r["node"].removeprefix("test:"): r["rows"] for r in results if r["status"] == "warn"}
     assert (
