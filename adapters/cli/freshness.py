@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import click
 
@@ -37,15 +38,16 @@ def freshness(
     `loaded_at_field`) or of its newest extraction, against `warn_after` and `error_after`.
     Writes target/sources.json; exit 1 when one is past error_after or cannot be measured. No
     JVM."""
-    from ..ops.freshness import measure
+    from ..ops.freshness import measure, sources_json
     from ..ops.report import STYLE
 
+    started = time.perf_counter()
     root = _root(project_dir)
     runtime = _runtime(root)
     runtime.state.close()
     chosen = _chosen(root, selection + select, exclude) or list(runtime.plan.nodes)
     results = measure(runtime, chosen)
-    data = {"results": [r.to_json() for r in results]}
+    data = sources_json(runtime.plan.manifest.project, results, time.perf_counter() - started)
     (root / TARGET_DIR / "sources.json").write_text(json.dumps(data, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(data, indent=2))

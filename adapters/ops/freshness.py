@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,8 @@ from rivc.compiler.registry import connector
 from ..connectors.database.engine import Conn, connection, driver_errors
 from ..plane.registry import newest
 
+NEVER = datetime(1, 1, 1, tzinfo=UTC)  # dbt's max_loaded_at of a table with no rows
+
 
 @dataclass
 class Measured:
@@ -33,6 +36,7 @@ class Measured:
     snapshotted_at: datetime
     criteria: dict[str, Any]
     error: str | None = None
+    took_s: float = 0.0
 
     @property
     def age_s(self) -> float | None:
@@ -40,15 +44,24 @@ class Measured:
             return None
         return (self.snapshotted_at - self.max_loaded_at).total_seconds()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, project: str) -> dict[str, Any]:
+        """Its result in dbt's sources.json (v3): a table with no rows (or never landed) is
+        `max_loaded_at` 0001-01-01, as dbt reports one."""
+        uid = f"source.{project}.{self.node.removeprefix('source:')}"
+        if self.status == "runtime error":
+            return {"unique_id": uid, "error": self.error, "status": self.status}
+        newest = self.max_loaded_at or NEVER
         return {
-            "unique_id": self.node,
-            "status": self.status,
-            "max_loaded_at": None if self.max_loaded_at is None else self.max_loaded_at.isoformat(),
+            "unique_id": uid,
+            "max_loaded_at": newest.isoformat(),
             "snapshotted_at": self.snapshotted_at.isoformat(),
-            "max_loaded_at_time_ago_in_s": self.age_s,
+            "max_loaded_at_time_ago_in_s": (self.snapshotted_at - newest).total_seconds(),
+            "status": self.status,
             "criteria": self.criteria,
-            "error": self.error,
+            "adapter_response": {},
+            "timing": [],
+            "thread_id": "main",
+            "execution_time": self.took_s,
         }
 
 
@@ -77,6 +90,7 @@ def measure(runtime: Any, nids: list[str]) -> list[Measured]:
         if rule.warn_after is None and rule.error_after is None:
             continue  # `freshness: null` turns it off, as in dbt
         failures: tuple[type[BaseException], ...] = (RuntimeError, RivcError, *driver_errors())
+        began = time.perf_counter()
         try:
             newest = _newest(runtime, nid, given.get("loaded_at_field"), rule.filter)
         except failures as exc:
@@ -91,7 +105,7 @@ def measure(runtime: Any, nids: list[str]) -> list[Measured]:
                 status = "error"
             elif rule.warn_after and age > rule.warn_after.seconds():
                 status = "warn"
-        out.append(Measured(nid, status, newest, now, criteria))
+        out.append(Measured(nid, status, newest, now, criteria, took_s=time.perf_counter() - began))
     return out
 
 
@@ -136,3 +150,19 @@ def _utc(value: Any) -> datetime | None:
         value = datetime.fromisoformat(str(value))
     moment: datetime = value
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def sources_json(project: str, results: list[Measured], elapsed_s: float) -> dict[str, Any]:
+    """target/sources.json in dbt's format (sources v3)."""
+    from rivc.compiler.emit.dbt_manifest import DBT_VERSION
+
+    return {
+        "metadata": {
+            "dbt_schema_version": "https://schemas.getdbt.com/dbt/sources/v3.json",
+            "dbt_version": DBT_VERSION,
+            "generated_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            "env": {},
+        },
+        "results": [r.to_json(project) for r in results],
+        "elapsed_time": round(elapsed_s, 3),
+    }

@@ -7,6 +7,7 @@ import json
 import sys
 
 import pytest
+from dbt_artifacts_parser.parser import parse_sources
 from rivc_dbs import database, project
 
 from rivc_testing import rivc
@@ -50,15 +51,21 @@ def test_each_tables_age_against_its_thresholds(spark, tmp_path, kind):
         checked = rivc(root, "source", "freshness", "--json")
         assert checked.exit_code == 1, checked.output  # days_old is past error_after
         got = {r["unique_id"]: r for r in json.loads(checked.output)["results"]}
-        assert set(got) == {"source:src.hours_old", "source:src.days_old", "source:src.landed"}
-        hours = got["source:src.hours_old"]
+        assert set(got) == {
+            "source.rel.src.hours_old",
+            "source.rel.src.days_old",
+            "source.rel.src.landed",
+        }
+        hours = got["source.rel.src.hours_old"]
         assert hours["status"] == "warn"  # 2 hours: past warn_after, within error_after
         assert 7000 < hours["max_loaded_at_time_ago_in_s"] < 7400
-        days = got["source:src.days_old"]  # only the old row passes its filter
+        days = got["source.rel.src.days_old"]  # only the old row passes its filter
         assert days["status"] == "error" and 3 * 86400 - 200 < days["max_loaded_at_time_ago_in_s"]
-        assert got["source:src.landed"]["status"] == "warn"  # never landed: past any threshold
+        landed = got["source.rel.src.landed"]  # never landed: past any threshold, as dbt says
+        assert landed["status"] == "warn" and landed["max_loaded_at"].startswith("0001-01-01")
         on_disk = json.loads((root / "target/sources.json").read_text())
         assert on_disk["results"] == json.loads(checked.output)["results"]
+        parse_sources(on_disk)  # dbt's format, as dbt's tools read it
 
         assert rivc(root, "run", "--select", "source:src.landed").exit_code == 0
         fresh = rivc(root, "source", "freshness", "source:src.landed", "source:src.hours_old")
@@ -142,9 +149,9 @@ def test_a_delta_sources_age_is_read_from_the_table_without_a_jvm(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[-2:] == ["exit 1", "False"], done.stdout + done.stderr
     got = {r["unique_id"]: r for r in json.loads("\n".join(lines[:-2]))["results"]}
-    events = got["source:lake.events"]
+    events = got["source.fresh.lake.events"]
     assert events["status"] == "pass"  # the newest row is half an hour old
     assert 1700 < events["max_loaded_at_time_ago_in_s"] < 1900
-    assert got["source:lake.empty"]["status"] == "error"
-    gone = got["source:lake.gone"]
+    assert got["source.fresh.lake.empty"]["status"] == "error"
+    gone = got["source.fresh.lake.gone"]
     assert gone["status"] == "runtime error" and "nowhere" in gone["error"], gone
