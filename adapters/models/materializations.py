@@ -344,7 +344,7 @@ def _recorded(table: DeltaTable) -> str | None:
     return None
 
 
-class Microbatch(Incremental):
+class Microbatch(Table):
     """dbt's microbatch: one batch per period of the model's `batch_size`, each reading its
     parents through its period and replacing the rows of its period in the table, in a commit
     of its own (compiler/microbatch.py says which batches a run builds). A batch is the same
@@ -458,14 +458,3 @@ class Microbatch(Incremental):
             commit_ms=total.commit_s * 1000,
             batches={"successful": done, "failed": [span for span, _ in failed]},
         )
-
-    def commit(
-        self,
-        rt: Runtime,
-        node: ManifestNode,
-        df: DataFrame,
-        target: pa.Schema,
-        parts: tuple[str, ...],
-        stamp: deltatable.Stamp,
-    ) -> tuple[str, WriteResult]:
-        raise NotImplementedError("a microbatch model commits batch by batch (build)")

@@ -211,14 +211,8 @@ def _node(
         relation_name=placed.relation_name if placed and kind != "test" else None,
         raw_code=raw,
         language=str(node.config.get("language", "sql")),
-        refs=[
-            {"name": p.split(":", 1)[1], "package": None, "version": None}
-            for p in node.depends_on
-            if p.startswith(("model:", "seed:"))
-        ],
-        sources=[
-            p.split(":", 1)[1].split(".", 1) for p in node.depends_on if p.startswith("source:")
-        ],
+        refs=_refs(node),
+        sources=_sources(node),
         metrics=[],
         depends_on={"macros": [], "nodes": parents},
         compiled_path=None if node.compiled_path is None else f"target/{node.compiled_path}",
@@ -246,6 +240,18 @@ def _node(
             }
         }
     return out
+
+
+def _refs(node: ManifestNode) -> list[dict[str, Any]]:
+    return [
+        {"name": p.split(":", 1)[1], "package": None, "version": None}
+        for p in node.depends_on
+        if p.startswith(("model:", "seed:"))
+    ]
+
+
+def _sources(node: ManifestNode) -> list[list[str]]:
+    return [p.split(":", 1)[1].split(".", 1) for p in node.depends_on if p.startswith("source:")]
 
 
 def _sha(text: str) -> str:
@@ -283,14 +289,8 @@ def _exposure(project: str, node: ManifestNode, uid: str, parents: list[str]) ->
         owner={"name": project},
         label=node.name,
         depends_on={"macros": [], "nodes": parents},
-        refs=[
-            {"name": p.split(":", 1)[1], "package": None, "version": None}
-            for p in node.depends_on
-            if p.startswith(("model:", "seed:"))
-        ],
-        sources=[
-            p.split(":", 1)[1].split(".", 1) for p in node.depends_on if p.startswith("source:")
-        ],
+        refs=_refs(node),
+        sources=_sources(node),
         config={"enabled": True},
     )
     out["meta"] = {
