@@ -3,6 +3,7 @@ keys (their statistics and a probe of the keys say which), in one commit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -177,11 +178,17 @@ def _history(
     (history.replacing), from the add actions' statistics: a file whose every row has an end
     holds closed versions only (statistics missing: it may hold current ones)."""
     open_ = {n for n in hits if actions[n].get(f"null_count.{names.valid_to}") != 0}
+    past = _after_all(
+        first_start,
+        {n: actions[n] for n in hits},
+        names,
+        lambda n, column: _footer_range(store, files[n].uri, column)[1],
+    )
     return replacing(
         df,
         hits,
         open_,
-        _after_all(first_start, actions, names),
+        past,
         lambda ns: _read(df, [files[n] for n in ns], schema, stored, store),
         keys,
         names,
@@ -190,25 +197,34 @@ def _history(
     )
 
 
-def _after_all(start: Any, actions: list[dict[str, Any]], names: Scd2Columns) -> bool:
-    """Whether `start` is later than every start and end in the table, by its files'
-    statistics; False when one is missing or is text (which statistics may cut short)."""
+def _after_all(
+    start: Any,
+    actions: dict[int, dict[str, Any]],
+    names: Scd2Columns,
+    footer_max: Callable[[int, str], Any],
+) -> bool:
+    """Whether `start` is later than every start and end in the files `actions` (by number:
+    those that can hold the batch's keys; no other file holds a version of them), by their
+    Delta statistics, else the maximum in their Parquet footers (`footer_max`: exact for the
+    decimals and timestamps rivc's Delta statistics leave out, such as a change log's decimal
+    `seq`). False when a file has no maximum of a column that is not all NULL there."""
     import datetime
     import decimal
 
     if not isinstance(start, int | float | decimal.Decimal | datetime.date):
         return False
     try:
-        for a in actions:
+        for n, a in actions.items():
             rows = a.get("num_records")
             if rows == 0:
                 continue
             for column in (names.valid_from, names.valid_to):
+                if rows is not None and a.get(f"null_count.{column}") == rows:
+                    continue  # all NULL: no maximum to compare
                 top = a.get(f"max.{column}")
                 if top is None:
-                    if rows is None or a.get(f"null_count.{column}") != rows:
-                        return False  # unknown (an all-null column has no maximum)
-                elif not top < start:
+                    top = footer_max(n, column)
+                if top is None or not _utc(top) < _utc(start):
                     return False
     except TypeError:  # values the statistics hold in another form
         return False
