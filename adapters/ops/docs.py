@@ -107,9 +107,8 @@ def catalog(compiled: Any, warehouse: str, store: Any) -> dict[str, Any]:
     its Delta table where it is built (delta-rs, no JVM), else as compile knows them (a view,
     a table not built yet: a type compile cannot tell is empty); each source table's declared
     columns."""
-    from datetime import UTC, datetime
 
-    from rivc.compiler.emit.dbt_manifest import DBT_VERSION, unique_id
+    from rivc.compiler.emit.dbt_manifest import dbt_metadata, unique_id
     from rivc.compiler.materializations import of_node
 
     from ..lake.deltatable import open_table
@@ -160,12 +159,7 @@ def catalog(compiled: Any, warehouse: str, store: Any) -> dict[str, Any]:
         }
         (sources if node.kind == "source" else nodes)[uid] = entry
     return {
-        "metadata": {
-            "dbt_schema_version": "https://schemas.getdbt.com/dbt/catalog/v1.json",
-            "dbt_version": DBT_VERSION,
-            "generated_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            "env": {},
-        },
+        "metadata": dbt_metadata("catalog/v1"),
         "nodes": nodes,
         "sources": sources,
         "errors": None,

@@ -154,15 +154,10 @@ def _utc(value: Any) -> datetime | None:
 
 def sources_json(project: str, results: list[Measured], elapsed_s: float) -> dict[str, Any]:
     """target/sources.json in dbt's format (sources v3)."""
-    from rivc.compiler.emit.dbt_manifest import DBT_VERSION
+    from rivc.compiler.emit.dbt_manifest import dbt_metadata
 
     return {
-        "metadata": {
-            "dbt_schema_version": "https://schemas.getdbt.com/dbt/sources/v3.json",
-            "dbt_version": DBT_VERSION,
-            "generated_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            "env": {},
-        },
+        "metadata": dbt_metadata("sources/v3"),
         "results": [r.to_json(project) for r in results],
         "elapsed_time": round(elapsed_s, 3),
     }

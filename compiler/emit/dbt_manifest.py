@@ -24,8 +24,21 @@ from ..version import VERSION
 from .manifest import Manifest, ManifestNode
 
 DBT_FILE = "manifest.json"
-SCHEMA = "https://schemas.getdbt.com/dbt/manifest/v12.json"
 DBT_VERSION = "1.11.0"  # the dbt-core whose manifest this one is shaped as
+
+
+def dbt_metadata(artifact: str, invocation_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The `metadata` block a dbt artifact opens with; `artifact`: its schema's name and
+    version as dbt publishes it (`manifest/v12`, `run-results/v6`, `catalog/v1`,
+    `sources/v3`)."""
+    return {
+        "dbt_schema_version": f"https://schemas.getdbt.com/dbt/{artifact}.json",
+        "dbt_version": DBT_VERSION,
+        "generated_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        **({} if invocation_id is None else {"invocation_id": invocation_id}),
+        "env": {},
+        **extra,
+    }
 
 
 class Named(Protocol):
@@ -65,16 +78,14 @@ def dbt_manifest(
     project = manifest.project
     ids = {nid: unique_id(project, node) for nid, node in manifest.nodes.items()}
     out: dict[str, Any] = {
-        "metadata": {
-            "dbt_schema_version": SCHEMA,
-            "dbt_version": DBT_VERSION,
-            "generated_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            "invocation_id": invocation_id or str(uuid.uuid4()),
-            "env": {"rivc_version": VERSION},
-            "project_name": project,
-            "project_id": hashlib.md5(project.encode()).hexdigest(),
-            "adapter_type": "spark",
-        },
+        "metadata": dbt_metadata(
+            "manifest/v12",
+            invocation_id or str(uuid.uuid4()),
+            env={"rivc_version": VERSION},
+            project_name=project,
+            project_id=hashlib.md5(project.encode()).hexdigest(),
+            adapter_type="spark",
+        ),
         "nodes": {},
         "sources": {},
         "macros": {},

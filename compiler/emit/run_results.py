@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .dbt_manifest import DBT_VERSION
+from .dbt_manifest import dbt_metadata
 
 RESULTS_FILE = "run_results.json"  # under target/
-SCHEMA = "https://schemas.getdbt.com/dbt/run-results/v6.json"
 TESTS = ("pass", "fail", "warn")  # a data test's statuses: its `failures` are its rows
 
 
@@ -37,13 +35,7 @@ def dumps(
     id -> its relation name; `run`: the run's own facts (run_id, status, started_at,
     warehouse); `results`: rivc's node results (adapters/state/base.py: NodeResult)."""
     out = {
-        "metadata": {
-            "dbt_schema_version": SCHEMA,
-            "dbt_version": DBT_VERSION,
-            "generated_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            "invocation_id": str(run["run_id"]),
-            "env": {},
-        },
+        "metadata": dbt_metadata("run-results/v6", str(run["run_id"])),
         "results": [_result(project, ids, relations, r) for r in results],
         "elapsed_time": round(elapsed_s, 3),
         "args": {"which": command, **options, "rivc": {**run, "command": command}},
