@@ -15,6 +15,10 @@ the snapshot of the table; a burst of single-row updates, each its own transacti
 transaction updating as many rows. Reported: wall time and changes/s of each run (both sinks),
 each node's time, and the log the server keeps for the slot once caught up.
 
+--big ROWS (postgres): one transaction updating a ROWS-row table, landed alone (`rivc run
+--select source:db.orders`, no sink): the node's time and the peak resident memory of the rivc
+process, beside the same table's snapshot.
+
 --follow SECONDS (postgres): `rivc run` follows the log (the merge sink's trigger 1 second)
 while a writer inserts --rate rows a second (five transactions a second) for that long; the bench
 reads the Delta table as it changes and reports the lag from each row's commit to the table
@@ -142,9 +146,13 @@ def main() -> None:
     ap.add_argument("--warm", action="store_true", help="runs on `rivc server start`'s server")
     ap.add_argument("--merge-only", action="store_true", help="no scd2 history sink")
     ap.add_argument("--rounds", type=int, default=1, help="times the one-transaction run repeats")
+    ap.add_argument("--big", type=int, default=0, help="rows of one transaction landed alone")
     args = ap.parse_args()
     if args.follow:
         follow(args.follow, args.rate)
+        return
+    if args.big:
+        big(args.big)
         return
     n = args.changes
     if args.source == "postgres":
@@ -219,6 +227,66 @@ def main() -> None:
         if args.warm:
             subprocess.run([RIVC, "server", "stop"], cwd=base / "proj", capture_output=True)
         stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def big(rows: int) -> None:
+    """The snapshot of a `rows`-row table and one transaction updating every row, each landed
+    by `rivc run --select source:db.orders` in a process of its own: seconds and peak RSS."""
+    base, port, pg_ctl, _ = cluster()
+    con = psycopg.connect(
+        f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
+    )
+    try:
+        con.execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, status varchar(20), "
+            "amount numeric(12, 2), updated timestamp(6) NULL, note text)"
+        )
+        con.execute(
+            "INSERT INTO orders SELECT g, 'placed', g / 100.0, now(), md5(concat('', g)) "
+            f"FROM generate_series(1, {rows}) g"
+        )
+        root = base / "proj"
+        for path, text in {
+            "rivc_project.yml": "name: big\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {port}, user: postgres, database: postgres}}\n",
+            "sources/db.yml": "sources:\n  - name: db\n    connector: postgres-cdc\n"
+            "    connection: db\n    tables: [{name: orders, table: public.orders}]\n",
+        }.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        print(f"{'run':36} {'rows':>10} {'seconds':>8} {'rows/s':>9} {'peak RSS':>9}")
+        for label in ("snapshot", "one transaction"):
+            if label != "snapshot":
+                con.execute("UPDATE orders SET status = 'bulk', updated = now()")
+            start = time.perf_counter()
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import resource, subprocess, sys; "
+                    "code = subprocess.run(sys.argv[1:], capture_output=True).returncode; "
+                    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)",
+                    RIVC,
+                    "run",
+                    "--select",
+                    "source:db.orders",
+                ],
+                cwd=root,
+                capture_output=True,
+                text=True,
+            )
+            took = time.perf_counter() - start
+            peak_kb, code = done.stdout.split()
+            if code != "0":
+                raise SystemExit(f"rivc run failed ({code})")
+            print(
+                f"{label:36} {rows:>10,} {took:>8.1f} {rows / took:>9,.0f} "
+                f"{int(peak_kb) / 1024:>6,.0f} MB"
+            )
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

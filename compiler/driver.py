@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .analysis import rules
 from .analysis.rules import Finding
+from .collector import no_cyclic_gc
 from .dag.graph import Node, ProjectGraph, node_id
 from .dag.selector import select
 from .dbt import naming
@@ -98,20 +97,6 @@ def analyze(
     """Every finding for the selected nodes and what they need; raises only for an invalid project."""
     with no_cyclic_gc():
         return _analyze(project, options, cache, env)
-
-
-@contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """Thousands of parse trees stay alive until a compile ends; the cyclic GC would rescan them
-    again and again (a third of the wall time at 1,000 models) and has nothing to free. Callers
-    that keep the compiled project (writing target/) hold this for as long."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _analyze(

@@ -24,8 +24,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from rivc.compiler.collector import no_cyclic_gc
 from rivc.compiler.errors import ConnectorError
 from rivc.compiler.loading.specs import SourceTable
 
@@ -141,13 +142,16 @@ class Batch:
         self.session, self.parts = session, parts
         self.rows = Rows(base=base)
         self.taken: set[tuple[Any, ...]] | None = taken  # a new snapshot's keys, when wanted
-        self.spill = True  # written ROWS_PER_FILE changes at a time
 
     def add(
         self, op: str, before: Any, after: Any, commit: Any = None, i: int = 0, origin: Any = None
     ) -> None:
         self.rows.add(op, before, after, commit, i, origin)
-        if self.spill and len(self.rows) >= changes.ROWS_PER_FILE:
+        self.spill()
+
+    def spill(self) -> None:
+        """Written ROWS_PER_FILE changes at a time: a batch is never held whole in memory."""
+        if len(self.rows) >= changes.ROWS_PER_FILE:
             self.flush()
 
     def flush(self) -> None:
@@ -165,11 +169,6 @@ class Batch:
 
 class LogSession(ABC):
     """One run's read of a table's log, open on its server."""
-
-    # whether a batch's changes may be written out as they come (ROWS_PER_FILE at a time): a
-    # log whose changes need the batch's earlier ones at hand (pgoutput's TOASTed values) keeps
-    # them until the end or a truncate
-    spills: ClassVar[bool] = True
 
     @property
     @abstractmethod
@@ -239,7 +238,8 @@ class ChangeLog(ABC):
         return "", None
 
     def land(self, ctx: LogContext) -> Extraction:
-        return land_changes(ctx, self)
+        with no_cyclic_gc():  # a batch's decoded changes all live until it is written
+            return land_changes(ctx, self)
 
     @abstractmethod
     def status(
@@ -331,7 +331,6 @@ def land_changes(ctx: LogContext, log: ChangeLog) -> Extraction:
                 gone = [image for key, image in landed.items() if key not in out.taken]
                 parts.write(deletes(gone, base, parts.schema))
         assert held is not None  # the table's, or the snapshot's just read
-        out.spill = session.spills
         _read_changes(ctx, session, held, out)
         reached = session.reached(held)
     out.flush()
@@ -395,4 +394,5 @@ def _read_changes(ctx: LogContext, session: LogSession, held: LogPosition, out: 
             for half, origin in halves:
                 half = session.admit(commit, half)
                 if half.op:
-                    out.add(half.op, half.before, half.after, commit, i, origin)
+                    out.rows.add(half.op, half.before, half.after, commit, i, origin)
+            out.spill()  # never between a moved key's halves: the insert needs the delete's row

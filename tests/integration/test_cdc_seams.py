@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from deltalake import DeltaTable
 
+from rivc.adapters.ingest import changes
 from rivc_testing import iceberg_catalog, landed_versions, rivc, write_files
 
 pytestmark = pytest.mark.integration
@@ -117,10 +118,15 @@ def assert_consumers_equal_source(
     assert landed <= held if refreshed else landed == held
 
 
-def test_a_toasted_value_survives_several_updates_of_its_row_between_runs(tmp_path, logical_pg, pg):
+def test_a_toasted_value_survives_several_updates_of_its_row_between_runs(
+    tmp_path, logical_pg, pg, monkeypatch
+):
     """Three rows; id 1 updated twice in two transactions and id 2 twice in one, none
     touching the TOASTed body; then id 3 updated, its body changed, and updated again: every
-    version of every row keeps its body, in every consumer."""
+    version of every row keeps its body, in every consumer. The batch is written three
+    changes a file, so a row's last value is in the batch's rows at hand or in a file of it
+    written before."""
+    monkeypatch.setattr(changes, "ROWS_PER_FILE", 3)
     pg.made.append(("rivc_seam_toast", ["seam_toast"]))
     toasted(pg, "seam_toast", 3)
     root = project(tmp_path / "toast", logical_pg, "rivc_seam_toast", {"t": "public.seam_toast"})
@@ -143,12 +149,14 @@ def test_a_toasted_value_survives_several_updates_of_its_row_between_runs(tmp_pa
 
 
 def test_a_moved_key_keeps_its_toasted_value_and_never_takes_a_deleted_rows(
-    tmp_path, logical_pg, pg
+    tmp_path, logical_pg, pg, monkeypatch
 ):
     """`UPDATE SET id = 107 WHERE id = 7` leaves the body alone: the row under 107 has 7's
     body (landed under 7 by the snapshot). `DELETE id = 40; UPDATE SET id = 40 WHERE id = 50`:
     row 40 has 50's body, never the deleted row's. Within one batch, a row updated and then
-    moved, and a row moved twice, keep theirs too."""
+    moved, and a row moved twice, keep theirs too, the batch written two changes a file (a
+    move's delete and insert never apart)."""
+    monkeypatch.setattr(changes, "ROWS_PER_FILE", 2)
     pg.made.append(("rivc_seam_move", ["seam_move"]))
     toasted(pg, "seam_move", 60)
     root = project(tmp_path / "move", logical_pg, "rivc_seam_move", {"t": "public.seam_move"})

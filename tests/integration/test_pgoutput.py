@@ -1,7 +1,8 @@
 """pgoutput's messages from a real PostgreSQL (a cluster of the tests' own with wal_level =
 logical), read through the SQL interface of a logical slot and decoded whole: inserts, updates
 that leave a TOASTed column alone, REPLICA IDENTITY FULL before-images, deletes, a truncate, a
-column added mid-stream, and transactions kept whole and in commit order."""
+column added mid-stream, and transactions kept whole and in commit order (or given in pieces
+of a size, in order, a piece never crossing what a reader holds)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_a_slot_s_messages_decode_into_whole_transactions(logical_pg):
             con.execute("ALTER TABLE cdc_items ADD COLUMN extra numeric(10, 2)")
             con.execute("INSERT INTO cdc_items VALUES (3, 'c', NULL, 1.50)")
 
-            txns = list(Decoder().feed(peek(con, "cdc_slot", "cdc_pub")))
+            messages = peek(con, "cdc_slot", "cdc_pub")
+            txns = list(Decoder().feed(messages))
             body = con.execute("SELECT body FROM cdc_items WHERE id = 1").fetchone()[0]
         finally:
             con.execute("SELECT pg_drop_replication_slot('cdc_slot')")
@@ -78,3 +80,16 @@ def test_a_slot_s_messages_decode_into_whole_transactions(logical_pg):
     assert [c.name for c in added.relation.columns] == ["id", "label", "body", "extra"]
     assert added.after == ("3", "c", None, "1.50")
     assert [c.key for c in added.relation.columns] == [True, False, False, False]
+
+    # in pieces of two changes: the first transaction as two pieces, only the last with its
+    # end; the same changes in the same order
+    pieces = list(Decoder(piece=2).feed(messages))
+    assert [(p.xid, p.first, len(p.changes), p.end_lsn) for p in pieces[:2]] == [
+        (txns[0].xid, 0, 2, 0),
+        (txns[0].xid, 2, 1, txns[0].end_lsn),
+    ]
+    assert [c for p in pieces for c in p.changes] == [c for t in txns for c in t.changes]
+    assert all(p.final_lsn == txns[0].final_lsn for p in pieces[:2])
+    # past a held end: the transactions ending there or before never come, whole or in pieces
+    past = list(Decoder(after=txns[0].end_lsn, piece=2).feed(messages))
+    assert [(p.xid, p.first, p.end_lsn) for p in past] == [(t.xid, 0, t.end_lsn) for t in txns[1:]]

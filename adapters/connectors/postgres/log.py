@@ -47,6 +47,7 @@ from .slot import KEY_KINDS, LogicalSlot, Parts, Undecodable, Visibility
 from .spec import PostgresCdcConfig, cdc_columns
 
 SEQ = 10**9  # seq = commit LSN * SEQ + the change's place in its transaction
+PIECE = 10_000  # a large transaction is read this many changes at a time
 IDLE_ADVANCE = 16 << 20  # a WAL segment
 
 
@@ -212,8 +213,6 @@ class PgOutputLog(ChangeLog):
 
 
 class _Session(LogSession):
-    spills = False  # an unchanged TOASTed value is filled from the batch's earlier changes
-
     def __init__(
         self, ctx: LogContext, slot: LogicalSlot, plan: list[Delivery], upto: int, confirmed: int
     ) -> None:
@@ -256,12 +255,12 @@ class _Session(LogSession):
         # each relation the log describes (a new one when the table's shape changed): whether
         # it is this table, and its layout; looked up by identity, once per relation
         known: dict[int, tuple[Relation, bool, tuple[int | None, ...] | None]] = {}
-        for txn in self.slot.changes(held.lsn, self.upto):
+        for txn in self.slot.changes(held.lsn, self.upto, PIECE):
             self.end = max(self.end, txn.end_lsn)
             if seen.everywhere(txn.xid):
                 continue  # the snapshot has its changes
             found: list[Change] = []
-            for i, change in enumerate(txn.changes):
+            for i, change in enumerate(txn.changes, txn.first):
                 if isinstance(change, Truncate):
                     if any(r.qualified == qualified for r in change.relations):
                         found.append(Change("truncate", None, None, i))

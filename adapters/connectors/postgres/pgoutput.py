@@ -72,11 +72,15 @@ class Truncate:
 
 @dataclass(slots=True)
 class Transaction:
+    """A transaction, or a piece of a large one (Decoder's `piece`): its changes from number
+    `first` on; `end_lsn` is 0 in every piece but the last."""
+
     xid: int
     final_lsn: int  # the LSN of its commit record
     end_lsn: int = 0  # the LSN just past it: where a reader resumes
     commit_us: int = 0  # its commit time, microseconds after PG_EPOCH (as the log holds it)
     changes: list[Change | Truncate] = field(default_factory=list)
+    first: int = 0  # the place of changes[0] in the transaction
 
     @property
     def commit_time(self) -> datetime:
@@ -157,17 +161,24 @@ def timestamp(micros: int) -> datetime:
 
 
 class Decoder:
-    """Turns a slot's messages into whole transactions; keeps the relations it was told of."""
+    """Turns a slot's messages into the transactions that end past `after` (an end LSN), in
+    commit order; keeps the relations it was told of. With `piece`, a transaction is given in
+    pieces of that many changes as they are read (a large one is never held whole), each
+    with its commit LSN, time and xid (the Begin message has them); the last piece, at its
+    Commit, has the end LSN. A transaction that commits before `after` is never given in
+    pieces: whether it ends past `after` is known at its Commit."""
 
-    def __init__(self) -> None:
+    def __init__(self, after: int = 0, piece: int | None = None) -> None:
         self.relations: dict[int, Relation] = {}
         self._open: Transaction | None = None
+        self.after, self.piece = after, piece
 
     def feed(self, messages: Iterable[bytes]) -> Iterator[Transaction]:
-        """The transactions `messages` complete, in commit order."""
         for data in messages:
             done = self.message(bytes(data))
             if done is not None:
+                if done.end_lsn and done.end_lsn <= self.after:
+                    continue  # held already
                 yield done
 
     def message(self, data: bytes) -> Transaction | None:
@@ -195,6 +206,21 @@ class Decoder:
             txn.final_lsn, txn.end_lsn, txn.commit_us = _COMMIT.unpack_from(data, 2)
             self._open = None
             return txn
+        if self.piece and len(txn.changes) >= self.piece and txn.final_lsn >= self.after:
+            full = txn
+            txn = self._open = Transaction(
+                full.xid,
+                full.final_lsn,
+                commit_us=full.commit_us,
+                first=full.first + len(full.changes),
+            )
+            self.message_into(kind, r, txn)
+            return full
+        self.message_into(kind, r, txn)
+        return None
+
+    def message_into(self, kind: str, r: _Reader, txn: Transaction) -> None:
+        """A change message's change added to `txn`."""
         if kind == "I":
             rel = self._relation(r.uint32())
             if r.byte() != "N":
@@ -219,7 +245,6 @@ class Decoder:
             txn.changes.append(Truncate(tuple(self._relation(r.uint32()) for _ in range(count))))
         else:
             raise ProtocolError(f"pgoutput: unknown message {kind!r}")
-        return None
 
     def _relation(self, oid: int) -> Relation:
         rel = self.relations.get(oid)

@@ -276,11 +276,12 @@ class LogicalSlot:
             self.con.execute(f"ALTER PUBLICATION {_ident(self.publication)} DROP TABLE {names}")
         return gone
 
-    def changes(self, after: int, upto: int) -> Iterator[Transaction]:
-        """Whole transactions that commit before `upto` and end past `after` (an end LSN), in
+    def changes(self, after: int, upto: int, piece: int | None = None) -> Iterator[Transaction]:
+        """The transactions that commit before `upto` and end past `after` (an end LSN), in
         commit order, streamed from the server (a named cursor: a large backlog is never held
-        whole in memory). A publication missing as of a change (dropped, perhaps made again,
-        after the slot began) or a slot dropped meanwhile raise `Undecodable`."""
+        whole in memory); with `piece`, a large transaction in pieces of that many changes
+        (Decoder). A publication missing as of a change (dropped, perhaps made again, after
+        the slot began) or a slot dropped meanwhile raise `Undecodable`."""
         from psycopg import errors
 
         try:
@@ -295,9 +296,7 @@ class LogicalSlot:
                     "'proto_version', '1', 'publication_names', %s)",
                     (self.slot, lsn_text(upto), self.publication),
                 )
-                for txn in Decoder().feed(bytes(r[0]) for r in cur):
-                    if txn.end_lsn > after:
-                        yield txn
+                yield from Decoder(after, piece).feed(bytes(r[0]) for r in cur)
         except errors.UndefinedObject as exc:  # the publication, or the slot itself
             raise Undecodable(str(exc.diag.message_primary or exc)) from None
 
