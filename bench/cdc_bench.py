@@ -8,6 +8,8 @@ and a Delta scd2 history (batch mode).
     python bench/cdc_bench.py --warm            # each run on the project's warm server
     python bench/cdc_bench.py --merge-only      # the Delta merge sink alone (no scd2 history)
     python bench/cdc_bench.py --rounds 4        # the one-transaction run four times
+    python bench/cdc_bench.py --threads 2       # rivc run --threads 2: both sinks at once
+    python bench/cdc_bench.py --big 2000000     # one 2M-row transaction landed: time and RSS
 
 Starts a PostgreSQL cluster of its own with wal_level = logical (initdb as postgres, a free port,
 a temporary folder; root needed), or a MariaDB with the row-based binlog, loads a table, and times `rivc run` in a new process for:
@@ -69,9 +71,12 @@ def cluster() -> tuple[Path, int, list[str], Path]:
     return base, port, pg_ctl, data
 
 
+THREADS: list[str] = []  # --threads N: rivc run's own option
+
+
 def timed_run(root: Path) -> float:
     start = time.perf_counter()
-    done = subprocess.run([RIVC, "run"], cwd=root, capture_output=True, text=True)
+    done = subprocess.run([RIVC, "run", *THREADS], cwd=root, capture_output=True, text=True)
     took = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(done.stdout[-3000:] + done.stderr[-3000:])
@@ -147,7 +152,10 @@ def main() -> None:
     ap.add_argument("--merge-only", action="store_true", help="no scd2 history sink")
     ap.add_argument("--rounds", type=int, default=1, help="times the one-transaction run repeats")
     ap.add_argument("--big", type=int, default=0, help="rows of one transaction landed alone")
+    ap.add_argument("--threads", type=int, default=0, help="rivc run --threads (the sinks at once)")
     args = ap.parse_args()
+    if args.threads:
+        THREADS[:] = ["--threads", str(args.threads)]
     if args.follow:
         follow(args.follow, args.rate)
         return
