@@ -795,14 +795,24 @@ MICROBATCH = {
     "select e.id, e.happened_at, e.amount * 2 as doubled,\n"
     "  (select count(*) from {{ ref('stg_events') }}) as seen\n"
     "from {{ ref('stg_events') }} as e\n",
+    # the same by a `date` event_time: its rows fall in the day the date names
+    "models/stg_days.sql": "{{ config(event_time='happened_on') }}\n"
+    "select id, cast(happened_at as date) as happened_on, amount from {{ ref('events') }}\n",
+    "models/daily_by_date.sql": "{{ config(materialized='incremental',"
+    " incremental_strategy='microbatch', event_time='happened_on', batch_size='day',"
+    " begin='2024-01-01') }}\n"
+    "select d.id, d.happened_on, d.amount * 2 as doubled,\n"
+    "  (select count(*) from {{ ref('stg_days') }}) as seen\n"
+    "from {{ ref('stg_days') }} as d\n",
 }
 
 
 def test_microbatch_builds_each_period_as_dbt_does_and_once_across_a_kill(tmp_path):
     """dbt's microbatch on Delta: each day's batch reads its parent through that day and
     replaces that day's rows; a later run over one day replaces it alone. Compared with
-    dbt-duckdb after each step. A run killed between batches is run again and the table holds
-    each row once; run_results.json lists the batches as dbt's does."""
+    dbt-duckdb after each step, by a timestamp and by a date event_time. A run killed between
+    batches is run again and the table holds each row once; run_results.json lists the
+    batches as dbt's does."""
     ours, theirs = tmp_path / "rivc", tmp_path / "dbt"
     for where in (ours, theirs):
         write_files(where, MICROBATCH)
@@ -827,13 +837,20 @@ def test_microbatch_builds_each_period_as_dbt_does_and_once_across_a_kill(tmp_pa
         rows = DeltaTable(str(ours / "warehouse/daily")).to_pyarrow_table().to_pylist()
         return sorted((r["id"], r["doubled"], r["seen"]) for r in rows)
 
-    def reference() -> list[tuple]:
+    def reference(name: str = "daily") -> list[tuple]:
         with duckdb.connect(str(tmp_path / "mb.duckdb"), read_only=True) as con:
-            return sorted(con.sql("select id, doubled, seen from main.daily").fetchall())
+            return sorted(con.sql(f"select id, doubled, seen from main.{name}").fetchall())
+
+    def by_date() -> list[tuple]:
+        rows = DeltaTable(str(ours / "warehouse/daily_by_date")).to_pyarrow_table().to_pylist()
+        got = sorted((r["id"], r["doubled"], r["seen"]) for r in rows)
+        assert got == reference("daily_by_date")
+        return got
 
     span = ("--event-time-start", "2024-01-01", "--event-time-end", "2024-01-04")
     both(*span)
     assert table() == reference() == [(1, 20, 2), (2, 22, 2), (3, 24, 2), (4, 26, 2), (5, 28, 1)]
+    assert by_date() == table()
     batches = next(
         r["batch_results"]
         for r in json.loads((ours / "target/run_results.json").read_text())["results"]
@@ -846,6 +863,7 @@ def test_microbatch_builds_each_period_as_dbt_does_and_once_across_a_kill(tmp_pa
         csv.write_text(csv.read_text().replace(",12\n", ",112\n").replace(",14\n", ",114\n"))
     both("--event-time-start", "2024-01-02", "--event-time-end", "2024-01-03")
     assert table() == reference() == [(1, 20, 2), (2, 22, 2), (3, 224, 2), (4, 26, 2), (5, 28, 1)]
+    assert by_date() == table()
 
     # killed after its first batch's commit, a full rebuild of four days is run again
     wide = ("--full-refresh", "--event-time-start", "2024-01-01", "--event-time-end", "2024-01-05")

@@ -88,3 +88,35 @@ def test_a_microbatch_model_without_its_settings_is_an_error_at_its_file(make_pr
     )
     assert any("begin 'someday' is not a date" in e for e in errors), errors
     assert any("event_time 'nope' is not an output column" in e for e in errors), errors
+
+
+def test_a_time_with_an_offset_is_the_utc_period_that_holds_it():
+    """An --event-time-start with an offset is the instant it names: 01:00 at +02:00 is 23:00
+    UTC the day before, so that day is the first batch; the windows' literals are UTC."""
+    from rivc.compiler.microbatch import literal
+
+    start = as_time("2024-03-02T01:00:00+02:00", "--event-time-start")
+    end = as_time("2024-03-03", "--event-time-end")
+    got = windows("day", day("2024-01-01"), 1, False, NOW, start, end)
+    assert got == [
+        (day("2024-03-01"), day("2024-03-02")),
+        (day("2024-03-02"), day("2024-03-03")),
+    ]
+    assert literal(got[0][0]) == "TIMESTAMP '2024-03-01 00:00:00.000000'"
+    # hours across a leap day and a year's end; months across February
+    hours = windows(
+        "hour", day("2024-01-01"), 1, False, NOW, day("2024-02-29T23:00"), day("2024-03-01T01:00")
+    )
+    assert [w[0].strftime("%m-%d %H") for w in hours] == ["02-29 23", "03-01 00"]
+    new_year = windows(
+        "hour", day("2020-01-01"), 1, False, NOW, day("2023-12-31T23:00"), day("2024-01-01T01:00")
+    )
+    assert [w[0].strftime("%Y-%m-%d %H") for w in new_year] == ["2023-12-31 23", "2024-01-01 00"]
+    months = windows(
+        "month", day("2024-01-01"), 1, False, NOW, day("2024-01-31"), day("2024-03-31")
+    )
+    assert [(a.strftime("%m-%d"), b.strftime("%m-%d")) for a, b in months] == [
+        ("01-01", "02-01"),
+        ("02-01", "03-01"),
+        ("03-01", "04-01"),
+    ]
