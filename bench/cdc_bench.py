@@ -10,6 +10,7 @@ and a Delta scd2 history (batch mode).
     python bench/cdc_bench.py --rounds 4        # the one-transaction run four times
     python bench/cdc_bench.py --threads 2       # rivc run --threads 2: both sinks at once
     python bench/cdc_bench.py --big 2000000     # one 2M-row transaction landed: time and RSS
+    python bench/cdc_bench.py --tables 4 --changes 50000  # one source of four tables
 
 Starts a PostgreSQL cluster of its own with wal_level = logical (initdb as postgres, a free port,
 a temporary folder; root needed), or a MariaDB with the row-based binlog, loads a table, and times `rivc run` in a new process for:
@@ -20,6 +21,9 @@ each node's time, and the log the server keeps for the slot once caught up.
 --big ROWS (postgres): one transaction updating a ROWS-row table, landed alone (`rivc run
 --select source:db.orders`, no sink): the node's time and the peak resident memory of the rivc
 process, beside the same table's snapshot.
+
+--tables N (postgres): a source of N tables, --changes each (one transaction per table),
+landed by one `rivc run` without sinks: the slot is read once for all of them.
 
 --follow SECONDS (postgres): `rivc run` follows the log (the merge sink's trigger 1 second)
 while a writer inserts --rate rows a second (five transactions a second) for that long; the bench
@@ -152,6 +156,7 @@ def main() -> None:
     ap.add_argument("--merge-only", action="store_true", help="no scd2 history sink")
     ap.add_argument("--rounds", type=int, default=1, help="times the one-transaction run repeats")
     ap.add_argument("--big", type=int, default=0, help="rows of one transaction landed alone")
+    ap.add_argument("--tables", type=int, default=0, help="tables of one source (landing only)")
     ap.add_argument("--threads", type=int, default=0, help="rivc run --threads (the sinks at once)")
     args = ap.parse_args()
     if args.threads:
@@ -161,6 +166,9 @@ def main() -> None:
         return
     if args.big:
         big(args.big)
+        return
+    if args.tables:
+        tables(args.tables, args.changes)
         return
     n = args.changes
     if args.source == "postgres":
@@ -292,6 +300,49 @@ def big(rows: int) -> None:
             print(
                 f"{label:36} {rows:>10,} {took:>8.1f} {rows / took:>9,.0f} "
                 f"{int(peak_kb) / 1024:>6,.0f} MB"
+            )
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def tables(count: int, rows: int) -> None:
+    """A source of `count` tables of `rows` rows, each updated whole in a transaction of its
+    own, landed by one `rivc run` (no sink): seconds, against the snapshot's."""
+    base, port, pg_ctl, _ = cluster()
+    con = psycopg.connect(
+        f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
+    )
+    try:
+        names = [f"t{n}" for n in range(count)]
+        for t in names:
+            con.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, status text, note text)")
+            con.execute(
+                f"INSERT INTO {t} SELECT g, 'placed', md5(g::text) FROM generate_series(1, {rows}) g"
+            )
+        listed = "".join(f"      - {{name: {t}, table: public.{t}}}\n" for t in names)
+        root = base / "proj"
+        for path, text in {
+            "rivc_project.yml": "name: tables\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+            f"port: {port}, user: postgres, database: postgres}}\n",
+            "sources/db.yml": "sources:\n  - name: db\n    connector: postgres-cdc\n"
+            f"    connection: db\n    tables:\n{listed}",
+        }.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        for label in ("snapshot", "the log"):
+            if label != "snapshot":
+                for t in names:
+                    con.execute(f"UPDATE {t} SET status = 'bulk'")
+            start = time.perf_counter()
+            done = subprocess.run([RIVC, "run"], cwd=root, capture_output=True, text=True)
+            took = time.perf_counter() - start
+            if done.returncode != 0:
+                raise SystemExit(done.stdout[-3000:])
+            total = count * rows
+            print(
+                f"{label:10} {count} tables, {total:,} changes: {took:.1f} s, {total / took:,.0f}/s"
             )
     finally:
         subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)

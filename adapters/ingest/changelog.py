@@ -92,6 +92,7 @@ class LogContext:
     source: LogSource
     landing: Landing
     siblings: list[Landing]  # the landing tables of the source's tables (this one included)
+    readers: frozenset[str] = frozenset()  # the `table:` of those that land in this run
     run_id: str
     full_refresh: bool
     resume_from: str | None

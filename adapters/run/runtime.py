@@ -70,6 +70,7 @@ class Runtime:
     detached: bool = False  # a generated job on a copied project: no state between runs
     unbound: list[str] = field(default_factory=list)  # unselected views, bound when first read
     feeds: set[str] = field(default_factory=set)  # nodes of this run another node of it reads
+    running: set[str] = field(default_factory=set)  # the nodes this run executes
     restarts: dict[str, int] = field(default_factory=dict)  # a stream's restarts in this run
     _spark: SparkSession | None = field(default=None, init=False, repr=False)
     lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)

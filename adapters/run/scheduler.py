@@ -188,6 +188,7 @@ def execute(
                 todo = [n for n in compiled.selected if n in chosen or plan.is_extracted(n)]
             running = set(todo)
             runtime.feeds = {p for n in todo for p in graph.nodes[n].depends_on if p in running}
+            runtime.running = running
             results: list[NodeResult] = []
             before: list[NodeResult] = []  # dbt's on-run-start and on-run-end (hooks.py)
             after: list[NodeResult] = []

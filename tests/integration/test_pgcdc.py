@@ -305,9 +305,19 @@ def test_changes_land_once_and_merge_into_delta_and_iceberg_across_kills(
     assert not any(k == 20 and live for k, _, _, _, live in delta_history)  # deleted unseen
 
 
-def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, logical_pg, capture):
+def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(
+    tmp_path, logical_pg, capture, monkeypatch
+):
     """Two tables, one slot: a run of one table's sink moves the slot only as far as the other
-    table holds, so the other's changes wait in the log and land once when it runs."""
+    table holds, so the other's changes wait in the log and land once when it runs. A run of
+    both reads the slot once for the two (each run here reads it once)."""
+    from rivc.adapters.connectors.postgres.slot import LogicalSlot
+
+    reads: list[str] = []
+    messages = LogicalSlot.messages
+    monkeypatch.setattr(
+        LogicalSlot, "messages", lambda self, upto: reads.append(self.slot) or messages(self, upto)
+    )
     con = capture("rivc_test_two", "cdc_a", "cdc_b")
     for t in ("cdc_a", "cdc_b"):
         con.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
@@ -331,14 +341,21 @@ def test_a_partial_selection_keeps_the_log_for_the_table_it_left_out(tmp_path, l
         return dict(con.execute(f"SELECT id, v FROM cdc_{t}").fetchall())
 
     assert rivc(root, "run").exit_code == 0
+    assert reads == ["rivc_test_two"]  # the log after both snapshots, read once
     con.execute("UPDATE cdc_a SET v = 'a2' WHERE id <= 10")
     con.execute("UPDATE cdc_b SET v = 'b2' WHERE id <= 10")
-    con.execute("DELETE FROM cdc_b WHERE id > 90")
+    with con.transaction():  # one transaction of both tables
+        con.execute("UPDATE cdc_a SET v = 'a3' WHERE id = 11")
+        con.execute("DELETE FROM cdc_b WHERE id > 90")
     only_a = rivc(root, "run", "--select", "lake_a")
     assert only_a.exit_code == 0, only_a.output
     assert rows("a") == table("a") and rows("b") != table("b")
     con.execute("UPDATE cdc_b SET v = 'b3' WHERE id = 1")
-    assert rivc(root, "run").exit_code == 0
+    con.execute("UPDATE cdc_a SET v = 'a4' WHERE id = 1")
+    reads.clear()
+    both = rivc(root, "run", "--threads", "2")  # the two tables at once: one reads for both
+    assert both.exit_code == 0, both.output
+    assert reads == ["rivc_test_two"]
     assert rows("a") == table("a") and rows("b") == table("b")
     held = []
     for t in ("a", "b"):

@@ -41,8 +41,18 @@ from ...ingest.extract import Extraction
 from ..database.engine import connection, database
 from ..database.relational import deliveries
 from .copy import CopyPlan, arrow_type, convert
-from .pgoutput import PG_EPOCH_US, UNCHANGED, Relation, Transaction, Truncate, Value, lsn_text
+from .pgoutput import (
+    PG_EPOCH_US,
+    UNCHANGED,
+    Decoder,
+    Relation,
+    Transaction,
+    Truncate,
+    Value,
+    lsn_text,
+)
 from .pgoutput import Change as PgChange
+from .sharedread import shared_messages
 from .slot import KEY_KINDS, LogicalSlot, Parts, Undecodable, Visibility
 from .spec import PostgresCdcConfig, cdc_columns
 
@@ -251,11 +261,19 @@ class _Session(LogSession):
         seen, plan, qualified = held.parts, self.plan, _qualified(self.table)
         self.seen = seen
         self.key_cols = self.key_columns() if len(seen.seen) > 1 else []
+        readers = frozenset(_qualified(t) for t in self.ctx.readers)
+        if len(readers) > 1 and qualified in readers:  # one read of the slot for them all
+            key = (self.ctx.run_id, self.ctx.source.name)
+            upto, messages = shared_messages(key, self.slot, readers, qualified, self.upto)
+            self.upto = min(self.upto, upto)  # a read that began earlier ends there
+            txns = Decoder(held.lsn, PIECE, before=self.upto).feed(messages)
+        else:
+            txns = self.slot.changes(held.lsn, self.upto, PIECE)
         self.end = max(held.lsn, self.upto)
         # each relation the log describes (a new one when the table's shape changed): whether
         # it is this table, and its layout; looked up by identity, once per relation
         known: dict[int, tuple[Relation, bool, tuple[int | None, ...] | None]] = {}
-        for txn in self.slot.changes(held.lsn, self.upto, PIECE):
+        for txn in txns:
             self.end = max(self.end, txn.end_lsn)
             if seen.everywhere(txn.xid):
                 continue  # the snapshot has its changes

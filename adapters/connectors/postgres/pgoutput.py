@@ -166,12 +166,14 @@ class Decoder:
     pieces of that many changes as they are read (a large one is never held whole), each
     with its commit LSN, time and xid (the Begin message has them); the last piece, at its
     Commit, has the end LSN. A transaction that commits before `after` is never given in
-    pieces: whether it ends past `after` is known at its Commit."""
+    pieces: whether it ends past `after` is known at its Commit. With `before`, a transaction
+    that commits at or after it is left out (a read shared with a table whose log ends later)."""
 
-    def __init__(self, after: int = 0, piece: int | None = None) -> None:
+    def __init__(self, after: int = 0, piece: int | None = None, before: int | None = None) -> None:
         self.relations: dict[int, Relation] = {}
         self._open: Transaction | None = None
-        self.after, self.piece = after, piece
+        self.after, self.piece, self.before = after, piece, before
+        self._skipping = False  # in a transaction `before` leaves out
 
     def feed(self, messages: Iterable[bytes]) -> Iterator[Transaction]:
         for data in messages:
@@ -186,7 +188,8 @@ class Decoder:
         kind = r.byte()
         if kind == "B":
             final_lsn, micros, xid = _BEGIN.unpack_from(data, 1)
-            self._open = Transaction(xid, final_lsn, commit_us=micros)
+            self._skipping = self.before is not None and final_lsn >= self.before
+            self._open = None if self._skipping else Transaction(xid, final_lsn, commit_us=micros)
             return None
         if kind == "R":
             oid, namespace, name = r.uint32(), r.string(), r.string()
@@ -198,6 +201,9 @@ class Decoder:
             self.relations[oid] = Relation(oid, namespace, name, identity, tuple(columns))
             return None
         if kind in ("Y", "O", "M"):  # types, origins, logical messages: nothing to land
+            return None
+        if self._skipping:
+            self._skipping = kind != "C"
             return None
         txn = self._open
         if txn is None:

@@ -278,10 +278,15 @@ class LogicalSlot:
 
     def changes(self, after: int, upto: int, piece: int | None = None) -> Iterator[Transaction]:
         """The transactions that commit before `upto` and end past `after` (an end LSN), in
-        commit order, streamed from the server (a named cursor: a large backlog is never held
-        whole in memory); with `piece`, a large transaction in pieces of that many changes
-        (Decoder). A publication missing as of a change (dropped, perhaps made again, after
-        the slot began) or a slot dropped meanwhile raise `Undecodable`."""
+        commit order; with `piece`, a large transaction in pieces of that many changes
+        (Decoder)."""
+        yield from Decoder(after, piece).feed(self.messages(upto))
+
+    def messages(self, upto: int) -> Iterator[bytes]:
+        """The slot's pgoutput messages of the transactions that commit before `upto`, streamed
+        from the server (a named cursor: a large backlog is never held whole in memory). A
+        publication missing as of a change (dropped, perhaps made again, after the slot began)
+        or a slot dropped meanwhile raise `Undecodable`."""
         from psycopg import errors
 
         try:
@@ -296,7 +301,8 @@ class LogicalSlot:
                     "'proto_version', '1', 'publication_names', %s)",
                     (self.slot, lsn_text(upto), self.publication),
                 )
-                yield from Decoder(after, piece).feed(bytes(r[0]) for r in cur)
+                for row in cur:
+                    yield bytes(row[0])
         except errors.UndefinedObject as exc:  # the publication, or the slot itself
             raise Undecodable(str(exc.diag.message_primary or exc)) from None
 
