@@ -246,6 +246,22 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def pg_project(root: Path, port: int, tables: str, sinks: str = "") -> None:
+    """A project at `root` of one postgres-cdc source `db` on the bench's cluster: `tables` is
+    the YAML after `tables:`, `sinks` a sinks file's."""
+    files = {
+        "rivc_project.yml": f"name: {root.name}\n",
+        "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
+        f"port: {port}, user: postgres, database: postgres}}\n",
+        "sources/db.yml": "sources:\n  - name: db\n    connector: postgres-cdc\n"
+        f"    connection: db\n    tables:{tables}",
+        **({"sinks/lake.yml": sinks} if sinks else {}),
+    }
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
 def big(rows: int) -> None:
     """The snapshot of a `rows`-row table and one transaction updating every row, each landed
     by `rivc run --select source:db.orders` in a process of its own: seconds and peak RSS."""
@@ -263,15 +279,7 @@ def big(rows: int) -> None:
             f"FROM generate_series(1, {rows}) g"
         )
         root = base / "proj"
-        for path, text in {
-            "rivc_project.yml": "name: big\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {port}, user: postgres, database: postgres}}\n",
-            "sources/db.yml": "sources:\n  - name: db\n    connector: postgres-cdc\n"
-            "    connection: db\n    tables: [{name: orders, table: public.orders}]\n",
-        }.items():
-            (root / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / path).write_text(text)
+        pg_project(root, port, " [{name: orders, table: public.orders}]\n")
         print(f"{'run':36} {'rows':>10} {'seconds':>8} {'rows/s':>9} {'peak RSS':>9}")
         for label in ("snapshot", "one transaction"):
             if label != "snapshot":
@@ -322,15 +330,7 @@ def tables(count: int, rows: int) -> None:
             )
         listed = "".join(f"      - {{name: {t}, table: public.{t}}}\n" for t in names)
         root = base / "proj"
-        for path, text in {
-            "rivc_project.yml": "name: tables\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-            f"port: {port}, user: postgres, database: postgres}}\n",
-            "sources/db.yml": "sources:\n  - name: db\n    connector: postgres-cdc\n"
-            f"    connection: db\n    tables:\n{listed}",
-        }.items():
-            (root / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / path).write_text(text)
+        pg_project(root, port, "\n" + listed)
         for label in ("snapshot", "the log"):
             if label != "snapshot":
                 for t in names:
@@ -390,20 +390,18 @@ def follow(seconds: float, rate: int) -> None:
         "INSERT INTO orders SELECT g, 'v', clock_timestamp() FROM generate_series(1, 1000) g"
     )
     root = base / "proj"
-    for path, text in {
-        "rivc_project.yml": "name: follow\n",
-        "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-        f"port: {port}, user: postgres, database: postgres}}\n",
-        "sources/db.yml": "sources:\n  - name: db\n    connector: postgres-cdc\n"
-        "    connection: db\n    tables: [{name: orders, table: public.orders}]\n",
-        "sinks/lake.yml": "sinks:\n  - name: lake\n    from: source:db.orders\n"
+    pg_project(
+        root,
+        port,
+        " [{name: orders, table: public.orders}]\n",
+        "sinks:\n  - name: lake\n    from: source:db.orders\n"
         "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
         "    connector: delta\n    config: {table_uri: out/lake, mode: merge, merge_keys: [id]}\n"
         '    trigger: {processing_time: "1 second"}\n',
-    }.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    proc = subprocess.Popen([RIVC, "run"], cwd=root, stdout=subprocess.PIPE, text=True)
+    )
+    # its output to a file: a pipe nobody reads while it runs fills up and stops rivc
+    said = open(base / "rivc.out", "w")
+    proc = subprocess.Popen([RIVC, "run"], cwd=root, stdout=said, text=True)
     seen: dict[int, float] = {}
     read: set[str] = set()
 
@@ -463,9 +461,13 @@ def follow(seconds: float, rate: int) -> None:
             poll()
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
-        out = proc.communicate(timeout=120)[0]
+        proc.wait(timeout=120)
+        said.close()
+        out = (base / "rivc.out").read_text()
         lags = sorted(seen[i] - float(at) for i, at in rows.items() if i in seen)
         missing = sum(1 for i in rows if i not in seen)
+        if missing:  # what rivc said, for the rows that never came
+            print("\n".join(out.splitlines()[-40:]))
         kept = con.execute(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) FROM pg_replication_slots"
         ).fetchone()[0]
