@@ -7,12 +7,14 @@ each table's messages to a file of its own (a table's changes with their transac
 and Commit, and every relation description); each table then decodes its own file, from the
 position it holds. A table whose log began earlier than the read leaves out the transactions
 that commit after its own end; one whose log began later ends where the read did. Nothing here
-is a record: a killed run leaves temporary files only, and the tables' positions stay in their
-landing tables.
+is a record: the tables' positions stay in their landing tables; the files go once every table
+read its own, with the next read of the source, or at the process's end (a killed process
+leaves them in the temporary folder).
 """
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import struct
 import tempfile
@@ -97,6 +99,13 @@ class _Read:
 
 _reads: dict[tuple[str, str], _Read] = {}  # by (run id, source)
 _lock = threading.Lock()
+
+
+@atexit.register
+def _leftovers() -> None:
+    """The files of reads a table never took (it failed before it read), at the process's end."""
+    for key, found in list(_reads.items()):
+        _drop(key, found)
 
 
 def shared_messages(
