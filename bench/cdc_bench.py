@@ -351,7 +351,6 @@ def tables(count: int, rows: int) -> None:
 
 def tree_rss(pid: int) -> int:
     """Resident bytes of process `pid` and all its descendants (rivc, its JVM, Python workers)."""
-    import os
 
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
@@ -364,14 +363,19 @@ def tree_rss(pid: int) -> int:
     total, todo = 0, [pid]
     while todo:
         at = todo.pop()
-        try:
-            total += int(Path(f"/proc/{at}/statm").read_text().split()[1]) * os.sysconf(
-                "SC_PAGE_SIZE"
-            )
-        except OSError:
-            pass
+        total += process_rss(at)
         todo += children.get(at, [])
     return total
+
+
+def process_rss(pid: int) -> int:
+    """Resident bytes of process `pid` alone (0 once it is gone)."""
+    import os
+
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
 
 
 def follow(seconds: float, rate: int) -> None:
@@ -444,13 +448,13 @@ def follow(seconds: float, rate: int) -> None:
 
         writer = threading.Thread(target=write)
         writer.start()
-        rss: list[tuple[float, int]] = []  # (seconds in, bytes) every 5 s
+        rss: list[tuple[float, int, int]] = []  # (seconds in, tree, rivc alone) every 5 s
         began = sampled = time.monotonic()
         while writer.is_alive():
             poll()
             if time.monotonic() - sampled >= 5:
                 sampled = time.monotonic()
-                rss.append((sampled - began, tree_rss(proc.pid)))
+                rss.append((sampled - began, tree_rss(proc.pid), process_rss(proc.pid)))
             time.sleep(0.1)
         writer.join()
         rows = dict(
@@ -480,11 +484,13 @@ def follow(seconds: float, rate: int) -> None:
             f"{lags[int(len(lags) * 0.95)]:.1f} s, max {lags[-1]:.1f} s; {missing} never arrived"
         )
         print(f"log kept for the slot after Ctrl-C: {int(kept):,} bytes")
-        if rss:
-            first = max(b for t, b in rss if t <= 60)
-            last = max(b for t, b in rss if t >= rss[-1][0] - 60)
+        for what, at in (("rivc and its JVM", 1), ("rivc's Python process alone", 2)):
+            if not rss:
+                break
+            first = max(r[at] for r in rss if r[0] <= 60)
+            last = max(r[at] for r in rss if r[0] >= rss[-1][0] - 60)
             print(
-                f"RSS of rivc and its JVM: first minute max {first / 2**20:,.0f} MB, "
+                f"RSS of {what}: first minute max {first / 2**20:,.0f} MB, "
                 f"last minute max {last / 2**20:,.0f} MB"
             )
     finally:
