@@ -178,12 +178,14 @@ def _history(
     (history.replacing), from the add actions' statistics: a file whose every row has an end
     holds closed versions only (statistics missing: it may hold current ones)."""
     open_ = {n for n in hits if actions[n].get(f"null_count.{names.valid_to}") != 0}
-    past = _after_all(
-        first_start,
-        {n: actions[n] for n in hits},
-        names,
-        lambda n, column: _footer_range(store, files[n].uri, column)[1],
-    )
+    footers: dict[int, Any] = {}  # each file's footer read once, for both columns
+
+    def footer_max(n: int, column: str) -> Any:
+        if n not in footers:
+            footers[n] = _footer(store, files[n].uri)
+        return _range(footers[n], column)[1]
+
+    past = _after_all(first_start, {n: actions[n] for n in hits}, names, footer_max)
     return replacing(
         df,
         hits,
@@ -226,7 +228,7 @@ def _after_all(
                     top = footer_max(n, column)
                 if top is None or not _utc(top) < _utc(start):
                     return False
-    except TypeError:  # values the statistics hold in another form
+    except (TypeError, ValueError):  # values the statistics hold in another form
         return False
     return True
 
@@ -365,13 +367,21 @@ def _window_sql(column: str, start: Any, end: Any) -> str:
 
 
 def _footer_range(store: Store, uri: str, column: str) -> tuple[Any, Any]:
-    """A Parquet file's [min, max] of `column` from its footer; (None, None) when a row group
-    has no range for it."""
+    """A Parquet file's [min, max] of `column` from its footer (_range)."""
+    return _range(_footer(store, uri), column)
+
+
+def _footer(store: Store, uri: str) -> Any:
+    """A Parquet file's footer (its metadata)."""
     import pyarrow.parquet as pq
 
     fs, path = store.filesystem(uri)
     with fs.open_input_file(path) as handle:
-        meta = pq.ParquetFile(handle).metadata
+        return pq.ParquetFile(handle).metadata
+
+
+def _range(meta: Any, column: str) -> tuple[Any, Any]:
+    """[min, max] of `column` in a footer; (None, None) when a row group has no range for it."""
     low = high = None
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
