@@ -20,6 +20,16 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 from rivc_dbs import database
+from rivc_remote import (
+    hidden_popen,
+    run,
+    s3_fileio,
+    s3_fs,
+    s3_options,
+    sample_gives_local_tables,
+    sorted_table,
+    spark_env,
+)
 
 from rivc_testing import S3_KEYS, at_entry, free_port, last_run, moto_s3, rivc, write_files
 
@@ -98,36 +108,20 @@ def s3() -> Iterator[str]:
 def connect(hidden: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Spark Connect server on 127.0.0.1 whose mount namespace has an empty tmpfs over
     `hidden`: it sees none of the files rivc writes there."""
-    import pyspark
-
     port = free_port()
-    home = Path(pyspark.__file__).parent
     logs = tmp_path_factory.mktemp("connect-logs")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},  # only rivc's
-        "SPARK_HOME": str(home),
-        "PYSPARK_PYTHON": sys.executable,
-        "SPARK_NO_DAEMONIZE": "1",
-        "SPARK_LOG_DIR": str(logs),
-        "SPARK_PID_DIR": str(logs),
-    }
+    env = spark_env(logs)
     from rivc.adapters.spark.session import jdbc_jars
 
     start = (
-        f'mount -t tmpfs rivc-hidden "{hidden}" && exec "{home}/sbin/start-connect-server.sh" '
+        f'"{env["SPARK_HOME"]}/sbin/start-connect-server.sh" '
         f"--master local[2] --jars {','.join(jdbc_jars())} "
         "--conf spark.connect.grpc.binding.address=127.0.0.1 "
         f"--conf spark.connect.grpc.binding.port={port} --conf spark.ui.enabled=false "
         "--conf spark.sql.shuffle.partitions=2 --conf spark.sql.session.timeZone=UTC"
     )
     with (logs / "out.log").open("w") as out:  # the server keeps its own copy of the handle
-        server = subprocess.Popen(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", start],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        server = hidden_popen(hidden, start, env, out)
     import socket
 
     deadline = time.monotonic() + 120
@@ -148,18 +142,6 @@ def connect(hidden: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         os.killpg(server.pid, signal.SIGKILL)
 
 
-def run(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "rivc.adapters.cli", *args, "--project-dir", str(root)],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
-
-
 def remote_profile(connect: str, s3: str, warehouse: str) -> str:
     """A profile for the Connect server with its warehouse on the moto S3 server."""
     return f"""
@@ -172,35 +154,6 @@ default:
 
 def project(root: Path, profile: str) -> Path:
     return write_files(root, {**PROJECT, "profiles.yml": profile})
-
-
-def s3_fs(s3: str) -> pafs.S3FileSystem:
-    """pyarrow's filesystem of the moto server, to look at what landed on it."""
-    return pafs.S3FileSystem(
-        access_key="test", secret_key="test", endpoint_override=s3.split("://")[1], scheme="http"
-    )
-
-
-def s3_fileio(s3: str) -> dict[str, str]:
-    """pyiceberg's FileIO properties for the moto server."""
-    return {
-        "s3.endpoint": s3,
-        "s3.access-key-id": "test",
-        "s3.secret-access-key": "test",
-        "s3.region": "us-east-1",
-    }
-
-
-def s3_options(s3: str) -> dict[str, str]:
-    """delta-rs's storage options for the moto server."""
-    return {**S3_KEYS, "AWS_ENDPOINT_URL": s3, "AWS_ALLOW_HTTP": "true"}
-
-
-def sorted_table(table: pa.Table, keys: list[str]) -> pa.Table:
-    """Rows in key order, columns by name; nullability (which Spark's two planners infer
-    differently) left out: the values are what must match."""
-    table = table.select(sorted(table.column_names)).sort_by([(k, "ascending") for k in keys])
-    return table.cast(pa.schema([f.with_nullable(True) for f in table.schema]))
 
 
 def test_the_same_project_on_a_remote_spark_and_s3_gives_the_local_tables(
@@ -335,9 +288,6 @@ sources:
     assert both.column("delta_total").to_pylist() == both.column("iceberg_total").to_pylist()
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
 def test_the_sample_project_on_a_remote_spark_and_s3_gives_the_local_tables(
     tmp_path: Path,
     hidden: Path,
@@ -346,80 +296,11 @@ def test_the_sample_project_on_a_remote_spark_and_s3_gives_the_local_tables(
     spark: object,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """sample_project as it ships, run and built with `--target lake` (its Spark Connect output, the
-    warehouse and sinks under LAKE on S3, the page views landed on S3): every table, the files
-    sink, the data tests and the console sink give what a local run and build give."""
-    import pyarrow.dataset as pads
-
-    skip = shutil.ignore_patterns("target", ".rivc", "output", "warehouse")
-    remote = hidden / "sample"
-    local = tmp_path / "sample"
-    shutil.copytree(REPO / "sample_project", remote, ignore=skip)
-    shutil.copytree(REPO / "sample_project", local, ignore=skip)
-    fs = s3_fs(s3)
-    for f in sorted((REPO / "sample_project/data/pageviews").iterdir()):
-        with fs.open_output_stream(f"lake/landing/pageviews/{f.name}") as out:
-            out.write(f.read_bytes())
-    shutil.rmtree(remote / "data")  # the server could not read it anyway: only S3 holds it
-
-    lake = "s3://lake/sample"
-    env = {
-        **S3_KEYS,
-        "SPARK_REMOTE": connect,
-        "LAKE": lake,
-        "LANDING": "s3://lake/landing",
-        "AWS_ENDPOINT_URL": s3,
-        "AWS_ALLOW_HTTP": "true",
-    }
-    monkeypatch.delenv("LAKE", raising=False)
-    monkeypatch.delenv("LANDING", raising=False)
-    for command in ("run", "build"):  # the build merges into what the run built, then tests
-        far_run = run(remote, env, command, "--target", "lake")
-        near_run = rivc(local, command)
-        assert near_run.exit_code == 0, near_run.output
-    printed = [line for line in far_run.stdout.splitlines() if line.startswith("{")]
-    assert len(printed) == 5  # the console sink's limit
-    tests = re.findall(r"\] PASS (test:\S+)", far_run.stdout)  # build exits 1 if one fails
-    assert len(tests) >= 5 and sorted(tests) == sorted(
-        re.findall(r"\] PASS (test:\S+)", near_run.output)
+    """sample_project as it ships, run and built with `--target lake` (its Spark Connect output):
+    what a local run and build give (rivc_remote.sample_gives_local_tables)."""
+    sample_gives_local_tables(
+        hidden, tmp_path, s3, "lake", {"SPARK_REMOTE": connect}, ("run", "build"), monkeypatch
     )
-
-    options = s3_options(s3)
-    pairs = [
-        ("warehouse/orders_enriched", ["order_id"]),
-        ("warehouse/customer_orders", ["customer_id"]),
-        ("warehouse/daily_revenue", ["order_date"]),
-    ]
-    for rel, keys in pairs:
-        far = DeltaTable(f"{lake}/{rel}", storage_options=options).to_pyarrow_table()
-        near = DeltaTable(str(local / rel)).to_pyarrow_table()
-        got, want = sorted_table(far, keys), sorted_table(near, keys)
-        assert got.num_rows > 0 and got.equals(want), rel
-    far = DeltaTable(f"{lake}/delta/orders", storage_options=options)
-    near = DeltaTable(str(local / "output/delta/orders"))
-    assert far.metadata().partition_columns == near.metadata().partition_columns == ["order_date"]
-    got = sorted_table(far.to_pyarrow_table(), ["order_id"])
-    assert got.num_rows > 0 and got.equals(sorted_table(near.to_pyarrow_table(), ["order_id"]))
-    far_files = pads.dataset("lake/sample/files/customer_orders", filesystem=fs).to_table()
-    near_files = pads.dataset(str(local / "output/files/customer_orders")).to_table()
-    assert sorted_table(far_files, ["customer_id"]).equals(
-        sorted_table(near_files, ["customer_id"])
-    )
-    # the page views, read from S3 by the server's tasks, through the view over them
-
-    def cells(text: str) -> list[tuple[str, ...]]:
-        return sorted(
-            tuple(c.strip() for c in ln.split("│")) for ln in text.splitlines() if "│" in ln
-        )
-
-    monkeypatch.setenv("COLUMNS", "200")  # no row wraps
-    show = ("show", "page_activity", "--limit", "100")
-    far_rows = cells(run(remote, {**env, "COLUMNS": "200"}, *show, "--target", "lake").stdout)
-    near_show = rivc(local, *show)
-    assert near_show.exit_code == 0, near_show.output
-    assert len(far_rows) >= 3 and far_rows == cells(near_show.output)
-    # nothing of the data was in the project folder on either side of the run
-    assert not (remote / "warehouse").exists() and not (remote / "output").exists()
 
 
 def test_relational_sources_stage_where_a_remote_spark_reaches(
