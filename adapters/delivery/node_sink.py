@@ -16,6 +16,7 @@ from ..ingest.landing import batch_of
 from ..plane.base import Can, arrow_columns
 from ..run.streaming import Batches, stream_base
 from ..state import NodeResult
+from ..util.sparkkind import is_connect
 from ..util.storage import Store, is_local, join, shares_disk
 from .consume import Landed, Step, plan_steps
 from .deliver import collect_receipts
@@ -197,8 +198,8 @@ def _fresh_id(rt: Runtime, nid: str, writer: SinkWriter) -> int:
 def _stream(rt: Runtime, df: DataFrame, writer: SinkWriter, node: ManifestNode) -> None:
     """Run a streaming sink to its trigger's end. Its checkpoint, its place in the stream,
     lives under the warehouse (a lost `.rivc/` does not start it over). On a Spark that
-    does not see rivc's disk the batches, which the server's Python worker writes, leave
-    receipts beside it that rivc records as they come."""
+    does not see rivc's disk (Spark Connect) the batches, which the server's Python worker
+    writes, leave receipts beside it that rivc records as they come."""
     receipts: tuple[str, Store] | None = None
     if rt.detached:
         raise ConnectorError(
@@ -208,7 +209,7 @@ def _stream(rt: Runtime, df: DataFrame, writer: SinkWriter, node: ManifestNode) 
     checkpoint = join(rt.plan.warehouse, CHECKPOINT_AREA, node.name)
     store = Store.of(checkpoint, rt.plan.profile.storage)
     _move_old_checkpoint(rt.plan.root / STATE_DIR / CHECKPOINTS / node.name, checkpoint)
-    if not shares_disk(df):
+    if is_connect(df) and not shares_disk(df):  # foreachBatch runs in the server
         for target in (writer.main, *writer.targets.values()):
             why = target.sink().unreachable_from_server(rt.plan.root)
             if why is not None:

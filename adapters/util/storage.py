@@ -88,11 +88,13 @@ def mark_same_disk(spark: object) -> None:
 
 
 def shares_disk(spark_or_df: object) -> bool:
-    """Whether Spark's executors see rivc's disk: a classic (local) session, or a Connect
-    session marked with mark_same_disk. Decides the data paths, not whether Spark is Connect."""
-    if not is_connect(spark_or_df):
-        return True
+    """Whether Spark's executors see rivc's disk: a classic session on a local master
+    (`local[...]`, `local-cluster[...]`), or a Connect session marked with mark_same_disk. A
+    cluster's executors (`spark://`, yarn, k8s) write on their own machines even when the
+    driver is rivc's process. Decides the data paths, not whether Spark is Connect."""
     spark = getattr(spark_or_df, "sparkSession", spark_or_df)
+    if not is_connect(spark):
+        return str(spark.sparkContext.master).startswith("local")  # type: ignore[attr-defined]
     return str(getattr(spark, "session_id", None)) in _SAME_DISK
 
 

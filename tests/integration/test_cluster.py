@@ -1,0 +1,342 @@
+"""rivc on a Spark standalone cluster started the way operators start one: a master and two
+workers, each a JVM of its own from the installed PySpark, in a mount namespace where an empty
+tmpfs hides the folder the projects live in (their executors cannot read rivc's disk). rivc is
+the driver in client mode (`master: spark://...`); the warehouse and sinks are on S3 (moto).
+A worker is killed with its executor and Python workers while a task of theirs writes: Spark
+runs the task again on the other worker, and every table holds every row once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from rivc_dbs import Db, database
+from rivc_remote import hidden_popen, s3_options, sample_gives_local_tables, spark_env
+
+from rivc_testing import S3_KEYS, free_port, moto_s3, write_files
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root"),
+]
+
+
+@dataclass
+class Cluster:
+    """A standalone master and its workers (one core, 1 GB each), every one in its own mount
+    namespace and process session."""
+
+    hidden: Path
+    logs: Path
+    url: str = ""
+    ui: int = 0
+    master: subprocess.Popen | None = None
+    workers: dict[int, subprocess.Popen] = field(default_factory=dict)
+    work: dict[int, Path] = field(default_factory=dict)
+    started: int = 0
+
+    def _start(self, name: str, main: str, *args: str) -> subprocess.Popen:
+        env = spark_env(self.logs)
+        command = f'"{env["SPARK_HOME"]}/bin/spark-class" {main} {" ".join(args)}'
+        with (self.logs / f"{name}.log").open("w") as out:
+            return hidden_popen(self.hidden, command, env, out)
+
+    def start(self, workers: int) -> None:
+        port, self.ui = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{port}"
+        self.master = self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            f"--host 127.0.0.1 --port {port} --webui-port {self.ui}",
+        )
+        for i in range(workers):
+            self.start_worker(i)
+        self.wait_alive(workers)
+
+    def start_worker(self, i: int) -> None:
+        """Worker `i` (again, after a kill: a new port and work folder, the old logs kept)."""
+        self.started += 1
+        self.work[i] = self.logs / f"work-{self.started}"
+        self.work[i].mkdir()
+        self.workers[i] = self._start(
+            f"worker-{self.started}",
+            "org.apache.spark.deploy.worker.Worker",
+            self.url,
+            f"--host 127.0.0.1 --port {free_port()} --webui-port {free_port()}",
+            f"--cores 1 --memory 1g --work-dir {self.work[i]}",
+        )
+
+    def wait_alive(self, n: int, within_s: float = 120) -> None:
+        """Until the master counts `n` live workers (a killed one counts until its timeout)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
+                    if json.load(r).get("aliveworkers", 0) >= n:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                tails = {p.name: p.read_text()[-1500:] for p in self.logs.glob("*.log")}
+                raise RuntimeError(f"the cluster did not start: {tails}")
+            time.sleep(0.5)
+
+    def running_tasks(self, i: int, work: Path | None = None) -> set[str]:
+        """The tasks worker `i`'s executors (or those of its earlier `work` folder) have started
+        and not finished, from their logs."""
+        running: set[str] = set()
+        for log in (work or self.work[i]).glob("app-*/*/stderr"):
+            text = log.read_text(errors="replace")
+            started = set(re.findall(r"Executor: Running task .* \(TID (\d+)\)", text))
+            ended = set(re.findall(r"Executor: Finished task .* \(TID (\d+)\)", text))
+            running |= started - ended
+        return running
+
+    def kill_worker(self, i: int) -> None:
+        """SIGKILL worker `i`'s JVM, its executors' JVMs and their Python workers (PySpark's
+        daemon leaves the worker's process group, so the tree is walked)."""
+        for pid in [*descendants(self.workers[i].pid), self.workers[i].pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.workers[i].wait(30)
+
+    def stop(self) -> None:
+        for proc in [*self.workers.values(), self.master]:
+            if proc is not None and proc.poll() is None:
+                for pid in [*descendants(proc.pid), proc.pid]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                proc.wait(30)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@pytest.fixture(scope="module")
+def hidden(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hidden")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    with moto_s3() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def cluster(hidden: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    started = Cluster(hidden, tmp_path_factory.mktemp("cluster"))
+    try:
+        started.start(workers=2)
+        yield started
+    finally:
+        started.stop()
+
+
+def test_the_sample_project_on_a_standalone_cluster_gives_the_local_tables(
+    tmp_path: Path,
+    hidden: Path,
+    s3: str,
+    cluster: Cluster,
+    spark: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sample_project as it ships, built with `--target cluster` (SPARK_MASTER): every table, the
+    files sink, the data tests and the console sink are a local build's. The console sink's
+    rows come back from executors that cannot write to the project folder."""
+    sample_gives_local_tables(
+        hidden,
+        tmp_path,
+        s3,
+        "cluster",
+        {"SPARK_MASTER": cluster.url},
+        ("build",),
+        monkeypatch,
+        show=False,  # a view read through Spark's tasks: test_remote's; an application less
+    )
+
+
+ROWS = 60_000
+
+
+def kill_project(root: Path, cluster: Cluster, s3: str, db: Db, ui: int) -> Path:
+    return write_files(
+        root,
+        {
+            "rivc_project.yml": "name: kills\n",
+            "profiles.yml": f"""
+default:
+  spark:
+    master: "{cluster.url}"
+    conf: {{spark.executor.memory: 640m, spark.ui.enabled: "true", spark.ui.port: "{ui}",
+           spark.executor.extraJavaOptions: "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+           spark.shuffle.io.maxRetries: "1", spark.shuffle.io.retryWait: "1s"}}
+  warehouse: s3://lake/kills
+  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
+  connections:
+    pg: {{type: postgres, host: 127.0.0.1, user: postgres, database: {db.name}}}
+""",
+            "sources/pg.yml": """
+sources:
+  - name: pg
+    connector: postgres
+    connection: pg
+    tables:
+      - {name: items, table: items, mode: chunked, chunk_column: id, chunk_size: 30000,
+         parallel: 2}
+""",
+            "models/wide.sql": "{{ config(materialized='table') }}\n"
+            "select /*+ REPARTITION(6) */ id, body, sha2(body, 256) as h\n"
+            "from {{ source('pg', 'items') }}\n",
+            "sinks/lake.yml": """
+sinks:
+  - {name: items_lake, from: wide, connector: delta,
+     config: {table_uri: "s3://lake/kills-sink/items", mode: merge, merge_keys: [id]}}
+""",
+        },
+    )
+
+
+def running_task(ui: int, node: str) -> tuple[str, str] | None:
+    """(application, executor) of a task now running in the last stage of a job of `node`
+    (rivc names each node's Spark jobs by their job group), from the driver's REST API."""
+
+    def get(path: str) -> list[dict[str, object]]:
+        url = f"http://127.0.0.1:{ui}/api/v1/applications{path}"
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return json.load(r)  # type: ignore[no-any-return]
+
+    try:
+        (app,) = get("")
+        for job in get(f"/{app['id']}/jobs?status=running"):
+            if job.get("jobGroup") != node:
+                continue
+            last = max(job["stageIds"])  # type: ignore[type-var]
+            for stage in get(f"/{app['id']}/stages/{last}"):
+                tasks = get(f"/{app['id']}/stages/{last}/{stage['attemptId']}/taskList?length=500")
+                for task in tasks:
+                    if task["status"] == "RUNNING":
+                        return str(app["id"]), str(task["executorId"])
+    except (OSError, ValueError, KeyError):
+        pass  # the driver is not up yet, or a job ended while it was read
+    return None
+
+
+def killed_while_writing(
+    root: Path, cluster: Cluster, ui: int, nodes: list[str], *args: str
+) -> str:
+    """`rivc run ARGS` with, for each node of `nodes` in turn, the worker of an executor that
+    runs a task of the node's write (the last stage of one of its jobs) killed and started
+    again. The run must end well all the same; returns its output."""
+    rivc = subprocess.Popen(
+        [sys.executable, "-m", "rivc.adapters.cli", "run", *args, "--project-dir", str(root)],
+        env={**os.environ, **S3_KEYS},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    hits = 0
+    deadline = time.monotonic() + 600
+    for node in nodes:
+        hit = False  # a worker killed as a task of the node ran (its log: never finished)
+        while not hit and rivc.poll() is None and time.monotonic() < deadline:
+            found = running_task(ui, node)
+            worker = None
+            if found is not None:
+                app, executor = found
+                at = [i for i, w in cluster.work.items() if (w / app / executor).is_dir()]
+                worker = at[0] if at else None
+            if worker is None:
+                time.sleep(0.05)
+                continue
+            work = cluster.work[worker]
+            cluster.kill_worker(worker)
+            cluster.start_worker(worker)
+            hit = bool(cluster.running_tasks(worker, work))  # else the task ended just before
+        hits += hit
+    out, _ = rivc.communicate(timeout=600)
+    assert hits == len(nodes), f"no task of {nodes[hits]} was hit: {out[-2000:]}"
+    assert rivc.returncode == 0, out[-3000:]
+    return out
+
+
+def assert_once(rows: list[dict[str, object]], want: dict[int, str], what: str) -> None:
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)) == len(want), f"{what}: {len(ids)} rows, {len(set(ids))} ids"
+    assert {r["id"]: r["body"] for r in rows} == want, what
+
+
+def test_workers_killed_mid_write_leave_every_row_once(
+    hidden: Path, s3: str, cluster: Cluster
+) -> None:
+    """A worker SIGKILLed with its executor and Python workers while one of its tasks writes:
+    an extraction's landing batch (COPY in Spark's tasks), a model's table (its tasks read the
+    shuffle the dead executor held), a Delta merge sink's batch rewriting the files its keys are
+    in. Spark runs the lost tasks again on the other worker or the restarted one; every table
+    holds each row once, with its values, and reads whole (no commit names a missing file)."""
+    import hashlib
+
+    options = s3_options(s3)
+
+    def table(uri: str) -> list[dict[str, object]]:
+        return DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist()
+
+    def check(want: dict[int, str]) -> None:
+        landing = table("s3://lake/kills/_rivc/landing/pg.items")
+        latest = max(r["_rivc_batch"] for r in landing)
+        assert_once([r for r in landing if r["_rivc_batch"] == latest], want, "landing")
+        wide = table("s3://lake/kills/wide")
+        assert_once(wide, want, "wide")
+        assert all(r["h"] == hashlib.sha256(str(r["body"]).encode()).hexdigest() for r in wide)
+        assert_once(table("s3://lake/kills-sink/items"), want, "items_lake")
+
+    with database("postgres") as db:
+        db.execute(
+            "CREATE TABLE items (id bigint primary key, body text)",
+            f"INSERT INTO items SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, {ROWS}) g",
+        )
+        conn = db.connect()
+        ui = free_port()
+        root = kill_project(hidden / "kills", cluster, s3, db, ui)
+        try:
+            want = dict(conn.execute("SELECT id, body FROM items").fetchall())
+            nodes = ["source:pg.items", "model:wide"]
+            killed_while_writing(root, cluster, ui, nodes)
+            check(want)
+            # a third of the rows changed: extracted again, the table rebuilt, the sink merges
+            conn.execute("UPDATE items SET body = body || '!' WHERE id % 3 = 0")
+            want = dict(conn.execute("SELECT id, body FROM items").fetchall())
+            killed_while_writing(root, cluster, ui, ["sink:items_lake"])
+            check(want)
+        finally:
+            conn.close()
