@@ -202,6 +202,22 @@ def _mariadb(server_id: int) -> Iterator[int]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def hidden(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder a module's remote Spark (a Connect server, a cluster's workers) cannot see:
+    rivc_remote.hidden_popen mounts an empty tmpfs over it in the Spark processes' namespace."""
+    return tmp_path_factory.mktemp("hidden")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """A moto S3 server with the bucket `lake`, for a module's tests."""
+    from rivc_testing import moto_s3
+
+    with moto_s3() as url:
+        yield url
+
+
 @pytest.fixture
 def stream() -> Iterator[str]:
     """A JetStream stream name of this test's; the stream and its sinks' commit keys removed

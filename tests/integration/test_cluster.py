@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 from rivc_dbs import Db, database
 from rivc_remote import hidden_popen, s3_options, sample_gives_local_tables, spark_env
 
-from rivc_testing import S3_KEYS, free_port, moto_s3, write_files
+from rivc_testing import S3_KEYS, free_port, write_files
 
 pytestmark = [
     pytest.mark.integration,
@@ -140,17 +140,6 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
-
-
-@pytest.fixture(scope="module")
-def hidden(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hidden")
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[str]:
-    with moto_s3() as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from rivc_remote import (
     spark_env,
 )
 
-from rivc_testing import S3_KEYS, at_entry, free_port, last_run, moto_s3, rivc, write_files
+from rivc_testing import S3_KEYS, at_entry, free_port, last_run, rivc, write_files
 
 pytestmark = [
     pytest.mark.integration,
@@ -91,17 +91,6 @@ sinks:
              partitioning: [{field: order_date, transform: day}]}
 """,
 }
-
-
-@pytest.fixture(scope="module")
-def hidden(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("hidden")
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[str]:
-    with moto_s3() as url:
-        yield url
 
 
 @pytest.fixture(scope="module")
