@@ -16,3 +16,20 @@ def test_spark_conf_puts_found_jdbc_jars_first(tmp_path):
     assert conf["spark.sql.shuffle.partitions"] == "8"  # the profile wins over defaults
     assert conf["x.flag"] == "true"
     assert conf["spark.ui.enabled"] == "false"
+
+
+def test_only_a_local_master_shares_rivcs_disk():
+    """A cluster's executors write on their own machines even though rivc is the driver: a
+    batch staged for rivc must go under the warehouse, never into `.rivc/`."""
+    from types import SimpleNamespace
+
+    from rivc.adapters.util.storage import shares_disk
+
+    def session(master: str) -> object:
+        return SimpleNamespace(sparkContext=SimpleNamespace(master=master))
+
+    for master in ("local[*]", "local[2]", "local-cluster[2,1,1024]"):
+        assert shares_disk(session(master)), master
+        assert shares_disk(SimpleNamespace(sparkSession=session(master))), master  # a DataFrame
+    for master in ("spark://10.0.0.5:7077", "yarn", "k8s://https://kube:6443"):
+        assert not shares_disk(session(master)), master
