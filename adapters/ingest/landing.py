@@ -144,18 +144,22 @@ class Landing:
         base = self.position(dt).base if dt is not None else None
         position = replace_(position, base=batch if base is None else base)
         stamp = deltatable.Stamp(metadata={"position": position.to_json()})
+        # under the lock: a sibling on another thread reading this table (its position, for
+        # the slot's release) never keeps the version from before this commit as the table
         with self._lock:
-            self._dt = None
-        deltatable.commit(
-            self.uri,
-            self.store,
-            "replace" if replace else "append",
-            columns,
-            written,
-            (BATCH,),
-            tuple(removes),
-            stamp,
-        )
+            try:
+                deltatable.commit(
+                    self.uri,
+                    self.store,
+                    "replace" if replace else "append",
+                    columns,
+                    written,
+                    (BATCH,),
+                    tuple(removes),
+                    stamp,
+                )
+            finally:
+                self._dt = None
 
     def _describe(self, batch: int, files: list[str]) -> list[Written]:
         """Add actions of staged files: their path in the table and their footer statistics."""
