@@ -107,22 +107,22 @@ class Cluster:
     def kill_worker(self, i: int) -> None:
         """SIGKILL worker `i`'s JVM, its executors' JVMs and their Python workers (PySpark's
         daemon leaves the worker's process group, so the tree is walked)."""
-        for pid in [*descendants(self.workers[i].pid), self.workers[i].pid]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.workers[i].wait(30)
+        kill_tree(self.workers[i])
 
     def stop(self) -> None:
         for proc in [*self.workers.values(), self.master]:
             if proc is not None and proc.poll() is None:
-                for pid in [*descendants(proc.pid), proc.pid]:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                proc.wait(30)
+                kill_tree(proc)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL `proc` and every process below it, then reap it."""
+    for pid in [*descendants(proc.pid), proc.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(30)
 
 
 def descendants(pid: int) -> list[int]:
