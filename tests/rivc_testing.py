@@ -155,14 +155,20 @@ def answers(server: subprocess.Popen[bytes], url: str, within_s: float) -> None:
 
 
 @contextmanager
-def moto_server() -> Iterator[str]:
+def moto_server(days_behind: int = 0) -> Iterator[str]:
     """A local moto server (S3, SQS, ...) in its own process; yields its URL once it answers.
     Its own process: delta-rs blocks while holding the GIL, so an in-process (threaded) moto
-    server could never answer it."""
+    server could never answer it. With `days_behind`, the objects it stores are dated that many
+    days ago (what a retention sees of files a week old)."""
 
     port = free_port()
+    behind = (
+        "import datetime, moto.s3.models as m; now = m.utcnow; "
+        f"m.utcnow = lambda: now() - datetime.timedelta(days={days_behind}); "
+    )
+    start = f"{behind if days_behind else ''}from moto.server import main; main()"
     server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-c", start, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -223,11 +229,11 @@ def clickhouse_server(home: Path) -> Iterator[tuple[str, int]]:
 
 
 @contextmanager
-def moto_s3(bucket: str = "lake") -> Iterator[str]:
+def moto_s3(bucket: str = "lake", days_behind: int = 0) -> Iterator[str]:
     """A local S3 endpoint (moto) with `bucket` created; yields its URL."""
     import boto3
 
-    with moto_server() as url:
+    with moto_server(days_behind) as url:
         client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", **_boto_keys())
         client.create_bucket(Bucket=bucket)
         yield url
@@ -358,12 +364,17 @@ def assert_merged_once(root: Path, table: str, landing: str, want: dict[Any, Any
 
 
 def landed_versions(root: Path, landing: str, values: Any) -> set[tuple[Any, ...]]:
-    """The versions the landed changes of `landing` describe, worked out without Spark: per
-    key (`id`) in sequence order, each insert, update or snapshot read is a version until the
-    key's next change: (id, values(image), valid_from, valid_to, is_current)."""
+    """The versions the landed changes of `landing` (a local warehouse's) describe."""
     from deltalake import DeltaTable
 
     changes = DeltaTable(str(root / "warehouse/_rivc/landing" / landing)).to_pyarrow_table()
+    return versions_of(changes, values)
+
+
+def versions_of(changes: Any, values: Any) -> set[tuple[Any, ...]]:
+    """The versions a landing table's changes (Arrow) describe, worked out without Spark: per
+    key (`id`) in sequence order, each insert, update or snapshot read is a version until the
+    key's next change: (id, values(image), valid_from, valid_to, is_current)."""
     by_key: dict[Any, list[tuple[Any, bool, Any]]] = {}
     for c in changes.to_pylist():
         image = c["before"] if c["op"] == "d" else c["after"]

@@ -3,7 +3,10 @@ workers, each a JVM of its own from the installed PySpark, in a mount namespace 
 tmpfs hides the folder the projects live in (their executors cannot read rivc's disk). rivc is
 the driver in client mode (`master: spark://...`); the warehouse and sinks are on S3 (moto).
 A worker is killed with its executor and Python workers while a task of theirs writes: Spark
-runs the task again on the other worker, and every table holds every row once."""
+runs the task again on the other worker, and every table holds every row once; so after rivc,
+the driver, is killed, and `rivc maintain` deletes the files no commit names. A postgres-cdc
+source feeds merge, scd2 and Iceberg sinks on the cluster, one of them through its generated
+job under spark-submit."""
 
 from __future__ import annotations
 
@@ -16,16 +19,23 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from rivc_dbs import Db, database
-from rivc_remote import hidden_popen, s3_options, sample_gives_local_tables, spark_env
+from rivc_remote import (
+    hidden_popen,
+    run,
+    s3_fs,
+    s3_options,
+    sample_gives_local_tables,
+    spark_env,
+)
 
-from rivc_testing import S3_KEYS, free_port, write_files
+from rivc_testing import S3_KEYS, free_port, moto_s3, write_files
 
 pytestmark = [
     pytest.mark.integration,
@@ -92,6 +102,12 @@ class Cluster:
                 tails = {p.name: p.read_text()[-1500:] for p in self.logs.glob("*.log")}
                 raise RuntimeError(f"the cluster did not start: {tails}")
             time.sleep(0.5)
+
+    def applications(self) -> list[str]:
+        """The names of the applications the master ran or runs."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
+            state = json.load(r)
+        return [app["name"] for app in state["activeapps"] + state["completedapps"]]
 
     def running_tasks(self, i: int, work: Path | None = None) -> set[str]:
         """The tasks worker `i`'s executors (or those of its earlier `work` folder) have started
@@ -216,9 +232,10 @@ sinks:
     )
 
 
-def running_task(ui: int, node: str) -> tuple[str, str] | None:
-    """(application, executor) of a task now running in the last stage of a job of `node`
-    (rivc names each node's Spark jobs by their job group), from the driver's REST API."""
+def last_stage(ui: int, node: str) -> tuple[str, dict[str, object], list[dict[str, object]]]:
+    """(application, stage, its tasks) of the last stage of a running job of `node` (rivc names
+    each node's Spark jobs by their job group), from the driver's REST API; raises LookupError
+    while there is none."""
 
     def get(path: str) -> list[dict[str, object]]:
         url = f"http://127.0.0.1:{ui}/api/v1/applications{path}"
@@ -228,17 +245,44 @@ def running_task(ui: int, node: str) -> tuple[str, str] | None:
     try:
         (app,) = get("")
         for job in get(f"/{app['id']}/jobs?status=running"):
-            if job.get("jobGroup") != node:
-                continue
-            last = max(job["stageIds"])  # type: ignore[type-var]
-            for stage in get(f"/{app['id']}/stages/{last}"):
-                tasks = get(f"/{app['id']}/stages/{last}/{stage['attemptId']}/taskList?length=500")
-                for task in tasks:
-                    if task["status"] == "RUNNING":
-                        return str(app["id"]), str(task["executorId"])
-    except (OSError, ValueError, KeyError):
-        pass  # the driver is not up yet, or a job ended while it was read
-    return None
+            if job.get("jobGroup") == node:
+                last = max(job["stageIds"])  # type: ignore[type-var]
+                for stage in get(f"/{app['id']}/stages/{last}"):
+                    at = f"/{app['id']}/stages/{last}/{stage['attemptId']}/taskList?length=500"
+                    return str(app["id"]), stage, get(at)
+    except (OSError, ValueError, KeyError) as exc:  # the driver is not up, or the job ended
+        raise LookupError(node) from exc
+    raise LookupError(node)
+
+
+def running_task(ui: int, node: str) -> tuple[str, str] | None:
+    """(application, executor) of a task now running in the last stage of a job of `node`."""
+    try:
+        app, _, tasks = last_stage(ui, node)
+    except LookupError:
+        return None
+    running = [t["executorId"] for t in tasks if t["status"] == "RUNNING"]
+    return (app, str(running[0])) if running else None
+
+
+def writing(ui: int, node: str) -> bool:
+    """Whether the stage of `node` that writes (rivc's task writer) has a task running."""
+    try:
+        _, stage, tasks = last_stage(ui, node)
+    except LookupError:
+        return False
+    running = any(t["status"] == "RUNNING" for t in tasks)
+    return running and "taskwrite.py" in str(stage["name"])
+
+
+def start_rivc(root: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rivc.adapters.cli", *args, "--project-dir", str(root)],
+        env={**os.environ, **S3_KEYS},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def killed_while_writing(
@@ -247,13 +291,7 @@ def killed_while_writing(
     """`rivc run ARGS` with, for each node of `nodes` in turn, the worker of an executor that
     runs a task of the node's write (the last stage of one of its jobs) killed and started
     again. The run must end well all the same; returns its output."""
-    rivc = subprocess.Popen(
-        [sys.executable, "-m", "rivc.adapters.cli", "run", *args, "--project-dir", str(root)],
-        env={**os.environ, **S3_KEYS},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    rivc = start_rivc(root, "run", *args)
     hits = 0
     deadline = time.monotonic() + 600
     for node in nodes:
@@ -279,37 +317,81 @@ def killed_while_writing(
     return out
 
 
+def driver_killed_while_writing(
+    root: Path, ui: int, node: str, written: Callable[[], bool]
+) -> None:
+    """`rivc run` killed with its JVM (the driver) while tasks of `node`'s write run, once
+    some of its files are `written`: no commit will name those."""
+    rivc = start_rivc(root, "run")
+    deadline = time.monotonic() + 600
+    while not (writing(ui, node) and written()):
+        if rivc.poll() is not None or time.monotonic() > deadline:
+            kill_tree(rivc)
+            out = rivc.communicate()[0]
+            raise AssertionError(f"{node} was never caught mid-write: {out[-3000:]}")
+        time.sleep(0.1)
+    kill_tree(rivc)
+    rivc.communicate()
+
+
+def unreferenced(s3: str, table: str) -> set[str]:
+    """The data files under the Delta table at s3://`table` that no commit in its log adds
+    (read from the store and the log's JSON with pyarrow, not with delta-rs)."""
+    from urllib.parse import unquote
+
+    import pyarrow.fs as pafs
+
+    fs = s3_fs(s3)
+    files = {
+        f.path[len(table) + 1 :]
+        for f in fs.get_file_info(pafs.FileSelector(table, recursive=True))
+        if f.type == pafs.FileType.File and "_delta_log" not in f.path
+    }
+    added: set[str] = set()
+    for f in fs.get_file_info(pafs.FileSelector(f"{table}/_delta_log")):
+        if f.path.endswith(".json"):
+            with fs.open_input_stream(f.path) as log:
+                for line in log.read().decode().splitlines():
+                    if "add" in (action := json.loads(line)):
+                        added.add(unquote(action["add"]["path"]))
+    return files - added
+
+
 def assert_once(rows: list[dict[str, object]], want: dict[int, str], what: str) -> None:
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)) == len(want), f"{what}: {len(ids)} rows, {len(set(ids))} ids"
     assert {r["id"]: r["body"] for r in rows} == want, what
 
 
-def test_workers_killed_mid_write_leave_every_row_once(
-    hidden: Path, s3: str, cluster: Cluster
+def test_killed_workers_and_a_killed_driver_leave_every_row_once(
+    hidden: Path, cluster: Cluster
 ) -> None:
     """A worker SIGKILLed with its executor and Python workers while one of its tasks writes:
     an extraction's landing batch (COPY in Spark's tasks), a model's table (its tasks read the
     shuffle the dead executor held), a Delta merge sink's batch rewriting the files its keys are
     in. Spark runs the lost tasks again on the other worker or the restarted one; every table
-    holds each row once, with its values, and reads whole (no commit names a missing file)."""
+    holds each row once, with its values, and reads whole (no commit names a missing file).
+    Then rivc itself, the driver, is killed while the sink's tasks write, after some of them
+    wrote their files: the rerun delivers each row once, and `rivc maintain` deletes every file
+    no commit names (the store dates its objects a week back, past the retention)."""
     import hashlib
 
-    options = s3_options(s3)
-
     def table(uri: str) -> list[dict[str, object]]:
-        return DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist()
+        return DeltaTable(uri, storage_options=s3_options(s3)).to_pyarrow_table().to_pylist()
+
+    tables = {"landing": "lake/kills/_rivc/landing/pg.items", "wide": "lake/kills/wide"}
+    tables["items_lake"] = "lake/kills-sink/items"
 
     def check(want: dict[int, str]) -> None:
-        landing = table("s3://lake/kills/_rivc/landing/pg.items")
+        landing = table(f"s3://{tables['landing']}")
         latest = max(r["_rivc_batch"] for r in landing)
         assert_once([r for r in landing if r["_rivc_batch"] == latest], want, "landing")
-        wide = table("s3://lake/kills/wide")
+        wide = table(f"s3://{tables['wide']}")
         assert_once(wide, want, "wide")
         assert all(r["h"] == hashlib.sha256(str(r["body"]).encode()).hexdigest() for r in wide)
-        assert_once(table("s3://lake/kills-sink/items"), want, "items_lake")
+        assert_once(table(f"s3://{tables['items_lake']}"), want, "items_lake")
 
-    with database("postgres") as db:
+    with moto_s3(days_behind=8) as s3, database("postgres") as db:
         db.execute(
             "CREATE TABLE items (id bigint primary key, body text)",
             f"INSERT INTO items SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, {ROWS}) g",
@@ -319,13 +401,179 @@ def test_workers_killed_mid_write_leave_every_row_once(
         root = kill_project(hidden / "kills", cluster, s3, db, ui)
         try:
             want = dict(conn.execute("SELECT id, body FROM items").fetchall())
-            nodes = ["source:pg.items", "model:wide"]
-            killed_while_writing(root, cluster, ui, nodes)
+            killed_while_writing(root, cluster, ui, ["source:pg.items", "model:wide"])
             check(want)
             # a third of the rows changed: extracted again, the table rebuilt, the sink merges
             conn.execute("UPDATE items SET body = body || '!' WHERE id % 3 = 0")
             want = dict(conn.execute("SELECT id, body FROM items").fetchall())
+            wide = tables["wide"]  # six tasks write it: some end while others write
+            before = unreferenced(s3, wide)
+            driver_killed_while_writing(
+                root, ui, "model:wide", lambda: unreferenced(s3, wide) > before
+            )
             killed_while_writing(root, cluster, ui, ["sink:items_lake"])
+            check(want)
+            maintain = start_rivc(root, "maintain")
+            out, _ = maintain.communicate(timeout=300)
+            assert maintain.returncode == 0, out
+            assert {name: unreferenced(s3, t) for name, t in tables.items()} == dict.fromkeys(
+                tables, set()
+            ), out
             check(want)
         finally:
             conn.close()
+
+
+CDC = {
+    "sources/pg.yml": """
+sources:
+  - name: pg
+    connector: postgres-cdc
+    connection: db
+    config: {slot_name: rivc_cluster, publication_name: rivc_cluster}
+    tables: [{name: orders, table: public.cluster_orders}]
+""",
+    "sinks/lake.yml": """
+sinks:
+  - name: lake
+    from: source:pg.orders
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
+    connector: delta
+    config: {table_uri: "s3://lake/cdc-sink/orders", mode: merge, merge_keys: [id]}
+  - name: history
+    from: source:pg.orders
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
+    connector: delta
+    config: {table_uri: "s3://lake/cdc-sink/history", mode: scd2, merge_keys: [id]}
+  - name: ice
+    from: source:pg.orders
+    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
+    connector: iceberg
+    config: {catalog: {warehouse: "s3://lake/cdc-ice"}, namespace: cdc, table: orders,
+             mode: upsert, key_fields: [id]}
+""",
+}
+
+
+def test_a_postgres_change_log_on_the_cluster_and_a_sink_job_under_spark_submit(
+    hidden: Path, s3: str, cluster: Cluster, logical_pg: int
+) -> None:
+    """A postgres-cdc source, its log read by rivc (the driver), its merge, scd2 and Iceberg
+    upsert sinks written by the cluster's executors on S3. The next changes (a TOASTed value
+    kept through two updates, a key updated three times, one deleted and inserted again, a
+    moved key, a bulk transaction) are taken by the merge sink's generated job under
+    `spark-submit --master spark://...` (client mode), which extracts the log first; `rivc run`
+    then brings the other sinks up to it and past one more change. Each sink equals the table
+    read with psycopg; the history holds every landed version once."""
+    import psycopg
+    from pyiceberg.catalog.sql import SqlCatalog
+    from rivc_remote import s3_fileio
+
+    from rivc_testing import versions_of
+
+    options = s3_options(s3)
+    con = psycopg.connect(
+        f"host=127.0.0.1 port={logical_pg} user=postgres dbname=postgres", autocommit=True
+    )
+
+    def source() -> dict[int, tuple[object, ...]]:
+        rows = con.execute("SELECT id, status, body FROM cluster_orders").fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def delta(uri: str) -> list[dict[str, object]]:
+        return DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist()
+
+    def merged() -> dict[int, tuple[object, ...]]:
+        rows = delta("s3://lake/cdc-sink/orders")
+        assert len(rows) == len({r["id"] for r in rows}), "a key twice"
+        return {r["id"]: (r["status"], r["body"]) for r in rows}
+
+    def iceberg() -> dict[int, tuple[object, ...]]:
+        catalog = f"sqlite:///{root / '.rivc/iceberg/catalog.db'}"
+        table = SqlCatalog("rivc", uri=catalog, **s3_fileio(s3)).load_table("cdc.orders")
+        rows = table.scan().to_arrow().to_pylist()
+        assert len(rows) == len({r["id"] for r in rows}), "a key twice"
+        return {r["id"]: (r["status"], r["body"]) for r in rows}
+
+    con.execute("DROP TABLE IF EXISTS cluster_orders")
+    con.execute("CREATE TABLE cluster_orders (id int PRIMARY KEY, status text, body text)")
+    con.execute(
+        "INSERT INTO cluster_orders SELECT g, 'placed', 'b' || g FROM generate_series(1, 3000) g"
+    )
+    root = write_files(
+        hidden / "cdc",
+        {
+            "rivc_project.yml": "name: cdc\n",
+            "profiles.yml": f"""
+default:
+  spark:
+    master: "{cluster.url}"
+    conf: {{spark.executor.memory: 640m,
+           spark.executor.extraJavaOptions: "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}}
+  warehouse: s3://lake/cdc
+  storage: {{AWS_ENDPOINT_URL: "{s3}", AWS_ALLOW_HTTP: "true"}}
+  connections:
+    db: {{type: postgres, host: 127.0.0.1, port: {logical_pg}, user: postgres,
+          database: postgres}}
+""",
+            **CDC,
+        },
+    )
+    try:
+        run(root, S3_KEYS, "run")
+        assert merged() == source() == iceberg()
+
+        big = "SELECT string_agg(md5(random()::text || g::text), '') FROM generate_series(1, 400) g"
+        con.execute(f"UPDATE cluster_orders SET body = ({big}) WHERE id = 5")
+        con.execute("UPDATE cluster_orders SET status = 'paid' WHERE id = 5")  # body TOASTed,
+        con.execute("UPDATE cluster_orders SET status = 'shipped' WHERE id = 5")  # unchanged
+        for status in ("a", "b", "c"):
+            con.execute("UPDATE cluster_orders SET status = %s WHERE id = 7", (status,))
+        con.execute("DELETE FROM cluster_orders WHERE id = 8")
+        con.execute("INSERT INTO cluster_orders VALUES (8, 'again', NULL)")
+        con.execute("UPDATE cluster_orders SET id = 9009 WHERE id = 9")  # a moved key
+        with con.transaction():
+            con.execute("UPDATE cluster_orders SET status = 'bulk' WHERE id > 2000")
+            con.execute(
+                "INSERT INTO cluster_orders SELECT g, 'new', 'n' FROM generate_series(4001, 6000) g"
+            )
+        job = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "spark-submit"),
+                *("--master", cluster.url, "--executor-memory", "640m"),
+                str(root / "target/jobs/lake.py"),
+            ],
+            cwd=root,
+            env={**os.environ, **S3_KEYS, "PYSPARK_PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
+        assert "lake: success" in job.stdout, job.stdout
+        assert "rivc job lake" in cluster.applications()  # the job's executors were the cluster's
+        want = source()
+        assert merged() == want
+        assert want[5][0] == "shipped" and len(str(want[5][1])) == 12_800
+
+        con.execute("UPDATE cluster_orders SET status = 'd' WHERE id = 7")
+        run(root, S3_KEYS, "run")
+        want = source()
+        assert merged() == want == iceberg()
+        landing = DeltaTable("s3://lake/cdc/_rivc/landing/pg.orders", storage_options=options)
+        landed = versions_of(landing.to_pyarrow_table(), lambda i: (i["status"], i["body"]))
+        history = {
+            (r["id"], (r["status"], r["body"]), r["valid_from"], r["valid_to"], r["is_current"])
+            for r in delta("s3://lake/cdc-sink/history")
+        }
+        assert history == landed
+        assert sum(1 for k, *_ in history if k == 7) == 5  # the snapshot's, a, b, c, d
+        assert {k: v for k, v, _, _, current in history if current} == want
+    finally:
+        con.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = 'rivc_cluster'"
+        )
+        con.execute("DROP PUBLICATION IF EXISTS rivc_cluster")
+        con.execute("DROP TABLE IF EXISTS cluster_orders")
+        con.close()
