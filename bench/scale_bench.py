@@ -3,6 +3,7 @@
     python bench/scale_bench.py                    # 20M rows, a 1M-row merge
     python bench/scale_bench.py --rows 5000000 --changed 250000
     python bench/scale_bench.py --rows 2000000 --repeat 3   # writers only, medians of 3
+    python bench/scale_bench.py --full-jit          # the JVM with C2, as executors run
 
 Measures, side by side on the same DataFrame:
 - Spark's own `df.write.parquet` (the reference);
@@ -42,17 +43,24 @@ def main() -> None:
         help="above 1: Spark's writer and the task writer only, "
         "each run this many times in turn, medians compared",
     )
+    parser.add_argument(
+        "--full-jit",
+        action="store_true",
+        help="the driver JVM with HotSpot's full JIT (C2), as a cluster's executors run, "
+        "instead of rivc's local C1-only default",
+    )
     args = parser.parse_args()
 
     from rivc.adapters.lake import deltamerge, deltatable
-    from rivc.adapters.plane.taskwrite import DESCRIPTION, _Task
+    from rivc.adapters.plane.taskwrite import task_write
     from rivc.adapters.spark.session import get_session
     from rivc.adapters.util.storage import Store
     from rivc.compiler.loading.specs import SparkSpec
 
-    spark = get_session(
-        SparkSpec(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}), app_name="bench"
-    )
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    if args.full_jit:
+        conf["spark.driver.extraJavaOptions"] = "-XX:+UseSerialGC -Duser.timezone=UTC"
+    spark = get_session(SparkSpec(master="local[2]", conf=conf), app_name="bench")
     spark.sparkContext.setLogLevel("ERROR")
     base = Path(tempfile.mkdtemp(prefix="rivc-scale-"))
     n = args.rows
@@ -91,9 +99,9 @@ def main() -> None:
                     lambda: df.write.mode("overwrite").parquet(str(base / "plain")),
                 )
             )
-            each = _Task(str(base / f"tasks-{i}"), Store(), "rivc-bench", "snappy", (), None)
+            into = str(base / f"tasks-{i}")
             task_runs.append(
-                timed("rivc task writer", lambda t=each: df.mapInArrow(t, DESCRIPTION).collect())
+                timed("rivc task writer", lambda u=into: task_write(df, u, Store(), "rivc-bench"))
             )
         ratio = statistics.median(spark_runs) / statistics.median(task_runs)
         print(f"medians of {args.repeat}: task writer at {ratio:.0%} of Spark's rows/s")
@@ -108,10 +116,9 @@ def main() -> None:
         "rivc table (Spark writer + Delta commit)",
         lambda: deltatable.write_batch(df, uri, Store(), "replace", deltatable.arrow_schema(df)),
     )
-    task = _Task(str(base / "tasks"), Store(), "rivc-bench", "snappy", (), None)
     tasks_s = timed(
         "rivc task writer (mapInArrow, pyarrow fs)",
-        lambda: df.mapInArrow(task, DESCRIPTION).collect(),
+        lambda: task_write(df, str(base / "tasks"), Store(), "rivc-bench"),
     )
     print(
         f"rivc table at {spark_s / rivc_s:.0%} of Spark's rows/s; task writer at "

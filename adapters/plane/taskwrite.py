@@ -103,12 +103,30 @@ def write_parquet(
             )
             for f in files
         ]
-    task = _Task(uri, store, where, codec, tuple(partition_by), max_bytes)
     try:
-        rows = df.mapInArrow(task, DESCRIPTION).collect()
+        return task_write(df, uri, store, where, codec, partition_by, max_bytes)
     except BaseException:
         store.remove_tree(join(uri, where))
         raise
+
+
+def task_write(
+    df: DataFrame,
+    uri: str,
+    store: Store,
+    where: str,
+    codec: str = "snappy",
+    partition_by: tuple[str, ...] = (),
+    max_bytes: int | None = None,
+) -> list[Written]:
+    """rivc's task writer: each task of `df.mapInArrow` writes its rows under `uri`/`where`/ and
+    describes its files. Decimal columns of up to 18 digits cross from the JVM to the tasks as
+    their unscaled 64-bit integers (Spark's own compact form) and are decimals again in Arrow:
+    Spark converts a decimal to Arrow through a Java BigDecimal per value, which made a
+    decimal(18,2) column cost as much as two bigint columns (docs/performance.md)."""
+    df, decimals = _compact_decimals(df)
+    task = _Task(uri, store, where, codec, tuple(partition_by), max_bytes, decimals)
+    rows = df.mapInArrow(task, DESCRIPTION).collect()
     return sorted(
         (
             Written(r.rel, json.loads(r.partition), r.rows, r.size, json.loads(r.stats), r.mtime)
@@ -116,6 +134,56 @@ def write_parquet(
         ),
         key=lambda w: w.rel,
     )
+
+
+Decimals = tuple[tuple[str, int, int], ...]  # (column, precision, scale) sent unscaled
+
+
+def _compact_decimals(df: DataFrame) -> tuple[DataFrame, Decimals]:
+    """`df` with each top-level decimal column of up to 18 digits as its unscaled bigint (exact:
+    below 10^18 < 2^63), and those columns."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType
+
+    decimals = tuple(
+        (f.name, f.dataType.precision, f.dataType.scale)
+        for f in df.schema.fields
+        if isinstance(f.dataType, DecimalType) and f.dataType.precision <= 18
+    )
+    if not decimals:
+        return df, ()
+    unscaled = {
+        name: F.expr(f"CAST({_quoted(name)} * {10**scale} AS BIGINT)").alias(name)
+        for name, _, scale in decimals
+    }
+    return df.select(*[unscaled.get(n, F.col(_quoted(n))) for n in df.columns]), decimals
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _decimals_back(batch: pa.RecordBatch, decimals: Decimals) -> pa.RecordBatch:
+    """The unscaled bigints of `decimals` as the decimal128 values they stand for: each 64-bit
+    integer sign-extended to the 128 bits of Arrow's decimal, the validity bitmap kept."""
+    import numpy as np
+    import pyarrow as pa
+
+    arrays, fields = list(batch.columns), list(batch.schema)
+    for name, precision, scale in decimals:
+        i = batch.schema.get_field_index(name)
+        col = arrays[i]
+        validity, data = col.buffers()
+        low = np.frombuffer(data, dtype="<i8", count=len(col) + col.offset)
+        wide = np.empty((low.size, 2), dtype="<i8")
+        wide[:, 0] = low
+        wide[:, 1] = low >> 63
+        kind = pa.decimal128(precision, scale)
+        arrays[i] = pa.Array.from_buffers(
+            kind, len(col), [validity, pa.py_buffer(wide)], col.null_count, col.offset
+        )
+        fields[i] = fields[i].with_type(kind)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, batch.schema.metadata))
 
 
 def partition_value(value: Any) -> str | None:
@@ -143,6 +211,7 @@ class _Task:
     codec: str
     partition_by: tuple[str, ...]
     max_bytes: int | None
+    decimals: Decimals = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -154,6 +223,8 @@ class _Task:
             for batch in batches:
                 if not batch.num_rows:
                     continue
+                if self.decimals:
+                    batch = _decimals_back(batch, self.decimals)
                 for key, part in self._split(pa.Table.from_batches([batch])):
                     # with a target file size, every 10,000 rows are flushed so the file's
                     # size is known, and it rolls once it holds that much

@@ -28,7 +28,10 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.scheduler.mode": "FAIR",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Duser.timezone=UTC",
+    # the driver's GC and JIT: C1 only starts and runs small jobs faster; a profile's own value
+    # replaces these flags (the full JIT runs jobs over millions of rows 2-3x faster,
+    # docs/performance.md), never the time zone and logging rivc adds
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Arrow batches handed to Python tasks (the task writer, a merge's key probe): 100,000 rows
     # instead of 10,000 (the task writer at 92 % of Spark's writer instead of 87 %,
@@ -64,13 +67,14 @@ def session_conf(spec: SparkSpec) -> dict[str, str]:
     conf = dict(LOCAL_DEFAULTS)
     if spec.master is None or spec.master.startswith("local"):
         conf.update(LOOPBACK)
-    conf["spark.driver.extraJavaOptions"] += f" -Dlog4j2.configurationFile={LOG4J.as_uri()}"
     jars = jdbc_jars(spec.jars)
     if jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(
         {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spec.conf.items()}
     )
+    java = "spark.driver.extraJavaOptions"  # the profile's -D options come last and win
+    conf[java] = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J.as_uri()} {conf[java]}"
     return conf
 
 

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from rivc.adapters.lake import deltatable
 from rivc.adapters.plane.tableread import read_group
-from rivc.adapters.plane.taskwrite import DESCRIPTION, Written, _Task
+from rivc.adapters.plane.taskwrite import task_write
 from rivc.adapters.util.storage import Store
 
 pytestmark = pytest.mark.integration
@@ -49,26 +49,30 @@ ROWS = [
         "ü/=%20",
     ),
 ]
-DDL = "id bigint, text string, f double, d decimal(38,3), ts timestamp, day date, part string"
+# decimals of up to 18 digits, which cross from the JVM to the tasks as unscaled bigints
+COMPACT = [
+    (Decimal("99999999999999.9999"), Decimal("9")),
+    (Decimal("-99999999999999.9999"), Decimal("-9")),
+    (None, None),
+    (Decimal("-0.0001"), Decimal("0")),
+]
+DDL = (
+    "id bigint, text string, f double, d decimal(38,3), ts timestamp, day date, part string, "
+    "c decimal(18,4), small decimal(1,0)"
+)
 
 
 def test_tasks_write_edge_values_that_read_back_exactly(spark, tmp_path):
     zone = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")  # not UTC: the task converts
     try:
-        df = spark.createDataFrame(ROWS, DDL)
+        df = spark.createDataFrame([r + c for r, c in zip(ROWS, COMPACT, strict=True)], DDL)
         uri = str(tmp_path / "edge")
         store = Store()
-        task = _Task(uri, store, "rivc-batch-000000-test", "snappy", ("part",), None)
-        rows = df.repartition(2).mapInArrow(task, DESCRIPTION).collect()
+        where = "rivc-batch-000000-test"
+        written = task_write(df.repartition(2), uri, store, where, "snappy", ("part",))
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
-    import json
-
-    written = [
-        Written(r.rel, json.loads(r.partition), r.rows, r.size, json.loads(r.stats), r.mtime)
-        for r in rows
-    ]
     assert sum(w.rows for w in written) == 4
     assert all(w.size == (tmp_path / "edge" / w.rel).stat().st_size for w in written)
     schema = deltatable.arrow_schema(df)
@@ -100,6 +104,9 @@ def test_tasks_write_edge_values_that_read_back_exactly(spark, tmp_path):
             date(2026, 3, 29),
         ]
         assert [r["part"] for r in got] == ["a", "b b", None, "ü/=%20"]
+        assert [(r["c"], r["small"]) for r in got] == COMPACT
+    assert table.schema().to_arrow().field("c").type == pa.decimal128(18, 4)
+    assert table.schema().to_arrow().field("small").type == pa.decimal128(1, 0)
     # floats and decimals carry no min/max (a rounded bound would make readers skip matches)
     for w in written:
         assert "f" not in w.stats["minValues"] and "d" not in w.stats["minValues"]

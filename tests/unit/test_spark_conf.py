@@ -33,3 +33,13 @@ def test_only_a_local_master_shares_rivcs_disk():
         assert shares_disk(SimpleNamespace(sparkSession=session(master))), master  # a DataFrame
     for master in ("spark://10.0.0.5:7077", "yarn", "k8s://https://kube:6443"):
         assert not shares_disk(session(master)), master
+
+
+def test_a_profiles_java_options_replace_the_gc_and_jit_flags_and_keep_zone_and_logging():
+    java = "spark.driver.extraJavaOptions"
+    default = session_conf(SparkSpec())[java].split()
+    assert "-XX:TieredStopAtLevel=1" in default and "-Duser.timezone=UTC" in default
+    mine = session_conf(SparkSpec(conf={java: "-XX:+UseParallelGC"}))[java].split()
+    assert "-XX:TieredStopAtLevel=1" not in mine and mine[-1] == "-XX:+UseParallelGC"
+    assert "-Duser.timezone=UTC" in mine
+    assert any(o.startswith("-Dlog4j2.configurationFile=") for o in mine)
