@@ -1,7 +1,8 @@
 """What the tests of a Spark that cannot see rivc's disk share (test_remote: a Spark Connect
 server; test_cluster: a standalone cluster): processes started in a mount namespace of their own
 with an empty tmpfs over the folder the projects live in, the moto S3 server's readers, and the
-comparison of sample_project built there and built locally."""
+comparison of sample_project built there and built locally; a standalone cluster (also
+bench/scale_bench.py's)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -19,7 +24,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from rivc_testing import S3_KEYS, rivc
+from rivc_testing import S3_KEYS, free_port, rivc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,6 +64,131 @@ def hidden_popen(hidden: Path, command: str, env: dict[str, str], out: IO[str]) 
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+@dataclass
+class Cluster:
+    """A standalone master and its workers (one core, 1 GB each), every one in its own mount
+    namespace and process session."""
+
+    hidden: Path | None  # None: in rivc's own mount namespace (the bench)
+    logs: Path
+    memory: str = "1g"  # each worker's
+    url: str = ""
+    ui: int = 0
+    master: subprocess.Popen | None = None
+    workers: dict[int, subprocess.Popen] = field(default_factory=dict)
+    work: dict[int, Path] = field(default_factory=dict)
+    started: int = 0
+
+    def _start(self, name: str, main: str, *args: str) -> subprocess.Popen:
+        env = spark_env(self.logs)
+        command = f'"{env["SPARK_HOME"]}/bin/spark-class" {main} {" ".join(args)}'
+        with (self.logs / f"{name}.log").open("w") as out:
+            if self.hidden is not None:
+                return hidden_popen(self.hidden, command, env, out)
+            return subprocess.Popen(
+                f"exec {command}",
+                shell=True,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def start(self, workers: int) -> None:
+        port, self.ui = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{port}"
+        self.master = self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            f"--host 127.0.0.1 --port {port} --webui-port {self.ui}",
+        )
+        for i in range(workers):
+            self.start_worker(i)
+        self.wait_alive(workers)
+
+    def start_worker(self, i: int) -> None:
+        """Worker `i` (again, after a kill: a new port and work folder, the old logs kept)."""
+        self.started += 1
+        self.work[i] = self.logs / f"work-{self.started}"
+        self.work[i].mkdir()
+        self.workers[i] = self._start(
+            f"worker-{self.started}",
+            "org.apache.spark.deploy.worker.Worker",
+            self.url,
+            f"--host 127.0.0.1 --port {free_port()} --webui-port {free_port()}",
+            f"--cores 1 --memory {self.memory} --work-dir {self.work[i]}",
+        )
+
+    def wait_alive(self, n: int, within_s: float = 120) -> None:
+        """Until the master counts `n` live workers (a killed one counts until its timeout)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
+                    if json.load(r).get("aliveworkers", 0) >= n:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                tails = {p.name: p.read_text()[-1500:] for p in self.logs.glob("*.log")}
+                raise RuntimeError(f"the cluster did not start: {tails}")
+            time.sleep(0.5)
+
+    def applications(self) -> list[str]:
+        """The names of the applications the master ran or runs."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
+            state = json.load(r)
+        return [app["name"] for app in state["activeapps"] + state["completedapps"]]
+
+    def running_tasks(self, i: int, work: Path | None = None) -> set[str]:
+        """The tasks worker `i`'s executors (or those of its earlier `work` folder) have started
+        and not finished, from their logs."""
+        running: set[str] = set()
+        for log in (work or self.work[i]).glob("app-*/*/stderr"):
+            text = log.read_text(errors="replace")
+            started = set(re.findall(r"Executor: Running task .* \(TID (\d+)\)", text))
+            ended = set(re.findall(r"Executor: Finished task .* \(TID (\d+)\)", text))
+            running |= started - ended
+        return running
+
+    def kill_worker(self, i: int) -> None:
+        """SIGKILL worker `i`'s JVM, its executors' JVMs and their Python workers (PySpark's
+        daemon leaves the worker's process group, so the tree is walked)."""
+        kill_tree(self.workers[i])
+
+    def stop(self) -> None:
+        for proc in [*self.workers.values(), self.master]:
+            if proc is not None and proc.poll() is None:
+                kill_tree(proc)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL `proc` and every process below it, then reap it."""
+    for pid in [*descendants(proc.pid), proc.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(30)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def run(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

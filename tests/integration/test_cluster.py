@@ -14,25 +14,23 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from rivc_dbs import Db, database
 from rivc_remote import (
-    hidden_popen,
+    Cluster,
+    kill_tree,
     run,
     s3_fs,
     s3_options,
     sample_gives_local_tables,
-    spark_env,
 )
 
 from rivc_testing import S3_KEYS, free_port, moto_s3, write_files
@@ -41,121 +39,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root"),
 ]
-
-
-@dataclass
-class Cluster:
-    """A standalone master and its workers (one core, 1 GB each), every one in its own mount
-    namespace and process session."""
-
-    hidden: Path
-    logs: Path
-    url: str = ""
-    ui: int = 0
-    master: subprocess.Popen | None = None
-    workers: dict[int, subprocess.Popen] = field(default_factory=dict)
-    work: dict[int, Path] = field(default_factory=dict)
-    started: int = 0
-
-    def _start(self, name: str, main: str, *args: str) -> subprocess.Popen:
-        env = spark_env(self.logs)
-        command = f'"{env["SPARK_HOME"]}/bin/spark-class" {main} {" ".join(args)}'
-        with (self.logs / f"{name}.log").open("w") as out:
-            return hidden_popen(self.hidden, command, env, out)
-
-    def start(self, workers: int) -> None:
-        port, self.ui = free_port(), free_port()
-        self.url = f"spark://127.0.0.1:{port}"
-        self.master = self._start(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            f"--host 127.0.0.1 --port {port} --webui-port {self.ui}",
-        )
-        for i in range(workers):
-            self.start_worker(i)
-        self.wait_alive(workers)
-
-    def start_worker(self, i: int) -> None:
-        """Worker `i` (again, after a kill: a new port and work folder, the old logs kept)."""
-        self.started += 1
-        self.work[i] = self.logs / f"work-{self.started}"
-        self.work[i].mkdir()
-        self.workers[i] = self._start(
-            f"worker-{self.started}",
-            "org.apache.spark.deploy.worker.Worker",
-            self.url,
-            f"--host 127.0.0.1 --port {free_port()} --webui-port {free_port()}",
-            f"--cores 1 --memory 1g --work-dir {self.work[i]}",
-        )
-
-    def wait_alive(self, n: int, within_s: float = 120) -> None:
-        """Until the master counts `n` live workers (a killed one counts until its timeout)."""
-        deadline = time.monotonic() + within_s
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
-                    if json.load(r).get("aliveworkers", 0) >= n:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                tails = {p.name: p.read_text()[-1500:] for p in self.logs.glob("*.log")}
-                raise RuntimeError(f"the cluster did not start: {tails}")
-            time.sleep(0.5)
-
-    def applications(self) -> list[str]:
-        """The names of the applications the master ran or runs."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
-            state = json.load(r)
-        return [app["name"] for app in state["activeapps"] + state["completedapps"]]
-
-    def running_tasks(self, i: int, work: Path | None = None) -> set[str]:
-        """The tasks worker `i`'s executors (or those of its earlier `work` folder) have started
-        and not finished, from their logs."""
-        running: set[str] = set()
-        for log in (work or self.work[i]).glob("app-*/*/stderr"):
-            text = log.read_text(errors="replace")
-            started = set(re.findall(r"Executor: Running task .* \(TID (\d+)\)", text))
-            ended = set(re.findall(r"Executor: Finished task .* \(TID (\d+)\)", text))
-            running |= started - ended
-        return running
-
-    def kill_worker(self, i: int) -> None:
-        """SIGKILL worker `i`'s JVM, its executors' JVMs and their Python workers (PySpark's
-        daemon leaves the worker's process group, so the tree is walked)."""
-        kill_tree(self.workers[i])
-
-    def stop(self) -> None:
-        for proc in [*self.workers.values(), self.master]:
-            if proc is not None and proc.poll() is None:
-                kill_tree(proc)
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL `proc` and every process below it, then reap it."""
-    for pid in [*descendants(proc.pid), proc.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait(30)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -439,7 +322,7 @@ sinks:
     from: source:pg.orders
     transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
     connector: delta
-    config: {table_uri: "s3://lake/cdc-sink/orders", mode: merge, merge_keys: [id]}
+    config: {table_uri: "${SHARED}/orders", mode: merge, merge_keys: [id]}
   - name: history
     from: source:pg.orders
     transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]
@@ -456,10 +339,12 @@ sinks:
 
 
 def test_a_postgres_change_log_on_the_cluster_and_a_sink_job_under_spark_submit(
-    hidden: Path, s3: str, cluster: Cluster, logical_pg: int
+    hidden: Path, s3: str, cluster: Cluster, logical_pg: int, tmp_path: Path
 ) -> None:
     """A postgres-cdc source, its log read by rivc (the driver), its merge, scd2 and Iceberg
-    upsert sinks written by the cluster's executors on S3. The next changes (a TOASTed value
+    upsert sinks written by the cluster's executors: the scd2 and Iceberg ones on S3 (rivc's
+    task writer), the merge one in a `file://` folder every process mounts, which Spark's own
+    Parquet writer writes on the executors. The next changes (a TOASTed value
     kept through two updates, a key updated three times, one deleted and inserted again, a
     moved key, a bulk transaction) are taken by the merge sink's generated job under
     `spark-submit --master spark://...` (client mode), which extracts the log first; `rivc run`
@@ -484,7 +369,7 @@ def test_a_postgres_change_log_on_the_cluster_and_a_sink_job_under_spark_submit(
         return DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist()
 
     def merged() -> dict[int, tuple[object, ...]]:
-        rows = delta("s3://lake/cdc-sink/orders")
+        rows = DeltaTable(str(shared / "orders")).to_pyarrow_table().to_pylist()
         assert len(rows) == len({r["id"] for r in rows}), "a key twice"
         return {r["id"]: (r["status"], r["body"]) for r in rows}
 
@@ -495,6 +380,8 @@ def test_a_postgres_change_log_on_the_cluster_and_a_sink_job_under_spark_submit(
         assert len(rows) == len({r["id"] for r in rows}), "a key twice"
         return {r["id"]: (r["status"], r["body"]) for r in rows}
 
+    shared = tmp_path / "shared"  # not under `hidden`: the workers see it
+    env = {**S3_KEYS, "SHARED": shared.as_uri()}
     con.execute("DROP TABLE IF EXISTS cluster_orders")
     con.execute("CREATE TABLE cluster_orders (id int PRIMARY KEY, status text, body text)")
     con.execute(
@@ -520,8 +407,13 @@ default:
         },
     )
     try:
-        run(root, S3_KEYS, "run")
+        run(root, env, "run")
         assert merged() == source() == iceberg()
+        # the shared folder's files are Spark's writer's, those on S3 rivc's task writer's
+        on_disk = DeltaTable(str(shared / "orders")).file_uris()
+        on_s3 = DeltaTable("s3://lake/cdc-sink/history", storage_options=options).file_uris()
+        assert on_disk and all(f.endswith(".snappy.parquet") for f in on_disk), on_disk
+        assert on_s3 and all(re.search(r"/part-[0-9a-f]{32}\.parquet$", f) for f in on_s3)
 
         big = "SELECT string_agg(md5(random()::text || g::text), '') FROM generate_series(1, 400) g"
         con.execute(f"UPDATE cluster_orders SET body = ({big}) WHERE id = 5")
@@ -544,7 +436,7 @@ default:
                 str(root / "target/jobs/lake.py"),
             ],
             cwd=root,
-            env={**os.environ, **S3_KEYS, "PYSPARK_PYTHON": sys.executable},
+            env={**os.environ, **env, "PYSPARK_PYTHON": sys.executable},
             capture_output=True,
             text=True,
             timeout=600,
@@ -557,7 +449,7 @@ default:
         assert want[5][0] == "shipped" and len(str(want[5][1])) == 12_800
 
         con.execute("UPDATE cluster_orders SET status = 'd' WHERE id = 7")
-        run(root, S3_KEYS, "run")
+        run(root, env, "run")
         want = source()
         assert merged() == want == iceberg()
         landing = DeltaTable("s3://lake/cdc/_rivc/landing/pg.orders", storage_options=options)

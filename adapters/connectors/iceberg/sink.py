@@ -169,8 +169,9 @@ class IcebergSink(Sink[IcebergSinkConfig]):
         uri = store_path(location)
         local = "://" not in uri  # store_path drops file://
         micros = "MICROS" in str(df.sparkSession.conf.get("spark.sql.parquet.outputTimestampType"))
-        if local and shares_disk(df) and not micros:
-            # Spark's own writer would write INT96 timestamps Iceberg cannot take
+        if local and not micros:
+            # Spark's own writer (taskwrite.write_parquet's on a disk) would write INT96
+            # timestamps, which Iceberg cannot take
             return streamed("Spark writes INT96 timestamps (set outputTimestampType)")
         if _spec(table) != [_transform_name(p) for p in c.partitioning]:
             # partitioned otherwise than configured: pyiceberg follows the table
