@@ -25,12 +25,25 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 FILES = 40  # the table's files: contiguous id ranges, so a key range maps to few files
 
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def frame(spark: Any, first: int, count: int, parts: int, v: int) -> Any:
+    """`count` rows of five columns (bigint, bigint, decimal(18,2), string, int) from id
+    `first`, in `parts` tasks; `v` marks the version."""
+    return spark.range(first, first + count, 1, parts).selectExpr(
+        "id",
+        "id % 100 as grp",
+        "cast(id * 0.01 as decimal(18,2)) as amount",
+        "concat('note-', id) as note",
+        f"{v} as v",
+    )
 
 
 def main() -> None:
@@ -75,16 +88,7 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="rivc-scale-"))
     n = args.rows
 
-    def frame(first: int, count: int, parts: int, v: int) -> object:
-        return spark.range(first, first + count, 1, parts).selectExpr(
-            "id",
-            "id % 100 as grp",
-            "cast(id * 0.01 as decimal(18,2)) as amount",
-            "concat('note-', id) as note",
-            f"{v} as v",
-        )
-
-    df = frame(0, n, FILES, 1)
+    df = frame(spark, 0, n, FILES, 1)
     spark.range(1000).selectExpr("id").write.mode("overwrite").parquet(str(base / "warm"))
     # Python workers started before any timing (4-6 s here, once per session; a warm server
     # keeps them): the task writer is timed for its writing
@@ -135,7 +139,7 @@ def main() -> None:
         f"{spark_s / tasks_s:.0%}"
     )
 
-    changed = frame(0, args.changed, 4, 2)  # keys in the first files only
+    changed = frame(spark, 0, args.changed, 4, 2)  # keys in the first files only
     share = args.changed / n
     started = time.perf_counter()
     result = deltamerge.merge(changed, uri, Store(), ("id",))
@@ -194,16 +198,7 @@ def on_cluster(n: int, changed_rows: int) -> None:
             )
             local = Store.of(base.as_uri())
 
-            def frame(first: int, count: int, parts: int, v: int) -> object:
-                return spark.range(first, first + count, 1, parts).selectExpr(
-                    "id",
-                    "id % 100 as grp",
-                    "cast(id * 0.01 as decimal(18,2)) as amount",
-                    "concat('note-', id) as note",
-                    f"{v} as v",
-                )
-
-            df = frame(0, n, FILES, 1)
+            df = frame(spark, 0, n, FILES, 1)
             spark.range(1000, numPartitions=2).mapInArrow(lambda it: it, "id long").collect()
             spark.range(1000, numPartitions=2).write.parquet((base / "warm").as_uri())
 
@@ -255,7 +250,7 @@ def on_cluster(n: int, changed_rows: int) -> None:
                 f"task writer at {spark_s / local_s:.0%} of Spark's rows/s on the same disk, "
                 f"{spark_s / s3_s:.0%} onto S3; the table {spark_s / table_s:.0%}"
             )
-            changed = frame(0, changed_rows, 4, 2)
+            changed = frame(spark, 0, changed_rows, 4, 2)
             started = time.perf_counter()
             result = deltamerge.merge(changed, uri, store, ("id",))
             merge_s = time.perf_counter() - started
