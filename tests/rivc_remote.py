@@ -17,7 +17,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -68,8 +68,8 @@ def hidden_popen(hidden: Path, command: str, env: dict[str, str], out: IO[str]) 
 
 @dataclass
 class Cluster:
-    """A standalone master and its workers (one core, 1 GB each), every one in its own mount
-    namespace and process session."""
+    """A standalone master and its workers (one core and `memory` each), every one in its own
+    process session and, given `hidden`, its own mount namespace."""
 
     hidden: Path | None  # None: in rivc's own mount namespace (the bench)
     logs: Path
@@ -126,9 +126,8 @@ class Cluster:
         deadline = time.monotonic() + within_s
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
-                    if json.load(r).get("aliveworkers", 0) >= n:
-                        return
+                if self.state().get("aliveworkers", 0) >= n:
+                    return
             except OSError:
                 pass
             if time.monotonic() > deadline:
@@ -136,10 +135,14 @@ class Cluster:
                 raise RuntimeError(f"the cluster did not start: {tails}")
             time.sleep(0.5)
 
+    def state(self) -> dict[str, Any]:
+        """The master's own account of its workers and applications (its /json/ page)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
+            return json.load(r)  # type: ignore[no-any-return]
+
     def applications(self) -> list[str]:
         """The names of the applications the master ran or runs."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
-            state = json.load(r)
+        state = self.state()
         return [app["name"] for app in state["activeapps"] + state["completedapps"]]
 
     def running_tasks(self, i: int, work: Path | None = None) -> set[str]:
