@@ -77,7 +77,7 @@ def test_the_sample_project_on_a_standalone_cluster_gives_the_local_tables(
 ROWS = 60_000
 
 
-def kill_project(root: Path, cluster: Cluster, s3: str, db: Db, ui: int) -> Path:
+def kill_project(root: Path, cluster: Cluster, s3: str, db: Db, ui: int, shared: Path) -> Path:
     return write_files(
         root,
         {
@@ -110,7 +110,9 @@ sources:
 sinks:
   - {name: items_lake, from: wide, connector: delta,
      config: {table_uri: "s3://lake/kills-sink/items", mode: merge, merge_keys: [id]}}
-""",
+  - {name: items_disk, from: wide, connector: delta,
+     config: {table_uri: "{shared}", mode: merge, merge_keys: [id]}}
+""".replace("{shared}", shared.as_uri()),
         },
     )
 
@@ -171,31 +173,33 @@ def start_rivc(root: Path, *args: str) -> subprocess.Popen[str]:
 def killed_while_writing(
     root: Path, cluster: Cluster, ui: int, nodes: list[str], *args: str
 ) -> str:
-    """`rivc run ARGS` with, for each node of `nodes` in turn, the worker of an executor that
-    runs a task of the node's write (the last stage of one of its jobs) killed and started
-    again. The run must end well all the same; returns its output."""
+    """`rivc run ARGS` with, for each node of `nodes` (in whatever order they run), the worker
+    of an executor that runs a task of the node's write (the last stage of one of its jobs)
+    killed and started again. The run must end well all the same; returns its output."""
     rivc = start_rivc(root, "run", *args)
-    hits = 0
+    pending = list(nodes)  # no worker killed yet while a task of theirs ran
     deadline = time.monotonic() + 600
-    for node in nodes:
-        hit = False  # a worker killed as a task of the node ran (its log: never finished)
-        while not hit and rivc.poll() is None and time.monotonic() < deadline:
+    while pending and rivc.poll() is None and time.monotonic() < deadline:
+        hit = None
+        for node in pending:
             found = running_task(ui, node)
-            worker = None
             if found is not None:
                 app, executor = found
                 at = [i for i, w in cluster.work.items() if (w / app / executor).is_dir()]
-                worker = at[0] if at else None
-            if worker is None:
-                time.sleep(0.05)
-                continue
-            work = cluster.work[worker]
-            cluster.kill_worker(worker)
-            cluster.start_worker(worker)
-            hit = bool(cluster.running_tasks(worker, work))  # else the task ended just before
-        hits += hit
+                if at:
+                    hit = node, at[0]
+                    break
+        if hit is None:
+            time.sleep(0.05)
+            continue
+        node, worker = hit
+        work = cluster.work[worker]
+        cluster.kill_worker(worker)
+        cluster.start_worker(worker)
+        if cluster.running_tasks(worker, work):  # its log: a task never finished
+            pending.remove(node)  # else the task ended just before: the next one
     out, _ = rivc.communicate(timeout=600)
-    assert hits == len(nodes), f"no task of {nodes[hits]} was hit: {out[-2000:]}"
+    assert not pending, f"no task of {pending} was hit: {out[-2000:]}"
     assert rivc.returncode == 0, out[-3000:]
     return out
 
@@ -247,15 +251,16 @@ def assert_once(rows: list[dict[str, object]], want: dict[int, str], what: str) 
 
 
 def test_killed_workers_and_a_killed_driver_leave_every_row_once(
-    hidden: Path, cluster: Cluster
+    hidden: Path, cluster: Cluster, tmp_path: Path
 ) -> None:
     """A worker SIGKILLed with its executor and Python workers while one of its tasks writes:
     an extraction's landing batch (COPY in Spark's tasks), a model's table (its tasks read the
     shuffle the dead executor held), a Delta merge sink's batch rewriting the files its keys are
-    in. Spark runs the lost tasks again on the other worker or the restarted one; every table
-    holds each row once, with its values, and reads whole (no commit names a missing file).
-    Then rivc itself, the driver, is killed while the sink's tasks write, after some of them
-    wrote their files: the rerun delivers each row once, and `rivc maintain` deletes every file
+    in, on S3 (rivc's task writer) and in a `file://` folder every process mounts (Spark's own
+    writer). Spark runs the lost tasks again on the other worker or the restarted one; every
+    table holds each row once, with its values, and reads whole (no commit names a missing
+    file). Then rivc itself, the driver, is killed while the model's tasks write, after some of
+    them wrote their files: the rerun delivers each row once, and `rivc maintain` deletes every file
     no commit names (the store dates its objects a week back, past the retention)."""
     import hashlib
 
@@ -273,6 +278,8 @@ def test_killed_workers_and_a_killed_driver_leave_every_row_once(
         assert_once(wide, want, "wide")
         assert all(r["h"] == hashlib.sha256(str(r["body"]).encode()).hexdigest() for r in wide)
         assert_once(table(f"s3://{tables['items_lake']}"), want, "items_lake")
+        disk = DeltaTable(str(shared)).to_pyarrow_table().to_pylist()
+        assert_once(disk, want, "items_disk")
 
     with moto_s3(days_behind=8) as s3, database("postgres") as db:
         db.execute(
@@ -281,7 +288,8 @@ def test_killed_workers_and_a_killed_driver_leave_every_row_once(
         )
         conn = db.connect()
         ui = free_port()
-        root = kill_project(hidden / "kills", cluster, s3, db, ui)
+        shared = tmp_path / "items"  # not under `hidden`: the workers see it
+        root = kill_project(hidden / "kills", cluster, s3, db, ui, shared)
         try:
             want = dict(conn.execute("SELECT id, body FROM items").fetchall())
             killed_while_writing(root, cluster, ui, ["source:pg.items", "model:wide"])
@@ -294,8 +302,10 @@ def test_killed_workers_and_a_killed_driver_leave_every_row_once(
             driver_killed_while_writing(
                 root, ui, "model:wide", lambda: unreferenced(s3, wide) > before
             )
-            killed_while_writing(root, cluster, ui, ["sink:items_lake"])
+            killed_while_writing(root, cluster, ui, ["sink:items_lake", "sink:items_disk"])
             check(want)
+            written = DeltaTable(str(shared)).file_uris()  # by Spark's writer (maintain compacts)
+            assert written and all(f.endswith(".snappy.parquet") for f in written), written
             maintain = start_rivc(root, "maintain")
             out, _ = maintain.communicate(timeout=300)
             assert maintain.returncode == 0, out
