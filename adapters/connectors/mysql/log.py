@@ -15,13 +15,12 @@ change-log driver (changelog.py) from the coordinates a table's landing table ho
 
 from __future__ import annotations
 
-import logging
 import re
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -53,6 +52,7 @@ from .binlog import (
     moved_server,
 )
 from .spec import MysqlCdcConfig, mysql_cdc_columns
+from .stream import COMMIT, GTID_AT, ROWS, STATEMENT, BinlogStream
 
 SEQ = 10**9  # seq = (binlog file number << 32 | commit end position) * SEQ + place in its commit
 IDLE_ADVANCE = 16 << 20  # an idle table records a new position past this much log, or a new file
@@ -77,8 +77,14 @@ def _bits(v: Any, width: int) -> Any:
     return bool(number) if width == 1 else format(number, f"0{width}b")
 
 
-# types the log and the snapshot give alike once made text: enum (its label), time, bit
-_AS_TEXT: dict[str, Any] = {"enum": lambda v, _: v, "time": _duration, "bit": _bits}
+# types the log and the snapshot give alike once made text: enum (its label), time, bit, and
+# char, whose padding the server strips in the query and the log alike
+_AS_TEXT: dict[str, Any] = {
+    "enum": lambda v, _: v,
+    "time": _duration,
+    "bit": _bits,
+    "string": lambda v, _: v,
+}
 _READ = ("native", "decimal", "date", "timestamp")  # deliveries the log gives as the snapshot does
 
 
@@ -224,14 +230,9 @@ class _Session(LogSession):
         gtid = gtid_at(db, self.upto, self.mariadb)
         self._reached = BinlogPosition(self.upto[0], self.upto[1], gtid, shift)
         names = [d.name for d in self.plan]
-        for commit, found in _transactions(ctx, held, self.by_gtid, self.upto, shift, *self.name):
-            yield (
-                commit,
-                [
-                    Change(op, _ordered(before, names, ctx), _ordered(after, names, ctx), i)
-                    for i, (op, before, after) in enumerate(found)
-                ],
-            )
+        found = _transactions(ctx, held, self.by_gtid, self.upto, shift, *self.name, names)
+        for commit, changes in found:
+            yield commit, [Change(op, b, a, i) for i, (op, b, a) in enumerate(changes)]
 
     def envelopes(self, rows: Rows, parts: BatchParts | None) -> Any:
         return self.convert.table(rows)
@@ -311,92 +312,81 @@ def _transactions(
     shift: int,
     schema: str,
     table: str,
+    names: list[str],
 ) -> Any:
     """Each transaction committed between `held` (its file and offset, or `by_gtid` its
     GTIDs) and `upto` that changed the table: its commit and its changes, (op, before, after)
-    in order; a truncate as ("truncate", None, None). A statement that changes the table's
-    shape is refused by name."""
+    in order, images in the order of `names`; a truncate as ("truncate", None, None). A
+    statement that changes the table's shape is refused by name."""
     import pymysql
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)  # check_server speaks
     c = ctx.source.conn
-    reader = BinLogStreamReader(
-        connection_settings={
-            "host": c.host,
-            "port": c.port,
-            "user": c.user or "",
-            "password": c.password or "",
-            **c.tls.pymysql(),
-        },
-        server_id=server_id(ctx.source.project, ctx.source.name, ctx.source.config),
-        **(
-            {"auto_position": held.gtid, "is_mariadb": True}
-            if by_gtid  # MariaDB's mode starts at a GTID; without one, at the first binlog
-            else {"log_file": held.file, "log_pos": held.pos, "is_mariadb": False}
-        ),
-        resume_stream=True,
-        blocking=False,
-        only_events=[
-            WriteRowsEvent,
-            UpdateRowsEvent,
-            DeleteRowsEvent,
-            XidEvent,
-            QueryEvent,
-            GtidEvent,
-            MariadbGtidEvent,
-        ],
-        enable_logging=False,
-        pymysql_wrapper=_connect,
+    db = pymysql.connect(
+        host=c.host, port=c.port, user=c.user or "", password=c.password or "", **c.tls.pymysql()
     )
     end = (file_number(upto[0]), upto[1])
     gtid: str | None = None
     changes: list[tuple[str, Any, Any]] = []
+    orders: dict[tuple[str, ...], list[int | None]] = {}  # a log image's columns: the plan's
     named = re.compile(rf"(`?{re.escape(schema)}`?\s*\.\s*)?`?{re.escape(table)}`?(\W|$)", re.I)
     try:
-        for event in reader:
-            if (file_number(reader.log_file), event.packet.log_pos) > end:
+        stream = BinlogStream(
+            db,
+            server_id(ctx.source.project, ctx.source.name, ctx.source.config),
+            None if by_gtid else (held.file, held.pos),
+            held.gtid,
+            (schema, table),
+            f"source {ctx.name}",
+        )
+        for kind, pos, when, what in stream:
+            if (file_number(stream.file), pos) > end:
                 break
-            if isinstance(event, GtidEvent | MariadbGtidEvent):
-                gtid, changes = str(event.gtid), []
-            elif isinstance(event, QueryEvent) and str(event.query).strip().upper() == "BEGIN":
+            if kind == ROWS:
+                op, columns, rows = what
+                order = orders.get(columns)
+                if order is None:
+                    order = orders[columns] = _order(columns, names, ctx)
+                for before, after in rows:
+                    changes.append(
+                        (
+                            op,
+                            None
+                            if before is None
+                            else [before[j] if j is not None else None for j in order],
+                            None
+                            if after is None
+                            else [after[j] if j is not None else None for j in order],
+                        )
+                    )
+            elif kind == GTID_AT:
+                gtid, changes = what, []
+            elif kind == STATEMENT and what[1].strip().upper() == "BEGIN":
                 changes = []
-            elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                if event.schema != schema or event.table != table:
-                    continue
-                for row in event.rows:
-                    if isinstance(event, WriteRowsEvent):
-                        changes.append(("c", None, row["values"]))
-                    elif isinstance(event, UpdateRowsEvent):
-                        before, after = row["before_values"], row["after_values"]
-                        changes.append(("u", before, after))
-                    else:
-                        changes.append(("d", row["values"], None))
             else:
-                query = str(getattr(event, "query", "")).strip()
-                commit = isinstance(event, XidEvent) or query.upper() == "COMMIT"
-                ddl = not commit and _DDL.match(query) and named.search(query)
-                if ddl and not _ours(event, query, schema):
-                    ddl = None  # a table of the same name in another database
+                ddl, query = None, ""
+                if kind == STATEMENT:
+                    current, query = what[0], what[1].strip()
+                    ddl = query.upper() != "COMMIT" and _DDL.match(query) and named.search(query)
+                    if ddl and not _ours(current, query, schema):
+                        ddl = None  # a table of the same name in another database
+                commit = kind == COMMIT or query.upper() == "COMMIT"
                 if ddl and query.lower().startswith("truncate"):
                     changes.append(("truncate", None, None))
                 elif ddl and (not _RESHAPE.match(query) or _FILLS.search(query)):
-                    what = (
+                    what_it_did = (
                         "added a column with a value for the rows already there, which they "
                         "took without a change in the log"
                         if _RESHAPE.match(query)
                         else "dropped, renamed or replaced the table"
                     )
                     raise ConnectorError(
-                        f"source {ctx.name}: a statement in the log {what} ({query[:80]}): "
+                        f"source {ctx.name}: a statement in the log {what_it_did} ({query[:80]}): "
                         f"take a new snapshot with `rivc run --full-refresh --select "
                         f"source:{ctx.name}`"
                     )
                 if (commit or ddl) and changes:
-                    when = datetime.fromtimestamp(event.timestamp, UTC)
-                    yield _Commit(reader.log_file, event.packet.log_pos, gtid, when, shift), changes
+                    committed = datetime.fromtimestamp(when, UTC)
+                    yield _Commit(stream.file, pos, gtid, committed, shift), changes
                     changes = []
     except pymysql.err.OperationalError as e:
         if e.args[0] != 1236:  # the server has no log from the held position on
@@ -408,51 +398,30 @@ def _transactions(
             f"`rivc run --full-refresh --select source:{ctx.name}`"
         ) from None
     finally:
-        reader.close()
+        db.close()
 
 
-def _ordered(values: dict[str, Any] | None, names: list[str], ctx: LogContext) -> Any:
-    """A row event's values in the plan's order. A column the event lacks was added to the
-    table after it: NULL. A column the table no longer has is refused by name."""
-    if values is None:
-        return None
-    if not values.keys() <= set(names):
-        gone = next(n for n in values if n not in names)
+def _order(columns: tuple[str, ...], names: list[str], ctx: LogContext) -> list[int | None]:
+    """Where each of the plan's columns is in a row image of the log. A column the image lacks
+    was added to the table after it: NULL. A column the table no longer has is refused by
+    name."""
+    gone = [n for n in columns if n not in names]
+    if gone:
         raise ConnectorError(
-            f"source {ctx.name}: column {gone} is in the log but no longer in the table "
+            f"source {ctx.name}: column {gone[0]} is in the log but no longer in the table "
             "(dropped or renamed); a table's changes can only add columns: take a new snapshot "
             f"with `rivc run --full-refresh --select source:{ctx.name}`"
         )
-    for n, v in values.items():
-        if isinstance(v, timedelta) and v.microseconds and v < timedelta(0):
-            raise ConnectorError(
-                f"source {ctx.name}: column {n} holds a negative time with a fraction of a "
-                "second, which the binlog reader (mysql-replication) decodes wrongly: not "
-                "delivered; make the column time(0), or take a new snapshot with "
-                f"`rivc run --full-refresh --select source:{ctx.name}`"
-            )
-    return [values.get(n) for n in names]
+    return [columns.index(n) if n in columns else None for n in names]
 
 
 def _envelope(plan: list[Delivery]) -> dict[str, str]:
     return mysql_cdc_columns(None, {d.name: d.spark for d in plan}) or {}
 
 
-def _connect(**settings: Any) -> Any:
-    """pymysql.connect for the binlog reader, with `database` for the `db` it passes (which
-    pymysql deprecates)."""
-    import pymysql
-
-    if "db" in settings:
-        settings["database"] = settings.pop("db")
-    return pymysql.connect(**settings)
-
-
-def _ours(event: Any, query: str, schema: str) -> bool:
+def _ours(current: str, query: str, schema: str) -> bool:
     """Whether a statement on a table of our table's name is on ours: it names our database,
-    or ran in it."""
-    current = getattr(event, "schema", b"") or b""
-    current = current.decode() if isinstance(current, bytes) else str(current)
+    or ran in it (`current`)."""
     return current == schema or re.search(rf"`?{re.escape(schema)}`?\s*\.", query) is not None
 
 
