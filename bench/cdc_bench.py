@@ -220,19 +220,31 @@ def main() -> None:
         if args.warm:
             subprocess.run([RIVC, "server", "start"], cwd=root, check=True, capture_output=True)
         results = []
+        spans: list[tuple[int, int]] = []  # mysql: each run's stretch of the binlog
         took = timed_run(root)
         results.append(("snapshot", n, took))
+        start = log_position(my) if args.source == "mysql" else 0
         for i in range(1, n + 1):  # each its own transaction (autocommit)
             run("UPDATE orders SET status = 'burst', amount = amount + 1 WHERE id = %s", (i,))
+        spans.append((start, log_position(my) if args.source == "mysql" else 0))
         took = timed_run(root)
         results.append((f"{n:,} single-row transactions", n, took))
         for r in range(1, args.rounds + 1):  # the history grows by n versions each round
+            start = log_position(my) if args.source == "mysql" else 0
             run(f"UPDATE orders SET status = 'bulk{r}', updated = now()")
+            spans.append((start, log_position(my) if args.source == "mysql" else 0))
             took = timed_run(root)
             results.append((f"one {n:,}-row transaction" + (f" #{r}" if r > 1 else ""), n, took))
         print(f"{'run':40} {'changes':>9} {'seconds':>8} {'changes/s':>10}")
         for label, changes, secs in results:
             print(f"{label:40} {changes:>9,} {secs:>8.1f} {changes / secs:>10,.0f}")
+        if args.source == "mysql":  # the anchor: the server's own decoder over the same log
+            for (label, changes, _), (first, last) in zip(results[1:], spans, strict=True):
+                secs = server_decoding(base / "data/binlog.000001", first, last)
+                print(
+                    f"mariadb-binlog -v over the log of {label}: {secs:.1f} s "
+                    f"({changes / secs:,.0f} changes/s)"
+                )
         if args.source == "postgres":
             kept = con.execute(
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) "
@@ -244,6 +256,32 @@ def main() -> None:
             subprocess.run([RIVC, "server", "stop"], cwd=base / "proj", capture_output=True)
         stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def log_position(my: object) -> int:
+    """The MariaDB binlog's end now (the bench's server keeps one file)."""
+    with my.cursor() as cur:  # type: ignore[attr-defined]
+        cur.execute("SHOW MASTER STATUS")
+        return int(cur.fetchone()[1])
+
+
+def server_decoding(file: Path, first: int, last: int) -> float:
+    """Seconds MariaDB's own binlog reader takes to decode the rows from `first` to `last`
+    (`mariadb-binlog --verbose`, printed to /dev/null)."""
+    began = time.perf_counter()
+    subprocess.run(
+        [
+            "mariadb-binlog",
+            "--base64-output=decode-rows",
+            "--verbose",
+            f"--start-position={first}",
+            f"--stop-position={last}",
+            str(file),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - began
 
 
 def pg_project(root: Path, port: int, tables: str, sinks: str = "") -> None:

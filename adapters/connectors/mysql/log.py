@@ -119,8 +119,12 @@ class _Commit:
     time: datetime
     shift: int  # past every landed change read from an earlier server (after a failover)
 
+    def __post_init__(self) -> None:
+        first = self.shift + ((file_number(self.file) << 32) | self.pos) * SEQ
+        object.__setattr__(self, "_first", first)
+
     def seq(self, i: int) -> int:
-        return self.shift + ((file_number(self.file) << 32) | self.pos) * SEQ + i
+        return self._first + i  # type: ignore[attr-defined, no-any-return]
 
 
 def server_id(project: str, source: str, config: MysqlCdcConfig) -> int:
@@ -327,7 +331,7 @@ def _transactions(
     end = (file_number(upto[0]), upto[1])
     gtid: str | None = None
     changes: list[tuple[str, Any, Any]] = []
-    orders: dict[tuple[str, ...], list[int | None]] = {}  # a log image's columns: the plan's
+    orders: dict[tuple[str, ...], list[int]] = {}  # a log image's columns: the plan's
     named = re.compile(rf"(`?{re.escape(schema)}`?\s*\.\s*)?`?{re.escape(table)}`?(\W|$)", re.I)
     try:
         stream = BinlogStream(
@@ -338,26 +342,21 @@ def _transactions(
             (schema, table),
             f"source {ctx.name}",
         )
+        file, number = "", 0
         for kind, pos, when, what in stream:
-            if (file_number(stream.file), pos) > end:
+            if stream.file is not file:
+                file, number = stream.file, file_number(stream.file)
+            if number > end[0] or (number == end[0] and pos > end[1]):
                 break
             if kind == ROWS:
                 op, columns, rows = what
                 order = orders.get(columns)
                 if order is None:
                     order = orders[columns] = _order(columns, names, ctx)
-                for before, after in rows:
-                    changes.append(
-                        (
-                            op,
-                            None
-                            if before is None
-                            else [before[j] if j is not None else None for j in order],
-                            None
-                            if after is None
-                            else [after[j] if j is not None else None for j in order],
-                        )
-                    )
+                if not order:  # the log's columns are the plan's
+                    changes += [(op, before, after) for before, after in rows]
+                    continue
+                changes += [(op, _arranged(b, order), _arranged(a, order)) for b, a in rows]
             elif kind == GTID_AT:
                 gtid, changes = what, []
             elif kind == STATEMENT and what[1].strip().upper() == "BEGIN":
@@ -401,10 +400,17 @@ def _transactions(
         db.close()
 
 
-def _order(columns: tuple[str, ...], names: list[str], ctx: LogContext) -> list[int | None]:
-    """Where each of the plan's columns is in a row image of the log. A column the image lacks
-    was added to the table after it: NULL. A column the table no longer has is refused by
-    name."""
+def _arranged(image: list[Any] | None, order: list[int]) -> list[Any] | None:
+    if image is None:
+        return None
+    padded = [*image, None]  # a column the image lacks: NULL, past its end
+    return [padded[j] for j in order]
+
+
+def _order(columns: tuple[str, ...], names: list[str], ctx: LogContext) -> list[int]:
+    """Where each of the plan's columns is in a row image of the log (empty: in the same
+    order). A column the image lacks was added to the table after it: NULL. A column the table
+    no longer has is refused by name."""
     gone = [n for n in columns if n not in names]
     if gone:
         raise ConnectorError(
@@ -412,7 +418,10 @@ def _order(columns: tuple[str, ...], names: list[str], ctx: LogContext) -> list[
             "(dropped or renamed); a table's changes can only add columns: take a new snapshot "
             f"with `rivc run --full-refresh --select source:{ctx.name}`"
         )
-    return [columns.index(n) if n in columns else None for n in names]
+    if list(columns) == names:
+        return []
+    # a column added after the image: its place is past the image's end, read as NULL below
+    return [columns.index(n) if n in columns else len(columns) for n in names]
 
 
 def _envelope(plan: list[Delivery]) -> dict[str, str]:

@@ -398,13 +398,15 @@ def _text(prefix: int, encoding: str | None) -> Reader:
         n = int.from_bytes(b[at : at + prefix], "little")
         at += prefix
         raw = b[at : at + n]
-        return (raw if encoding is None else raw.decode(encoding)), at + n
+        if encoding is None:
+            return raw, at + n
+        return (raw.decode("ascii") if raw.isascii() else raw.decode(encoding)), at + n
 
-    if prefix == 1 and encoding is not None:
+    if prefix == 1 and encoding == "utf8":
 
         def read1(b: bytes, at: int) -> tuple[Any, int]:
             n = b[at] + at + 1
-            return b[at + 1 : n].decode(encoding), n
+            return b[at + 1 : n].decode("utf8"), n
 
         return read1
     return read
@@ -481,10 +483,18 @@ def _datetime2(fsp: int) -> Reader:
     return read
 
 
+_SECONDS: dict[int, datetime] = {}  # recent timestamps' whole seconds: a row's often repeat
+
+
 def _since_epoch(seconds: int, micros: int) -> datetime | None:
     if not seconds and not micros:
         return None  # the zero timestamp
-    return _EPOCH + timedelta(seconds=seconds, microseconds=micros)
+    whole = _SECONDS.get(seconds)
+    if whole is None:
+        if len(_SECONDS) > 4096:
+            _SECONDS.clear()
+        whole = _SECONDS[seconds] = _EPOCH + timedelta(0, seconds)
+    return whole.replace(microsecond=micros) if micros else whole
 
 
 def _timestamp2(fsp: int) -> Reader:
