@@ -18,7 +18,7 @@ the snapshot of the table; a burst of single-row updates, each its own transacti
 transaction updating as many rows. Reported: wall time and changes/s of each run (both sinks),
 each node's time, and the log the server keeps for the slot once caught up.
 
---big ROWS (postgres): one transaction updating a ROWS-row table, landed alone (`rivc run
+--big ROWS (either source): one transaction updating a ROWS-row table, landed alone (`rivc run
 --select source:db.orders`, no sink): the node's time and the peak resident memory of the rivc
 process, beside the same table's snapshot.
 
@@ -165,7 +165,7 @@ def main() -> None:
         follow(args.follow, args.rate)
         return
     if args.big:
-        big(args.big)
+        big(args.big, args.source)
         return
     if args.tables:
         tables(args.tables, args.changes)
@@ -300,28 +300,54 @@ def pg_project(root: Path, port: int, tables: str, sinks: str = "") -> None:
         (root / path).write_text(text)
 
 
-def big(rows: int) -> None:
+def big(rows: int, source: str) -> None:
     """The snapshot of a `rows`-row table and one transaction updating every row, each landed
     by `rivc run --select source:db.orders` in a process of its own: seconds and peak RSS."""
-    base, port, pg_ctl, _ = cluster()
-    con = psycopg.connect(
-        f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
+    create = (
+        "CREATE TABLE orders (id int PRIMARY KEY, status varchar(20), "
+        "amount numeric(12, 2), updated timestamp(6) NULL, note text)"
     )
-    try:
-        con.execute(
-            "CREATE TABLE orders (id int PRIMARY KEY, status varchar(20), "
-            "amount numeric(12, 2), updated timestamp(6) NULL, note text)"
+    if source == "postgres":
+        base, port, pg_ctl, _ = cluster()
+        con = psycopg.connect(
+            f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
         )
-        con.execute(
+        run, series = con.execute, f"generate_series(1, {rows}) g"
+        stop = lambda: subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)  # noqa: E731
+    else:
+        import pymysql
+
+        base, port, server = mariadb()
+        my = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
+        my.cursor().execute("CREATE DATABASE bench")
+        my.select_db("bench")
+        run, series = my.cursor().execute, f"(SELECT seq AS g FROM seq_1_to_{rows}) s"
+        stop = server.kill
+    try:
+        run(create)
+        run(
             "INSERT INTO orders SELECT g, 'placed', g / 100.0, now(), md5(concat('', g)) "
-            f"FROM generate_series(1, {rows}) g"
+            f"FROM {series}"
         )
         root = base / "proj"
-        pg_project(root, port, " [{name: orders, table: public.orders}]\n")
+        if source == "postgres":
+            pg_project(root, port, " [{name: orders, table: public.orders}]\n")
+        else:
+            root.mkdir()
+            (root / "rivc_project.yml").write_text("name: bench\n")
+            (root / "profiles.yml").write_text(
+                "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+                f"port: {port}, user: root, database: bench}}\n"
+            )
+            (root / "sources").mkdir()
+            (root / "sources/db.yml").write_text(
+                "sources:\n  - name: db\n    connector: mysql-cdc\n    connection: db\n"
+                "    tables: [{name: orders, table: bench.orders}]\n"
+            )
         print(f"{'run':36} {'rows':>10} {'seconds':>8} {'rows/s':>9} {'peak RSS':>9}")
         for label in ("snapshot", "one transaction"):
             if label != "snapshot":
-                con.execute("UPDATE orders SET status = 'bulk', updated = now()")
+                run("UPDATE orders SET status = 'bulk', updated = now()")
             start = time.perf_counter()
             done = subprocess.run(
                 [
@@ -348,7 +374,7 @@ def big(rows: int) -> None:
                 f"{int(peak_kb) / 1024:>6,.0f} MB"
             )
     finally:
-        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        stop()
         shutil.rmtree(base, ignore_errors=True)
 
 

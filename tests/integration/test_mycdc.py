@@ -654,7 +654,7 @@ def test_the_binlog_decoder_reads_random_decimals_and_temporals_as_the_query_doe
         logged = []
         for kind, _, _, what in BinlogStream(reader, 4646, start, None, ("rivc_random", "t"), "t"):
             if kind == ROWS:
-                logged += [after for _, after in what[2]]
+                logged += [after for _, after in what.images()]
         reader.close()
         assert len(logged) == 600
         for got, want in zip(sorted(logged, key=lambda r: r[0]), queried, strict=True):
@@ -663,6 +663,86 @@ def test_the_binlog_decoder_reads_random_decimals_and_temporals_as_the_query_doe
                 assert str(g) == str(w)
     finally:
         run(con, "DROP DATABASE IF EXISTS rivc_random")
+        con.close()
+
+
+def test_a_large_transaction_waits_on_disk_for_its_commit_and_lands_whole_in_pieces(
+    tmp_path, binlog_mariadb, monkeypatch
+):
+    """A transaction's row events wait for its commit (whose place in the log orders it): past
+    SPOOL_BYTES in a temporary file, then decoded PIECE changes at a time. Made small here (4 KB
+    and 50 changes), one transaction of 2,000 inserts, five updates of one key, a moved key,
+    deletes and a re-insert lands whole in one batch, every change in its place in the
+    transaction, and the merge equals the table read with pymysql."""
+    import tempfile
+
+    from rivc.adapters.connectors.mysql import log as mylog
+
+    con = connect(binlog_mariadb)
+    run(
+        con,
+        "DROP DATABASE IF EXISTS rivc_big",
+        "CREATE DATABASE rivc_big",
+        "USE rivc_big",
+        "CREATE TABLE rivc_big.t (id int PRIMARY KEY, v varchar(40), n int)",
+        "INSERT INTO rivc_big.t SELECT seq, 'start', 0 FROM seq_1_to_10",
+    )
+    root = write_files(
+        tmp_path / "big",
+        {
+            "rivc_project.yml": "name: big\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {binlog_mariadb}, user: root, database: rivc_big}}\n",
+            "sources/s.yml": "sources:\n  - name: my\n    connector: mysql-cdc\n"
+            "    connection: db\n    tables: [{name: t, table: rivc_big.t}]\n",
+            "sinks/out.yml": f"sinks:\n  - name: lake\n    from: source:my.t\n{UNWRAP}"
+            "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n",
+        },
+    )
+    spilled = []
+    real = tempfile.TemporaryFile
+
+    def spy(*args, **kwargs):
+        spilled.append(kwargs.get("prefix"))
+        return real(*args, **kwargs)
+
+    try:
+        assert rivc(root, "run").exit_code == 0
+        monkeypatch.setattr(mylog, "SPOOL_BYTES", 4096)
+        monkeypatch.setattr(mylog, "PIECE", 50)
+        monkeypatch.setattr(tempfile, "TemporaryFile", spy)
+        con.begin()
+        run(
+            con,
+            "INSERT INTO rivc_big.t SELECT seq, md5(seq), seq FROM seq_100_to_2099",
+            *[f"UPDATE rivc_big.t SET n = n + 1, v = 'v{k}' WHERE id = 1" for k in range(5)],
+            "UPDATE rivc_big.t SET id = 5000 WHERE id = 2",
+            "DELETE FROM rivc_big.t WHERE id BETWEEN 3 AND 7",
+            "INSERT INTO rivc_big.t VALUES (3, 'again', 33)",
+        )
+        con.commit()
+        landed = rivc(root, "run")
+        assert landed.exit_code == 0, landed.output
+        assert spilled == ["rivc-binlog-"]
+        with con.cursor() as cur:
+            cur.execute("SELECT id, v, n FROM rivc_big.t")
+            table = {r[0]: (r[1], r[2]) for r in cur.fetchall()}
+        merged = DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()
+        assert {r["id"]: (r["v"], r["n"]) for r in merged} == table and len(table) == 2006
+        changes = DeltaTable(str(root / "warehouse/_rivc/landing/my.t")).to_pyarrow_table()
+        newest = max(changes.column("_rivc_batch").to_pylist())
+        batch = sorted(
+            (r for r in changes.to_pylist() if r["_rivc_batch"] == newest),
+            key=lambda r: (r["seq"], r["op"] == "c"),
+        )
+        assert len({r["binlog_pos"] for r in batch}) == 1  # one transaction, one commit
+        first = batch[0]["seq"]
+        assert [int(r["seq"] - first) for r in batch] == [*range(2006), 2005, *range(2006, 2012)]
+        ops = [r["op"] for r in batch]
+        assert ops == ["c"] * 2000 + ["u"] * 5 + ["d", "c"] + ["d"] * 5 + ["c"]
+        assert [r["after"]["v"] for r in batch[2000:2005]] == [f"v{k}" for k in range(5)]
+    finally:
+        run(con, "DROP DATABASE IF EXISTS rivc_big")
         con.close()
 
 

@@ -16,6 +16,7 @@ change-log driver (changelog.py) from the coordinates a table's landing table ho
 from __future__ import annotations
 
 import re
+import struct
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,10 +53,13 @@ from .binlog import (
     moved_server,
 )
 from .spec import MysqlCdcConfig, mysql_cdc_columns
-from .stream import COMMIT, GTID_AT, ROWS, STATEMENT, BinlogStream
+from .stream import COMMIT, GTID_AT, ROWS, STATEMENT, BinlogStream, RowsEvent
 
 SEQ = 10**9  # seq = (binlog file number << 32 | commit end position) * SEQ + place in its commit
 IDLE_ADVANCE = 16 << 20  # an idle table records a new position past this much log, or a new file
+PIECE = 10_000  # a large transaction is decoded and handed on this many changes at a time
+SPOOL_BYTES = 16 << 20  # of an open transaction's row events held in memory; the rest on disk
+_SPILLED = struct.Struct("<BII")  # a spilled row event: its type (0: a truncate), table, size
 _BITS = {"tiny": 8, "short": 16, "int24": 24, "long": 32, "longlong": 64}
 
 
@@ -235,8 +239,8 @@ class _Session(LogSession):
         self._reached = BinlogPosition(self.upto[0], self.upto[1], gtid, shift)
         names = [d.name for d in self.plan]
         found = _transactions(ctx, held, self.by_gtid, self.upto, shift, *self.name, names)
-        for commit, changes in found:
-            yield commit, [Change(op, b, a, i) for i, (op, b, a) in enumerate(changes)]
+        for commit, first, changes in found:  # a large transaction in pieces
+            yield commit, [Change(op, b, a, i) for i, (op, b, a) in enumerate(changes, first)]
 
     def envelopes(self, rows: Rows, parts: BatchParts | None) -> Any:
         return self.convert.table(rows)
@@ -330,8 +334,30 @@ def _transactions(
     )
     end = (file_number(upto[0]), upto[1])
     gtid: str | None = None
-    changes: list[tuple[str, Any, Any]] = []
+    spool = _Spool()  # the open transaction's row events of the table
     orders: dict[tuple[str, ...], list[int]] = {}  # a log image's columns: the plan's
+
+    def pieces(commit: _Commit) -> Iterator[tuple[_Commit, int, list[tuple[str, Any, Any]]]]:
+        """The spooled transaction decoded, PIECE changes at a time."""
+        first, piece = 0, list[tuple[str, Any, Any]]()
+        for event in spool:
+            if event is None:
+                piece.append(("truncate", None, None))
+            else:
+                op, columns, rows = event.op, event.names, event.images()
+                order = orders.get(columns)
+                if order is None:
+                    order = orders[columns] = _order(columns, names, ctx)
+                if order:
+                    piece += [(op, _arranged(b, order), _arranged(a, order)) for b, a in rows]
+                else:  # the log's columns are the plan's
+                    piece += [(op, b, a) for b, a in rows]
+            if len(piece) >= PIECE:
+                yield commit, first, piece
+                first, piece = first + len(piece), []
+        if piece:
+            yield commit, first, piece
+
     named = re.compile(rf"(`?{re.escape(schema)}`?\s*\.\s*)?`?{re.escape(table)}`?(\W|$)", re.I)
     try:
         stream = BinlogStream(
@@ -349,18 +375,12 @@ def _transactions(
             if number > end[0] or (number == end[0] and pos > end[1]):
                 break
             if kind == ROWS:
-                op, columns, rows = what
-                order = orders.get(columns)
-                if order is None:
-                    order = orders[columns] = _order(columns, names, ctx)
-                if not order:  # the log's columns are the plan's
-                    changes += [(op, before, after) for before, after in rows]
-                    continue
-                changes += [(op, _arranged(b, order), _arranged(a, order)) for b, a in rows]
+                spool.add(what)
             elif kind == GTID_AT:
-                gtid, changes = what, []
+                gtid = what
+                spool.clear()
             elif kind == STATEMENT and what[1].strip().upper() == "BEGIN":
-                changes = []
+                spool.clear()
             else:
                 ddl, query = None, ""
                 if kind == STATEMENT:
@@ -370,7 +390,7 @@ def _transactions(
                         ddl = None  # a table of the same name in another database
                 commit = kind == COMMIT or query.upper() == "COMMIT"
                 if ddl and query.lower().startswith("truncate"):
-                    changes.append(("truncate", None, None))
+                    spool.add(None)
                 elif ddl and (not _RESHAPE.match(query) or _FILLS.search(query)):
                     what_it_did = (
                         "added a column with a value for the rows already there, which they "
@@ -383,10 +403,10 @@ def _transactions(
                         f"take a new snapshot with `rivc run --full-refresh --select "
                         f"source:{ctx.name}`"
                     )
-                if (commit or ddl) and changes:
+                if (commit or ddl) and spool:
                     committed = datetime.fromtimestamp(when, UTC)
-                    yield _Commit(stream.file, pos, gtid, committed, shift), changes
-                    changes = []
+                    yield from pieces(_Commit(stream.file, pos, gtid, committed, shift))
+                    spool.clear()
     except pymysql.err.OperationalError as e:
         if e.args[0] != 1236:  # the server has no log from the held position on
             raise
@@ -397,7 +417,57 @@ def _transactions(
             f"`rivc run --full-refresh --select source:{ctx.name}`"
         ) from None
     finally:
+        spool.clear()
         db.close()
+
+
+class _Spool:
+    """A transaction's row events of the table (None: a truncate), kept until its commit says
+    where it ends: in memory up to SPOOL_BYTES, the rest in a temporary file, so a large
+    transaction is never held in memory, decoded or not."""
+
+    def __init__(self) -> None:
+        self.held: list[RowsEvent | None] = []
+        self.size = 0
+        self.file: Any = None
+        self.tables: list[Any] = []  # the spilled events' table maps, by place
+
+    def __bool__(self) -> bool:
+        return bool(self.held) or self.file is not None
+
+    def add(self, event: RowsEvent | None) -> None:
+        if self.file is None:
+            self.held.append(event)
+            self.size += 0 if event is None else len(event.body)
+            if self.size > SPOOL_BYTES:
+                import tempfile
+
+                self.file = tempfile.TemporaryFile(prefix="rivc-binlog-")
+            return
+        if event is None:
+            self.file.write(_SPILLED.pack(0, 0, 0))
+            return
+        if event.table not in self.tables:
+            self.tables.append(event.table)
+        at = self.tables.index(event.table)
+        self.file.write(_SPILLED.pack(event.kind, at, len(event.body)) + event.body)
+
+    def __iter__(self) -> Iterator[RowsEvent | None]:
+        yield from self.held
+        if self.file is None:
+            return
+        self.file.flush()
+        self.file.seek(0)
+        read = self.file.read
+        while head := read(_SPILLED.size):
+            kind, at, size = _SPILLED.unpack(head)
+            yield RowsEvent(kind, self.tables[at], read(size)) if kind else None
+
+    def clear(self) -> None:
+        self.held, self.size, self.tables = [], 0, []
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def _arranged(image: list[Any] | None, order: list[int]) -> list[Any] | None:

@@ -2,7 +2,8 @@
 
 rivc asks the server for its log from binlog coordinates (or, on MariaDB, from GTIDs) with
 COM_BINLOG_DUMP in its non-blocking form: the server sends every event up to its log's end and
-stops. Of the events, mysql-cdc reads table maps, row images, commits, GTIDs and statements.
+stops. The request and the events go over a pymysql connection's own socket (its private
+`_write_bytes` and `_rfile`, as replication clients on pymysql do). Of the events, mysql-cdc reads table maps, row images, commits, GTIDs and statements.
 A table map is parsed once per distinct shape (a transaction of one row repeats its table's map
 each time), into one reader per column; a row event of the one table asked for is decoded in
 one loop over its images. Row events of other tables are skipped undecoded.
@@ -21,7 +22,7 @@ import struct
 from collections.abc import Callable, Iterator
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from rivc.compiler.errors import ConnectorError
 
@@ -40,9 +41,32 @@ _UNREADABLE = {
     171: "a compressed row event (log_bin_compress)",
 }
 
-# the events the stream yields: (kind, end position in the file, timestamp, what)
+# the events the stream yields: (kind, end position in the file, timestamp, what): a
+# RowsEvent, None, a GTID, or a statement's (database, text)
 ROWS, COMMIT, GTID_AT, STATEMENT = "rows", "commit", "gtid", "statement"
 Event = tuple[str, int, int, Any]
+
+
+class RowsEvent(NamedTuple):
+    """A row event of the table asked for, decoded when `images` is called (a large
+    transaction's are kept as they came until its commit)."""
+
+    kind: int
+    table: _TableMap
+    body: bytes
+
+    @property
+    def op(self) -> str:
+        return _ROWS[self.kind]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.table.names
+
+    def images(self) -> list[tuple[list[Any] | None, list[Any] | None]]:
+        """(before, after) of each row, in the table's column order."""
+        return self.table.rows(self.kind, self.body)
+
 
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 _HEAD = struct.Struct("<IBIIIH")  # timestamp, type, server id, size, end position, flags
@@ -122,11 +146,11 @@ class BinlogStream:
             if rows is not None:
                 table = self._ids.get(int.from_bytes(body[:6], "little"))
                 if table is not None and table.name == want:
-                    yield ROWS, end, when, (rows, table.names, table.rows(kind, body))
+                    yield ROWS, end, when, RowsEvent(kind, table, body)
             elif kind == TABLE_MAP:
                 table = self._maps.get(body)
                 if table is None:
-                    table = self._maps[body] = _TableMap(body)
+                    table = self._maps[body] = _TableMap(body, self.label)
                 self._ids[table.id] = table
             elif kind == XID:
                 yield COMMIT, end, when, None
@@ -200,8 +224,8 @@ class _TableMap:
     """A table map event: the table's id and name, its columns' names and one reader per
     column for its row images."""
 
-    def __init__(self, body: bytes) -> None:
-        self.id = int.from_bytes(body[:6], "little")
+    def __init__(self, body: bytes, label: str) -> None:
+        self.id, self.label = int.from_bytes(body[:6], "little"), label
         at = 8
         schema = body[at + 1 : at + 1 + body[at]].decode()
         at += 2 + body[at]
@@ -266,6 +290,12 @@ class _TableMap:
 
     def rows(self, kind: int, body: bytes) -> list[tuple[list[Any] | None, list[Any] | None]]:
         """A row event's images, (before, after) each, in the table's column order."""
+        try:
+            return self._rows(kind, body)
+        except ConnectorError as e:
+            raise ConnectorError(f"{self.label}: {e.message}") from None
+
+    def _rows(self, kind: int, body: bytes) -> list[tuple[list[Any] | None, list[Any] | None]]:
         at = 8
         if kind >= 30:  # v2: extra data, its length counting itself
             at += _U16.unpack_from(body, at)[0]
