@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -89,8 +90,9 @@ def timed_run(root: Path) -> float:
     return took
 
 
-def mariadb() -> tuple[Path, int, subprocess.Popen[bytes]]:
-    """A MariaDB server of the bench's own with the row-based binlog on (root needed)."""
+def mariadb() -> tuple[Path, int, subprocess.Popen[bytes], Any]:
+    """A MariaDB server of the bench's own with the row-based binlog on (root needed), and a
+    connection to its new database `bench`."""
     base = Path(tempfile.mkdtemp(prefix="rivc-cdc-bench-", dir="/tmp"))
     base.chmod(0o755)
     shutil.chown(base, "mysql")
@@ -135,7 +137,12 @@ def mariadb() -> tuple[Path, int, subprocess.Popen[bytes]]:
             break
         except OSError:
             time.sleep(0.2)
-    return base, port, server
+    import pymysql
+
+    my = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
+    my.cursor().execute("CREATE DATABASE bench")
+    my.select_db("bench")
+    return base, port, server, my
 
 
 SINKS = "".join(
@@ -183,12 +190,7 @@ def main() -> None:
         )
         stop = lambda: subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)  # noqa: E731
     else:
-        import pymysql
-
-        base, port, server = mariadb()
-        my = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
-        my.cursor().execute("CREATE DATABASE bench")
-        my.select_db("bench")
+        base, port, server, my = mariadb()
 
         def run(sql: str, params: tuple[object, ...] = ()) -> None:
             with my.cursor() as cur:
@@ -223,32 +225,35 @@ def main() -> None:
         spans: list[tuple[int, int]] = []  # mysql: each run's stretch of the binlog
         took = timed_run(root)
         results.append(("snapshot", n, took))
+        if args.source == "postgres":  # the anchor's slot: the same changes, decoded again
+            con.execute("SELECT pg_create_logical_replication_slot('bench_anchor', 'pgoutput')")
         start = log_position(my) if args.source == "mysql" else 0
         for i in range(1, n + 1):  # each its own transaction (autocommit)
             run("UPDATE orders SET status = 'burst', amount = amount + 1 WHERE id = %s", (i,))
-        spans.append((start, log_position(my) if args.source == "mysql" else 0))
+        spans.append((start, log_position(my) if args.source == "mysql" else wal_end(con)))
         took = timed_run(root)
         results.append((f"{n:,} single-row transactions", n, took))
         for r in range(1, args.rounds + 1):  # the history grows by n versions each round
             start = log_position(my) if args.source == "mysql" else 0
             run(f"UPDATE orders SET status = 'bulk{r}', updated = now()")
-            spans.append((start, log_position(my) if args.source == "mysql" else 0))
+            spans.append((start, log_position(my) if args.source == "mysql" else wal_end(con)))
             took = timed_run(root)
             results.append((f"one {n:,}-row transaction" + (f" #{r}" if r > 1 else ""), n, took))
         print(f"{'run':40} {'changes':>9} {'seconds':>8} {'changes/s':>10}")
         for label, changes, secs in results:
             print(f"{label:40} {changes:>9,} {secs:>8.1f} {changes / secs:>10,.0f}")
-        if args.source == "mysql":  # the anchor: the server's own decoder over the same log
-            for (label, changes, _), (first, last) in zip(results[1:], spans, strict=True):
+        # the anchor: the server's own decoder over the same log
+        for (label, changes, _), (first, last) in zip(results[1:], spans, strict=True):
+            if args.source == "mysql":
+                tool = "mariadb-binlog -v"
                 secs = server_decoding(base / "data/binlog.000001", first, last)
-                print(
-                    f"mariadb-binlog -v over the log of {label}: {secs:.1f} s "
-                    f"({changes / secs:,.0f} changes/s)"
-                )
+            else:
+                tool, secs = "pg_recvlogical (pgoutput)", slot_decoding(con, port, last)
+            print(f"{tool} over the log of {label}: {secs:.1f} s ({changes / secs:,.0f} changes/s)")
         if args.source == "postgres":
             kept = con.execute(
                 "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) "
-                "FROM pg_replication_slots"
+                "FROM pg_replication_slots WHERE slot_name <> 'bench_anchor'"
             ).fetchone()[0]
             print(f"log kept for the slot once caught up: {int(kept):,} bytes")
     finally:
@@ -263,6 +268,47 @@ def log_position(my: object) -> int:
     with my.cursor() as cur:  # type: ignore[attr-defined]
         cur.execute("SHOW MASTER STATUS")
         return int(cur.fetchone()[1])
+
+
+def wal_end(con: psycopg.Connection) -> int:
+    """Where PostgreSQL's log ends now."""
+    lsn = str(con.execute("SELECT pg_current_wal_lsn()").fetchone()[0])  # type: ignore[index]
+    high, low = lsn.split("/")
+    return int(high, 16) << 32 | int(low, 16)
+
+
+def slot_decoding(con: psycopg.Connection, port: int, end: int) -> float:
+    """Seconds PostgreSQL takes to decode its log up to `end` into pgoutput messages for the
+    bench's own slot (`pg_recvlogical` to /dev/null), with rivc's publication."""
+    publication = con.execute("SELECT pubname FROM pg_publication").fetchone()[0]  # type: ignore[index]
+    recv = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_recvlogical"))[-1]
+    began = time.perf_counter()
+    subprocess.run(
+        [
+            str(recv),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "--slot",
+            "bench_anchor",
+            "--start",
+            "--no-loop",
+            f"--endpos={end >> 32:X}/{end & 0xFFFFFFFF:X}",
+            "-o",
+            "proto_version=1",
+            "-o",
+            f"publication_names={publication}",
+            "-f",
+            "/dev/null",
+        ],
+        check=True,
+    )
+    return time.perf_counter() - began
 
 
 def server_decoding(file: Path, first: int, last: int) -> float:
@@ -315,12 +361,7 @@ def big(rows: int, source: str) -> None:
         run, series = con.execute, f"generate_series(1, {rows}) g"
         stop = lambda: subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)  # noqa: E731
     else:
-        import pymysql
-
-        base, port, server = mariadb()
-        my = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
-        my.cursor().execute("CREATE DATABASE bench")
-        my.select_db("bench")
+        base, port, server, my = mariadb()
         run, series = my.cursor().execute, f"(SELECT seq AS g FROM seq_1_to_{rows}) s"
         stop = server.kill
     try:

@@ -413,6 +413,41 @@ def test_an_added_column_flows_to_the_sinks_that_evolve_and_other_shape_changes_
         con.close()
 
 
+def log_and_query(path, port: int, database: str):
+    """A project reading `database`.t twice: by its log (mysql-cdc source `my`, merged into a
+    Delta table at out/t) and by a query (the `mysql` source `q`). Its root."""
+    sources = (
+        "sources:\n  - name: my\n    connector: mysql-cdc\n    connection: db\n"
+        f"    tables: [{{name: t, table: {database}.t}}]\n"
+        "  - name: q\n    connector: mysql\n    connection: db\n"
+        f"    tables: [{{name: t, table: {database}.t}}]\n"
+    )
+    return write_files(
+        path,
+        {
+            "rivc_project.yml": f"name: {database}\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {port}, user: root, database: {database}}}\n",
+            "sources/s.yml": sources,
+            "sinks/out.yml": f"sinks:\n  - name: lake\n    from: source:my.t\n{UNWRAP}"
+            "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n",
+        },
+    )
+
+
+def queried(root) -> dict[int, dict]:
+    """The rows of the query-based source's newest batch, by id."""
+    landed = DeltaTable(str(root / "warehouse/_rivc/landing/q.t")).to_pyarrow_table()
+    newest = max(landed.column("_rivc_batch").to_pylist())
+    rows = [r for r in landed.to_pylist() if r.pop("_rivc_batch") == newest]
+    return {r["id"]: r for r in rows}
+
+
+def merged(root) -> dict[int, dict]:
+    """The rows of the log's Delta merge, by id."""
+    return {r["id"]: r for r in DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()}
+
+
 def test_enum_time_and_bit_columns_arrive_as_the_mysql_source_delivers_them(
     tmp_path, binlog_mariadb
 ):
@@ -431,39 +466,14 @@ def test_enum_time_and_bit_columns_arrive_as_the_mysql_source_delivers_them(
         "b'1111111111111111111111111111111111111111111111111111111111111111'), "
         "(2, NULL, NULL, NULL, NULL, NULL), (3, 'x', '-00:00:00.5', 0, b'0', 0)",
     )
-    sources = (
-        "sources:\n  - name: my\n    connector: mysql-cdc\n    connection: db\n"
-        "    tables: [{name: t, table: rivc_kinds.t}]\n"
-        "  - name: q\n    connector: mysql\n    connection: db\n"
-        "    tables: [{name: t, table: rivc_kinds.t}]\n"
-    )
-    root = write_files(
-        tmp_path / "kinds",
-        {
-            "rivc_project.yml": "name: kinds\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
-            f"port: {binlog_mariadb}, user: root, database: rivc_kinds}}\n",
-            "sources/s.yml": sources,
-            "sinks/out.yml": f"sinks:\n  - name: lake\n    from: source:my.t\n{UNWRAP}"
-            "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n",
-        },
-    )
-
-    def queried() -> dict[int, dict]:
-        landed = DeltaTable(str(root / "warehouse/_rivc/landing/q.t")).to_pyarrow_table()
-        newest = max(landed.column("_rivc_batch").to_pylist())
-        rows = [r for r in landed.to_pylist() if r.pop("_rivc_batch") == newest]
-        return {r["id"]: r for r in rows}
-
-    def merged() -> dict[int, dict]:
-        return {r["id"]: r for r in DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()}
+    root = log_and_query(tmp_path / "rivc_kinds", binlog_mariadb, "rivc_kinds")
 
     try:
         first = rivc(root, "run")
         assert first.exit_code == 0, first.output
-        assert merged() == queried()  # the snapshot
-        assert merged()[1]["tm"] == "-PT838H59M59S" and merged()[1]["b1"] is True
-        assert merged()[3]["tm"] == "-PT0H0M0.5S"  # from the snapshot's query: exact
+        assert merged(root) == queried(root)  # the snapshot
+        assert merged(root)[1]["tm"] == "-PT838H59M59S" and merged(root)[1]["b1"] is True
+        assert merged(root)[3]["tm"] == "-PT0H0M0.5S"  # from the snapshot's query: exact
         run(
             con,
             "INSERT INTO rivc_kinds.t VALUES (4, 'zz', '838:59:59.999999', 0, b'11111', 1), "
@@ -473,8 +483,8 @@ def test_enum_time_and_bit_columns_arrive_as_the_mysql_source_delivers_them(
         )
         changed = rivc(root, "run")
         assert changed.exit_code == 0, changed.output
-        assert merged() == queried()  # the log
-        assert merged()[5]["tm"] == "-PT0H0M1S" and merged()[4]["b5"] == "11111"
+        assert merged(root) == queried(root)  # the log
+        assert merged(root)[5]["tm"] == "-PT0H0M1S" and merged(root)[4]["b5"] == "11111"
 
         # negative times with a fraction, from the log's own encoding (sign, whole, fraction)
         run(
@@ -484,8 +494,8 @@ def test_enum_time_and_bit_columns_arrive_as_the_mysql_source_delivers_them(
         )
         fractions = rivc(root, "run")
         assert fractions.exit_code == 0, fractions.output
-        assert merged() == queried()
-        assert [merged()[i]["tm"] for i in (6, 7, 8)] == [
+        assert merged(root) == queried(root)
+        assert [merged(root)[i]["tm"] for i in (6, 7, 8)] == [
             "-PT0H0M0.000001S",
             "-PT838H59M58.999999S",
             "-PT0H0M1.5S",
@@ -545,35 +555,10 @@ def test_every_type_from_the_binlog_equals_the_query_at_its_edges(tmp_path, binl
         f"CREATE TABLE rivc_types.t ({TYPES})",
         "INSERT INTO rivc_types.t (id) VALUES (0)",
     )
-    sources = (
-        "sources:\n  - name: my\n    connector: mysql-cdc\n    connection: db\n"
-        "    tables: [{name: t, table: rivc_types.t}]\n"
-        "  - name: q\n    connector: mysql\n    connection: db\n"
-        "    tables: [{name: t, table: rivc_types.t}]\n"
-    )
-    root = write_files(
-        tmp_path / "types",
-        {
-            "rivc_project.yml": "name: types\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
-            f"port: {binlog_mariadb}, user: root, database: rivc_types}}\n",
-            "sources/s.yml": sources,
-            "sinks/out.yml": f"sinks:\n  - name: lake\n    from: source:my.t\n{UNWRAP}"
-            "    connector: delta\n    config: {table_uri: out/t, mode: merge, merge_keys: [id]}\n",
-        },
-    )
-
-    def queried() -> dict[int, dict]:
-        landed = DeltaTable(str(root / "warehouse/_rivc/landing/q.t")).to_pyarrow_table()
-        newest = max(landed.column("_rivc_batch").to_pylist())
-        rows = [r for r in landed.to_pylist() if r.pop("_rivc_batch") == newest]
-        return {r["id"]: r for r in rows}
+    root = log_and_query(tmp_path / "rivc_types", binlog_mariadb, "rivc_types")
 
     def landed() -> list[dict]:
         return DeltaTable(str(root / "warehouse/_rivc/landing/my.t")).to_pyarrow_table().to_pylist()
-
-    def merged() -> dict[int, dict]:
-        return {r["id"]: r for r in DeltaTable(str(root / "out/t")).to_pyarrow_table().to_pylist()}
 
     try:
         first = rivc(root, "run")
@@ -581,22 +566,24 @@ def test_every_type_from_the_binlog_equals_the_query_at_its_edges(tmp_path, binl
         run(con, "INSERT INTO rivc_types.t VALUES " + ", ".join(EDGES))
         inserted = rivc(root, "run")
         assert inserted.exit_code == 0, inserted.output
-        for key, want in queried().items():
-            got = merged()[key]
+        for key, want in queried(root).items():
+            got = merged(root)[key]
             assert {k: v for k, v in got.items() if want[k] != v} == {}, key
-        assert merged() == queried() and len(merged()) == 5
-        after_insert = queried()
+        assert merged(root) == queried(root) and len(merged(root)) == 5
+        after_insert = queried(root)
         run(con, "UPDATE rivc_types.t SET ti = -ti WHERE id BETWEEN 1 AND 4 AND ti > -128")
         run(con, "UPDATE rivc_types.t SET ti = 0 WHERE id = 1")
         updated = rivc(root, "run")
         assert updated.exit_code == 0, updated.output
-        assert merged() == queried()
+        assert merged(root) == queried(root)
         # the update's before images are the rows as they were inserted, column by column
         changes = [r for r in landed() if r["op"] == "u"]
         assert sorted(r["before"]["id"] for r in changes) == [1, 2]
         for change in changes:
             assert change["before"] == after_insert[change["before"]["id"]]
-        assert merged()[1]["tm1"] == "-PT0H0M0.1S" and merged()[2]["tm5"] == "-PT0H0M0.00001S"
+        assert (
+            merged(root)[1]["tm1"] == "-PT0H0M0.1S" and merged(root)[2]["tm5"] == "-PT0H0M0.00001S"
+        )
     finally:
         run(con, "DROP DATABASE IF EXISTS rivc_types")
         con.close()

@@ -98,6 +98,9 @@ class BinlogStream:
             if checksum:  # the server sends events with their CRC32, which the stream drops
                 cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum")
             cur.execute("SET @mariadb_slave_capability = 4")  # GTID events, not BEGIN queries
+            # rivc stops reading while it writes a large transaction's pieces: the server
+            # waits for it instead of dropping the connection after a minute
+            cur.execute("SET SESSION net_write_timeout = 3600")
             if start is None:  # MariaDB from a GTID position
                 cur.execute("SET @slave_connect_state = %s", (gtid,))
                 cur.execute("SET @slave_gtid_strict_mode = 1")
