@@ -15,6 +15,8 @@ import pytest
 from deltalake import DeltaTable
 from rivc_dbs import Db, database
 
+from rivc.adapters.connectors.mysql.binlog import log_end
+from rivc.adapters.connectors.mysql.log import SPOOL_BYTES
 from rivc_testing import (
     assert_merged_once,
     iceberg_catalog,
@@ -188,14 +190,17 @@ def test_binlog_changes_land_once_and_merge_into_delta_iceberg_and_history_acros
         "DELETE FROM rivc_cdc.orders WHERE id BETWEEN 10 AND 19",
         "UPDATE rivc_cdc.orders SET id = 90000, status = 'moved' WHERE id = 30",  # 30 goes
     )
+    begun = log_end(con)
     run(
         con,
         "START TRANSACTION",  # one large transaction: never split across batches
         "UPDATE rivc_cdc.orders SET amount = amount + 1 WHERE id > 1000",
-        "INSERT INTO rivc_cdc.orders SELECT seq, 'bulk', 1, NOW(6), NOW(6), 1, 'x', NULL "
-        "FROM seq_6000_to_55999",
+        "INSERT INTO rivc_cdc.orders SELECT seq, 'bulk', 1, NOW(6), NOW(6), 1, REPEAT('x', 400), "
+        "NULL FROM seq_6000_to_55999",
         "COMMIT",
     )
+    # more log than mysql-cdc keeps in memory: the rest waits in a file for the commit
+    assert log_end(con)[1] - begun[1] > SPOOL_BYTES
     killed = run_rivc(root, "after-landing")  # landed, no consumer ran
     assert killed.returncode == -9, killed.stderr[-2000:]
     again = run_rivc(root)
@@ -595,7 +600,6 @@ def test_the_binlog_decoder_reads_random_decimals_and_temporals_as_the_query_doe
     fractional precision (negative times too), read from the log's row events."""
     import random
 
-    from rivc.adapters.connectors.mysql.binlog import log_end
     from rivc.adapters.connectors.mysql.stream import ROWS, BinlogStream
 
     decimals = [(1, 0), (5, 0), (9, 0), (10, 10), (12, 2), (18, 4), (19, 9), (38, 20), (65, 30)]
