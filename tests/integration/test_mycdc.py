@@ -737,6 +737,80 @@ def test_a_large_transaction_waits_on_disk_for_its_commit_and_lands_whole_in_pie
         con.close()
 
 
+def test_a_key_changed_many_times_between_runs_reaches_the_merge_and_the_history_whole(
+    tmp_path, binlog_mariadb
+):
+    """Between two runs, each in its own transaction: one key updated three times while its
+    200,000-character column is left alone, a key moved, a key deleted and inserted again. The
+    merge equals the table read with pymysql key by key, and the scd2 history holds each
+    version of each key once, the long value whole in every one."""
+    con = connect(binlog_mariadb)
+    long = "ü" + "x" * 199_999
+    run(
+        con,
+        "DROP DATABASE IF EXISTS rivc_many",
+        "CREATE DATABASE rivc_many",
+        "CREATE TABLE rivc_many.t (id int PRIMARY KEY, v varchar(20), body mediumtext, n int) "
+        "CHARSET utf8mb4",
+        f"INSERT INTO rivc_many.t VALUES (1, 'start', '{long}', 0), (2, 'two', 'b2', 2), "
+        "(3, 'three', 'b3', 3), (4, 'four', NULL, 4)",
+    )
+    root = write_files(
+        tmp_path / "many",
+        {
+            "rivc_project.yml": "name: many\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {binlog_mariadb}, user: root, database: rivc_many}}\n",
+            "sources/s.yml": "sources:\n  - name: my\n    connector: mysql-cdc\n"
+            "    connection: db\n    tables: [{name: t, table: rivc_many.t}]\n",
+            "sinks/out.yml": "sinks:\n"
+            + "".join(
+                f"  - name: {name}\n    from: source:my.t\n{UNWRAP}    connector: delta\n"
+                f"    config: {{table_uri: out/{name}, mode: {mode}, merge_keys: [id]}}\n"
+                for name, mode in (("lake", "merge"), ("hist", "scd2"))
+            ),
+        },
+    )
+
+    def table() -> dict[int, tuple]:
+        with con.cursor() as cur:
+            cur.execute("SELECT id, v, body, n FROM rivc_many.t")
+            return {r[0]: r[1:] for r in cur.fetchall()}
+
+    try:
+        assert rivc(root, "run").exit_code == 0
+        versions = {k: [v] for k, v in table().items()}
+        for statement in (
+            "UPDATE rivc_many.t SET v = 'a' WHERE id = 1",
+            "UPDATE rivc_many.t SET v = 'b' WHERE id = 1",
+            "UPDATE rivc_many.t SET n = n + 1 WHERE id = 1",
+            "UPDATE rivc_many.t SET id = 20 WHERE id = 2",
+            "DELETE FROM rivc_many.t WHERE id = 3",
+            "INSERT INTO rivc_many.t VALUES (3, 'back', 'b3 again', 33)",
+        ):
+            run(con, statement)  # autocommit: each its own transaction
+            now = table()
+            for k, v in now.items():
+                if versions.setdefault(k, [])[-1:] != [v]:
+                    versions[k].append(v)
+        done = rivc(root, "run")
+        assert done.exit_code == 0, done.output
+        want = table()
+        merged = DeltaTable(str(root / "out/lake")).to_pyarrow_table().to_pylist()
+        assert {r["id"]: (r["v"], r["body"], r["n"]) for r in merged} == want
+        history = DeltaTable(str(root / "out/hist")).to_pyarrow_table().to_pylist()
+        current = {r["id"]: (r["v"], r["body"], r["n"]) for r in history if r["is_current"]}
+        assert current == want
+        held = {}
+        for r in sorted(history, key=lambda r: (r["id"], r["valid_from"])):
+            held.setdefault(r["id"], []).append((r["v"], r["body"], r["n"]))
+        assert held == versions
+        assert [v[1] == long for v in held[1]] == [True] * 4
+    finally:
+        run(con, "DROP DATABASE IF EXISTS rivc_many")
+        con.close()
+
+
 def test_a_followed_binlog_reaches_the_table_pass_by_pass_until_ctrl_c(tmp_path, binlog_mariadb):
     """As for postgres-cdc: a `processing_time` trigger below a mysql-cdc table makes the run
     follow the binlog; changes made while it runs reach the merged table, and Ctrl-C stops it
