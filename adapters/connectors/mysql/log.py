@@ -20,7 +20,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -123,12 +123,14 @@ class _Commit:
     time: datetime
     shift: int  # past every landed change read from an earlier server (after a failover)
 
-    def __post_init__(self) -> None:
+    first: int = field(init=False, repr=False, compare=False)  # the seq of its first change
+
+    def __post_init__(self) -> None:  # once per transaction, not per change
         first = self.shift + ((file_number(self.file) << 32) | self.pos) * SEQ
-        object.__setattr__(self, "_first", first)
+        object.__setattr__(self, "first", first)
 
     def seq(self, i: int) -> int:
-        return self._first + i  # type: ignore[attr-defined, no-any-return]
+        return self.first + i
 
 
 def server_id(project: str, source: str, config: MysqlCdcConfig) -> int:
