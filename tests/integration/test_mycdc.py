@@ -539,7 +539,7 @@ EDGES = (
     "'9999-12-31', '9999-12-31 23:59:59', '2024-02-29 23:59:59.999', '1970-01-01 00:00:00', "
     "'2038-01-19 03:14:07', '1970-01-01 00:00:01.01', '2024-06-30 23:59:59.9999', '838:59:59', "
     "'00:00:00.9', '-00:00:00.001', '-00:00:00.00001', 2155, 'ccc', b'111111111111')",
-    "(3, 0, 1, -1, 1, -1, 1, -1, 1, -1, 1, 0, -0.0, 0, -0.0001, -1.5, 'x', NULL, NULL, NULL, "
+    "(3, 0, 1, -1, 1, -1, 1, -1, 1, -1, 1, 0, -0.0, 0, -0.0001, -1.5, 'x', 'NULL', NULL, '\\\\N', "
     "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '00:00:00', '-00:00:01.5', "
     "NULL, NULL, 0, NULL, b'100000000001')",
     "(4" + ", NULL" * 36 + ")",
@@ -589,6 +589,7 @@ def test_every_type_from_the_binlog_equals_the_query_at_its_edges(tmp_path, binl
         assert (
             merged(root)[1]["tm1"] == "-PT0H0M0.1S" and merged(root)[2]["tm5"] == "-PT0H0M0.00001S"
         )
+        assert merged(root)[3]["vc"] == "NULL" and merged(root)[3]["tx"] == "\\N"  # text
     finally:
         run(con, "DROP DATABASE IF EXISTS rivc_types")
         con.close()
