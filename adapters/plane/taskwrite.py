@@ -17,7 +17,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,8 +61,8 @@ def write_parquet(
 ) -> list[Written]:
     """Have Spark's tasks write `df` under `uri`/`where`/ and return what they wrote. On any
     failure the prefix is removed and the error raised. With `apart` (a condition), the rows
-    that meet it and the others go to separate files (under `where`/0/ and `where`/1/; `df`
-    is computed once, cached for both).
+    that meet it and the others go to separate files, in one pass over `df` (a partition of
+    the write, `where`/_rivc_apart=true/ and =false/, that no commit records).
 
     A table on a disk (a local Spark's, or a `file://` location, which compile lets a remote
     Spark have only as the promise that every machine mounts it at the same place) is written
@@ -74,20 +74,15 @@ def write_parquet(
     batch Spark hands it, up to 10,000 rows). Brotli always takes rivc's task: Spark's writer
     has no brotli codec without Hadoop's native library."""
     if apart is not None:
-        df = df.persist()
-        try:
-            return [
-                w
-                for n, part in enumerate((df.where(apart), df.where(f"NOT ({apart})")))
-                for w in write_parquet(
-                    part, uri, store, f"{where}/{n}", codec, partition_by, max_bytes
-                )
-            ]
-        except BaseException:
-            store.remove_tree(join(uri, where))
-            raise
-        finally:
-            df.unpersist()
+        from pyspark.sql import functions as F
+
+        side = "_rivc_apart"  # a partition of the write only: the table never sees it
+        marked = df.withColumn(side, F.expr(f"coalesce({apart}, false)"))
+        written = write_parquet(marked, uri, store, where, codec, (side, *partition_by), max_bytes)
+        return [
+            replace(w, partition={k: v for k, v in w.partition.items() if k != side})
+            for w in written
+        ]
     if is_local(uri) and not max_bytes and codec != "brotli":
         target = Path(uri) / where
         try:
