@@ -4,6 +4,7 @@ and a Delta scd2 history (batch mode).
     python bench/cdc_bench.py                   # postgres-cdc, 200,000 changes each way
     python bench/cdc_bench.py --source mysql    # mysql-cdc on a MariaDB of its own
     python bench/cdc_bench.py --changes 50000
+    python bench/cdc_bench.py --snapshot 1000000  # a table of 1M rows (200,000 of them changed)
     python bench/cdc_bench.py --follow 60       # lag of a followed log at 2,000 changes/s
     python bench/cdc_bench.py --warm            # each run on the project's warm server
     python bench/cdc_bench.py --merge-only      # the Delta merge sink alone (no scd2 history)
@@ -156,6 +157,9 @@ SINKS = "".join(
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--changes", type=int, default=200_000)
+    ap.add_argument(
+        "--snapshot", type=int, default=0, help="rows of the table (default: --changes)"
+    )
     ap.add_argument("--source", choices=["postgres", "mysql"], default="postgres")
     ap.add_argument("--follow", type=float, default=0, help="seconds of a followed log")
     ap.add_argument("--rate", type=int, default=2_000, help="changes a second, with --follow")
@@ -178,13 +182,14 @@ def main() -> None:
         tables(args.tables, args.changes)
         return
     n = args.changes
+    rows = max(args.snapshot, n)
     if args.source == "postgres":
         base, port, pg_ctl, _ = cluster()
         con = psycopg.connect(
             f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
         )
         run = con.execute
-        table, series = "public.orders", f"generate_series(1, {n}) g"
+        table, series = "public.orders", f"generate_series(1, {rows}) g"
         connection = (
             f"{{type: postgres, host: 127.0.0.1, port: {port}, user: postgres, database: postgres}}"
         )
@@ -196,7 +201,7 @@ def main() -> None:
             with my.cursor() as cur:
                 cur.execute(sql, params or None)
 
-        table, series = "bench.orders", f"(SELECT seq AS g FROM seq_1_to_{n}) s"
+        table, series = "bench.orders", f"(SELECT seq AS g FROM seq_1_to_{rows}) s"
         connection = f"{{type: mysql, host: 127.0.0.1, port: {port}, user: root, database: bench}}"
         stop = server.kill
     try:
@@ -224,7 +229,7 @@ def main() -> None:
         results = []
         spans: list[tuple[int, int]] = []  # mysql: each run's stretch of the binlog
         took = timed_run(root)
-        results.append(("snapshot", n, took))
+        results.append(("snapshot" if rows == n else f"snapshot of {rows:,} rows", rows, took))
         if args.source == "postgres":  # the anchor's slot: the same changes, decoded again
             con.execute("SELECT pg_create_logical_replication_slot('bench_anchor', 'pgoutput')")
         start = log_position(my) if args.source == "mysql" else 0
@@ -235,7 +240,7 @@ def main() -> None:
         results.append((f"{n:,} single-row transactions", n, took))
         for r in range(1, args.rounds + 1):  # the history grows by n versions each round
             start = log_position(my) if args.source == "mysql" else 0
-            run(f"UPDATE orders SET status = 'bulk{r}', updated = now()")
+            run(f"UPDATE orders SET status = 'bulk{r}', updated = now() WHERE id <= {n}")
             spans.append((start, log_position(my) if args.source == "mysql" else wal_end(con)))
             took = timed_run(root)
             results.append((f"one {n:,}-row transaction" + (f" #{r}" if r > 1 else ""), n, took))
