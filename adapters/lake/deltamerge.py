@@ -13,7 +13,7 @@ from rivc.compiler.rendering.transforms import DELETE_COLUMN
 
 from ..plane.base import WriteResult
 from ..plane.tableread import DataFile, read_files
-from ..plane.taskwrite import partition_value
+from ..plane.taskwrite import met_apart, partition_value
 from ..util.storage import Store
 from .deltatable import (
     NO_STAMP,
@@ -298,8 +298,9 @@ def replace_window(
     schema: Any,
     stamp: Stamp = NO_STAMP,
 ) -> WriteResult:
-    """The table's rows whose `column` falls in [start, end) replaced by `df` (dbt's
-    microbatch), in one commit: the files whose range of `column` meets the window are read,
+    """The table's rows whose `column` falls in [start, end) replaced by `df`'s rows in it (dbt's
+    microbatch: a batch's rows outside its window, from a parent read whole, are left out, as
+    dbt-duckdb's insert does), in one commit: the files whose range of `column` meets the window are read,
     their other rows kept and written again beside the batch, the batch's rows in files of
     their own; the rest are not touched. A file's range is its Delta statistics, else its
     Parquet footer's (rivc keeps no timestamp statistics in the log: docs/types.md), else it
@@ -334,10 +335,10 @@ def replace_window(
             chosen.append(n)
     at = F.col(column)
     inside = (at >= F.lit(start)) & (at < F.lit(end))
-    out = df
+    out = df.where(inside)  # a row the batch holds outside its window is not its to write
     kept = _read(df, [files[n] for n in chosen], schema, stored, store)
     if kept is not None:
-        out = kept.where(~inside | at.isNull()).unionByName(df, allowMissingColumns=True)
+        out = kept.where(~inside | at.isNull()).unionByName(out, allowMissingColumns=True)
     out = out.select(*[F.col(n) for n in schema.names if n in out.columns])
     rel = {f.uri: f.uri[len(uri.rstrip("/")) + 1 :] for f in files}
     result = write_batch(
@@ -351,8 +352,7 @@ def replace_window(
         removes=tuple(rel[files[n].uri] for n in chosen),
         apart=_window_sql(column, start, end),
     )
-    root = len(uri.rstrip("/")) + 1
-    result.rows = sum(r or 0 for path, r, _ in result.files if "/0/" in path[root:])
+    result.rows = sum(r or 0 for path, r, _ in result.files if met_apart(path))
     return result
 
 

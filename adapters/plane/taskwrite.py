@@ -45,6 +45,14 @@ class Written:
     mtime_ms: int
 
 
+APART = "_rivc_apart"  # write_parquet's `apart`: a partition of the write the table never sees
+
+
+def met_apart(path: str) -> bool:
+    """Whether a file `write_parquet` wrote with `apart` holds the rows that meet it."""
+    return f"/{APART}=true/" in path
+
+
 def prefix(what: str) -> str:
     return f"rivc-{what}-{uuid.uuid4().hex[:12]}"
 
@@ -76,11 +84,10 @@ def write_parquet(
     if apart is not None:
         from pyspark.sql import functions as F
 
-        side = "_rivc_apart"  # a partition of the write only: the table never sees it
-        marked = df.withColumn(side, F.expr(f"coalesce({apart}, false)"))
-        written = write_parquet(marked, uri, store, where, codec, (side, *partition_by), max_bytes)
+        marked = df.withColumn(APART, F.expr(f"coalesce({apart}, false)"))
+        written = write_parquet(marked, uri, store, where, codec, (APART, *partition_by), max_bytes)
         return [
-            replace(w, partition={k: v for k, v in w.partition.items() if k != side})
+            replace(w, partition={k: v for k, v in w.partition.items() if k != APART})
             for w in written
         ]
     if is_local(uri) and not max_bytes and codec != "brotli":
