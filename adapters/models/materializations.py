@@ -384,9 +384,9 @@ class Microbatch(Table):
             deltatable.read(rt.spark, uri, store).createOrReplaceTempView(node.name)  # {{ this }}
         sql = rt.plan.sql(nid, None if whole else INCREMENTAL)
         parents = {
-            p.name: str(p.config["event_time"])
+            p.source.relation if p.kind == "source" else p.name: str(p.config["event_time"])
             for p in (rt.plan.nodes[d] for d in node.depends_on)
-            if p.kind in ("model", "seed") and p.config.get("event_time")
+            if p.kind in ("model", "seed", "source") and p.config.get("event_time")
         }
         done: list[list[str]] = []
         failed: list[tuple[list[str], str]] = []

@@ -48,6 +48,14 @@ class DbtTable:
         parts = (self.source.database, self.source.schema_ or self.source.name, self.identifier)
         return ".".join(p for p in parts if p)
 
+    def event_time(self) -> str | None:
+        """dbt's `config: {event_time: ...}`, the table's over its source's: the column a
+        microbatch model reading the table filters it on (compiler/microbatch.py)."""
+        for config in (self.table.config, self.source.config):
+            if isinstance(config, dict) and config.get("event_time"):
+                return str(config["event_time"])
+        return None
+
     def freshness(self) -> dict[str, Any] | None:
         """dbt's `loaded_at_field` and `freshness`, a table's own over its source's."""
         field = self.table.loaded_at_field or self.source.loaded_at_field

@@ -32,6 +32,7 @@ class SourceTableDef:
     config: Spec
     where: Located
     freshness: dict[str, Any] | None = None  # a dbt source's loaded_at_field and freshness
+    event_time: str | None = None  # a dbt source's: what a microbatch model below it filters on
 
     @property
     def fqn(self) -> str:

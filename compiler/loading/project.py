@@ -578,7 +578,13 @@ def _add_dbt_sources(
             assert info is not None
             config = _config(info, "source", spec.connector, t.doc, where, spec.tables[0].config)
             sources[t.fqn] = SourceTableDef(
-                spec, spec.tables[0], info, config, Located(t.doc, t.at), t.freshness()
+                spec,
+                spec.tables[0],
+                info,
+                config,
+                Located(t.doc, t.at),
+                t.freshness(),
+                t.event_time(),
             )
         except RivcError as exc:
             errors.append(exc)

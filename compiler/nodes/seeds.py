@@ -54,6 +54,15 @@ def seed_config(
     props = project.seed_properties.get(seed.name)
     if props:
         given.update(props[0].config.model_dump(mode="json", exclude_unset=True))
+    if not given.get("event_time"):  # a dbt source this seed loads may name it
+        given["event_time"] = next(
+            (
+                project.dbt_sources[fqn].event_time()
+                for fqn, name in project.source_seeds.items()
+                if name == seed.name and fqn in project.dbt_sources
+            ),
+            None,
+        )
     try:
         return SeedConfig.model_validate(given)
     except ValidationError as exc:

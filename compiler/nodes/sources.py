@@ -99,6 +99,8 @@ def source_node(table: SourceTableDef, params: dict[str, Any], findings: list[Fi
         freshness=table.freshness,
     )
     cfg = spec.model_dump(mode="json", include={"mode"})
+    if table.event_time:
+        cfg["event_time"] = table.event_time
     return Node(
         id=node_id("source", table.fqn),
         kind="source",

@@ -804,6 +804,14 @@ MICROBATCH = {
     "select d.id, d.happened_on, d.amount * 2 as doubled,\n"
     "  (select count(*) from {{ ref('stg_days') }}) as seen\n"
     "from {{ ref('stg_days') }} as d\n",
+    # a parent with no event_time is read whole: each batch holds every row, and writes those
+    # of its own period (the first, creating the table, all of them)
+    "models/daily_whole.sql": "{{ config(materialized='incremental',"
+    " incremental_strategy='microbatch', event_time='happened_at', batch_size='day',"
+    " begin='2024-01-01') }}\n"
+    "select id, happened_at, amount * 2 as doubled,\n"
+    "  (select count(*) from {{ ref('events') }}) as seen\n"
+    "from {{ ref('events') }}\n",
 }
 
 
@@ -833,8 +841,8 @@ def test_microbatch_builds_each_period_as_dbt_does_and_once_across_a_kill(tmp_pa
             built = rivc(ours, "build", *args)
             assert built.exit_code == 0, built.output
 
-    def table() -> list[tuple]:
-        rows = DeltaTable(str(ours / "warehouse/daily")).to_pyarrow_table().to_pylist()
+    def table(name: str = "daily") -> list[tuple]:
+        rows = DeltaTable(str(ours / "warehouse" / name)).to_pyarrow_table().to_pylist()
         return sorted((r["id"], r["doubled"], r["seen"]) for r in rows)
 
     def reference(name: str = "daily") -> list[tuple]:
@@ -851,6 +859,9 @@ def test_microbatch_builds_each_period_as_dbt_does_and_once_across_a_kill(tmp_pa
     both(*span)
     assert table() == reference() == [(1, 20, 2), (2, 22, 2), (3, 24, 2), (4, 26, 2), (5, 28, 1)]
     assert by_date() == table()
+    # each row once: before, every batch wrote the rows it held outside its day too
+    whole = [(1, 20, 8), (2, 22, 8), (3, 24, 8), (4, 26, 8), (5, 28, 8), (6, 30, 8), (7, 32, 8)]
+    assert table("daily_whole") == reference("daily_whole") == [*whole, (8, 34, 8)]
     batches = next(
         r["batch_results"]
         for r in json.loads((ours / "target/run_results.json").read_text())["results"]
@@ -864,6 +875,8 @@ def test_microbatch_builds_each_period_as_dbt_does_and_once_across_a_kill(tmp_pa
     both("--event-time-start", "2024-01-02", "--event-time-end", "2024-01-03")
     assert table() == reference() == [(1, 20, 2), (2, 22, 2), (3, 224, 2), (4, 26, 2), (5, 28, 1)]
     assert by_date() == table()
+    assert table("daily_whole") == reference("daily_whole")  # day 2's rows replaced alone
+    assert (3, 224, 8) in table("daily_whole") and (5, 28, 8) in table("daily_whole")
 
     # killed after its first batch's commit, a full rebuild of four days is run again
     wide = ("--full-refresh", "--event-time-start", "2024-01-01", "--event-time-end", "2024-01-05")
@@ -875,3 +888,36 @@ def test_microbatch_builds_each_period_as_dbt_does_and_once_across_a_kill(tmp_pa
     both(*wide, ours_too=False)
     assert table() == reference()
     assert table() == [(1, 20, 2), (2, 22, 2), (3, 224, 2), (4, 26, 2), (5, 228, 1), (6, 30, 1)]
+
+
+def test_microbatch_filters_a_dbt_source_by_its_event_time_as_dbt_does(tmp_path):
+    """A dbt source table with `config: {event_time: ...}` (here loaded by a seed of its name) is
+    read by each batch through the batch's period, as dbt filters `source()`; compared with
+    dbt-duckdb's table (`dbt seed`, then `dbt run`: dbt orders no seed before a source)."""
+    files = {
+        "dbt_project.yml": "name: mbs\nconfig-version: 2\nprofile: mbs\n",
+        "seeds/events.csv": MICROBATCH["seeds/events.csv"],
+        "models/sources.yml": "sources:\n  - name: raw\n    schema: main\n    tables:\n"
+        "      - name: events\n        config: {event_time: happened_at}\n",
+        "models/daily.sql": "{{ config(materialized='incremental',"
+        " incremental_strategy='microbatch', event_time='happened_at', batch_size='day',"
+        " begin='2024-01-01') }}\n"
+        "select e.id, e.happened_at, e.amount * 2 as doubled,\n"
+        "  (select count(*) from {{ source('raw', 'events') }}) as seen\n"
+        "from {{ source('raw', 'events') }} as e\n",
+    }
+    ours, theirs = tmp_path / "rivc", tmp_path / "dbt"
+    for where in (ours, theirs):
+        write_files(where, files)
+    duckdb_profile(tmp_path, "mbs", tmp_path / "mbs.duckdb")
+    (ours / "profiles.yml").write_text("mbs:\n  target: dev\n  outputs:\n    dev: {}\n")
+    span = "--event-time-start 2024-01-01 --event-time-end 2024-01-04"
+    dbt("seed", theirs, tmp_path / "profiles")
+    dbt(f"run {span}", theirs, tmp_path / "profiles")
+    built = rivc(ours, "build", *span.split())
+    assert built.exit_code == 0, built.output
+    rows = DeltaTable(str(ours / "warehouse/daily")).to_pyarrow_table().to_pylist()
+    got = sorted((r["id"], r["doubled"], r["seen"]) for r in rows)
+    with duckdb.connect(str(tmp_path / "mbs.duckdb"), read_only=True) as con:
+        expected = sorted(con.sql("select id, doubled, seen from main.daily").fetchall())
+    assert got == expected == [(1, 20, 2), (2, 22, 2), (3, 24, 2), (4, 26, 2), (5, 28, 1)]

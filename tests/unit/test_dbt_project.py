@@ -167,10 +167,12 @@ sources:
           - {name: kind, description: only some columns are listed}
       - name: lake
         external: {location: lake/orders}
+        config: {event_time: updated_at}
         data_tests:
           - dbt_utils.expression_is_true: {expression: "id > 0"}
   - name: files
     database: main
+    config: {event_time: clicked_at}
     tables:
       - name: clicks
         external: {location: landing/clicks, file_format: parquet}
@@ -213,6 +215,13 @@ def test_dbt_sources_are_tables_read_in_place(make_project):
     # every column typed: known at compile, in Spark's types; a partial list: unknown
     assert nodes["source:ecom.orders"].columns == {"id": "int", "note": "string"}
     assert nodes["source:ecom.events"].columns is None
+    # dbt's event_time, a table's over its source's: what a microbatch model filters it on
+    assert {n: nodes[f"source:{n}"].config.get("event_time") for n in facts} == {
+        "ecom.orders": None,
+        "ecom.events": None,
+        "ecom.lake": "updated_at",
+        "files.clicks": "clicked_at",
+    }
     assert facts["ecom.orders"].freshness == {
         "loaded_at_field": "loaded_at",
         "freshness": {"warn_after": {"count": 12, "period": "hour"}},
@@ -275,6 +284,7 @@ sources:
     tables:
       - name: raw_codes
         identifier: codes
+        config: {event_time: code}
 """
     model = "select code from {{ source('ecom', 'raw_codes') }}\n"
     root = dbt_project(
@@ -285,6 +295,8 @@ sources:
     uses = compiled.graph.nodes["model:uses"]
     assert uses.depends_on == ["seed:codes"] and "from `codes`" in (uses.sql or "")
     assert uses.columns == {"code": "int"}
+    # the source's event_time is the seed's, which has none of its own
+    assert compiled.graph.nodes["seed:codes"].config["event_time"] == "code"
 
 
 @pytest.mark.parametrize(
