@@ -169,8 +169,10 @@ def _sink_input(
     from rivc.compiler.analysis.increments import new_batches_relation
 
     from ..ingest.extract import source_frame
+    from ..run.binding import bind_views
 
     if kind != "batches" or not step.ranges:
+        bind_views(rt, nid)  # the whole input: the landed sources' views too
         return rt.spark.sql(rt.plan.sql(nid))
     for source in node.sink.input.changing if node.sink.input else ():
         landing = rt.landing(source)

@@ -28,7 +28,7 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     if source.connector.log:
         done = run_log(rt, nid, node)
         if done.result.status == "success" and done.batch is not None:
-            landed_view(rt, nid, done.batch)
+            landed_view(rt, nid, done.batch, lazy=True)
         return done.result
     if source.connector.relational:
         from ..connectors.database.engine import Conn
@@ -57,7 +57,7 @@ def run_source(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
             )
         )
         if done.result.status == "success" and done.batch is not None:
-            landed_view(rt, nid, done.batch)
+            landed_view(rt, nid, done.batch, lazy=True)
         return done.result
     if rt.later(nid) and pure_source(rt, nid):  # read when a node first needs Spark
         rt.view(node.relation, lambda spark: source_df(rt, node))
@@ -110,8 +110,10 @@ def bind(rt: Runtime, nid: str) -> None:
     source_df(rt, node).createOrReplaceTempView(node.relation)
 
 
-def landed_view(rt: Runtime, nid: str, batch: int | None) -> None:
-    """`source()` of an extracted table: its landing table as of `batch`."""
+def landed_view(rt: Runtime, nid: str, batch: int | None, lazy: bool = False) -> None:
+    """`source()` of an extracted table: its landing table as of `batch`; `lazy`: made when a
+    node reading it starts (rt.landed: listing every file of a growing table each pass of a
+    followed log made the pass slower as the table grew)."""
     from .extract import source_frame
 
     node = rt.plan.nodes[nid]
@@ -122,6 +124,10 @@ def landed_view(rt: Runtime, nid: str, batch: int | None) -> None:
     def make(spark: SparkSession) -> DataFrame:
         return source_frame(landing.whole(spark, batch, columns), table)
 
+    if lazy:
+        with rt.lock:
+            rt.landed[nid] = lambda: rt.view(node.relation, make)
+        return
     rt.view(node.relation, make)
 
 

@@ -17,7 +17,7 @@ from ..spark.session import peak_rss_mb
 from ..state import NodeResult
 from ..util.errortext import model_error, python_error_inside, rivc_error_inside, spark_message
 from ..util.faults import fault
-from .binding import bind_views
+from .binding import bind_views, taken_by_batches
 from .runtime import Runtime
 
 
@@ -26,7 +26,7 @@ def execute(rt: Runtime, nid: str) -> NodeResult:
     node = rt.plan.nodes[nid]
     started = time.perf_counter()
     try:
-        bind_views(rt, nid)
+        bind_views(rt, nid, taken_by_batches(node))
         fn = {
             "source": run_source,
             "model": run_model,

@@ -69,6 +69,9 @@ class Runtime:
     tracker: SparkProgress = field(default_factory=SparkProgress)  # for live progress lines
     detached: bool = False  # a generated job on a copied project: no state between runs
     unbound: list[str] = field(default_factory=list)  # unselected views, bound when first read
+    # a source landed in this run: its whole table's view, made when a node reading it starts
+    # (binding.bind_views); a sink that takes only its new batches never makes it
+    landed: dict[str, Callable[[], None]] = field(default_factory=dict)
     feeds: set[str] = field(default_factory=set)  # nodes of this run another node of it reads
     running: set[str] = field(default_factory=set)  # the nodes this run executes
     restarts: dict[str, int] = field(default_factory=dict)  # a stream's restarts in this run
