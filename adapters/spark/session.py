@@ -41,6 +41,13 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # each Python task (the task writer, rivc_files, a merge's probe) waited about 18 ms for
     # its first batch over TCP, 0.2 ms over the socket (docs/performance.md)
     "spark.python.unix.domain.socket.enabled": "true",
+    # what the driver keeps of finished jobs, stages, tasks and SQL queries for a UI (kept with
+    # the UI off too): Spark keeps 1,000 of each (100,000 tasks), which a followed log or the
+    # warm server reaches within minutes, so their memory grew for the whole of a long run
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "10000",
+    "spark.sql.ui.retainedExecutions": "50",
 }
 
 
