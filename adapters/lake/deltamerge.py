@@ -300,12 +300,12 @@ def replace_window(
 ) -> WriteResult:
     """The table's rows whose `column` falls in [start, end) replaced by `df`'s rows in it (dbt's
     microbatch: a batch's rows outside its window, from a parent read whole, are left out, as
-    dbt-duckdb's insert does), in one commit: the files whose range of `column` meets the window are read,
-    their other rows kept and written again beside the batch, the batch's rows in files of
-    their own; the rest are not touched. A file's range is its Delta statistics, else its
-    Parquet footer's (rivc keeps no timestamp statistics in the log: docs/types.md), else it
-    is read. Run twice, it gives the same table. `rows` of the result: the batch's rows in the
-    window."""
+    dbt-duckdb's insert does), in one commit: the files whose range of `column` meets the
+    window are read, their other rows kept and written again beside the batch, the batch's rows
+    in files of their own; the rest are not touched. A file's range is its Delta statistics,
+    else its Parquet footer's (rivc keeps no timestamp statistics in the log: docs/types.md),
+    else it is read. Run twice, it gives the same table. `rows` of the result: the batch's rows
+    in the window."""
     from pyspark.sql import functions as F
 
     dt = open_table(uri, store.delta)
