@@ -45,6 +45,7 @@ INFO = "server.json"
 LOG = "server.log"
 USED = "last_used"  # touched by every run that uses the server: the watchdog's idle clock
 READY_S = 120
+PORT_TRIES = 3
 CREDENTIALS = tuple(name for names in ENV.values() for name in names)
 
 
@@ -64,15 +65,15 @@ class Server:
         return f"sc://localhost:{self.port}/;token={self.token}"
 
     def alive(self) -> bool:
+        """Whether the server runs and its own process answers on its port (another program
+        may have taken a port the server never bound, or took after it stopped)."""
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return False
         except OSError:
             pass
-        with socket.socket() as sock:
-            sock.settimeout(0.5)
-            return sock.connect_ex(("127.0.0.1", self.port)) == 0
+        return _listens(self.pid, self.port) == SERVER
 
 
 def home(root: Path) -> Path:
@@ -120,13 +121,55 @@ def start(root: Path, spec: SparkSpec) -> Server:
     old = read(root)
     if old is not None:
         stop(root)
+    where = home(root)
+    where.mkdir(parents=True, exist_ok=True)
+    where.chmod(0o700)
+    token = secrets.token_urlsafe(32)
+    for _ in range(PORT_TRIES):
+        # a free port is free when picked, not when the JVM binds it seconds later: another
+        # program may take it meanwhile, and then the server starts again on another one
+        server, proc = _launch(root, spec, _free_port(), token)
+        deadline = time.monotonic() + READY_S
+        while (who := _listens(server.pid, server.port)) != SERVER:
+            if who == OTHER:
+                stop(root)
+                proc.wait()  # reaped by stop(); this tells the Popen
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop(root)
+                raise RivcError(
+                    f"rivc server: Spark Connect did not start; see "
+                    f"{(where / LOG).relative_to(root)}"
+                )
+            time.sleep(0.25)
+        else:
+            break
+    else:
+        raise RivcError(
+            f"rivc server: other programs took each of {PORT_TRIES} free ports it picked "
+            f"before Spark Connect could listen on it"
+        )
+    used(root)
+    if spec.server == "auto":  # stopped after server_idle without a run
+        subprocess.Popen(
+            [sys.executable, "-m", __name__, str(root), str(interval_seconds(spec.server_idle))],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=root,
+        )
+    return server
+
+
+def _launch(
+    root: Path, spec: SparkSpec, port: int, token: str
+) -> tuple[Server, subprocess.Popen[bytes]]:
+    """Start Spark Connect on `port` in a process group of its own and record it."""
     import pyspark
 
     spark_home = Path(pyspark.__file__).parent
     where = home(root)
-    where.mkdir(parents=True, exist_ok=True)
-    where.chmod(0o700)
-    port, token = _free_port(), secrets.token_urlsafe(32)
     conf = session_conf(spec)
     args = [
         str(spark_home / "sbin" / "start-connect-server.sh"),
@@ -166,25 +209,7 @@ def start(root: Path, spec: SparkSpec) -> Server:
     fd = os.open(info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(json.dumps(server.__dict__))
-    deadline = time.monotonic() + READY_S
-    while not server.alive():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop(root)
-            raise RivcError(
-                f"rivc server: Spark Connect did not start; see {(where / LOG).relative_to(root)}"
-            )
-        time.sleep(0.25)
-    used(root)
-    if spec.server == "auto":  # stopped after server_idle without a run
-        subprocess.Popen(
-            [sys.executable, "-m", __name__, str(root), str(interval_seconds(spec.server_idle))],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=root,
-        )
-    return server
+    return server, proc
 
 
 def warm_up(root: Path, server: Server) -> float:
@@ -259,6 +284,10 @@ def _terminate(server: Server) -> bool:
         return False
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
+        try:  # a leader this process started stays in its group until reaped
+            os.waitpid(server.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
         try:
             os.killpg(server.pid, 0)
         except ProcessLookupError:
@@ -297,6 +326,53 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+PROC_TCP = Path("/proc/net/tcp")
+SERVER, OTHER, NOBODY = "server", "other", ""
+# 127.0.0.1 and the wildcard, as /proc/net/tcp and tcp6 write them (IPv4, v6, v4-mapped)
+LOOPBACK = {
+    "0100007F",
+    "00000000",
+    "00000000000000000000000001000000",
+    "00000000000000000000000000000000",
+    "0000000000000000FFFF00000100007F",
+}
+
+
+def _listens(group: int, port: int) -> str:
+    """Who listens on 127.0.0.1:`port`: SERVER (a process of the process group `group`),
+    OTHER (another program took the port) or NOBODY. Where the system does not tell a
+    socket's owner (no Linux /proc), any listener is taken to be the server."""
+    if not PROC_TCP.exists():
+        with socket.socket() as sock:
+            sock.settimeout(0.5)
+            return SERVER if sock.connect_ex(("127.0.0.1", port)) == 0 else NOBODY
+    inodes = set()
+    for table in (PROC_TCP, PROC_TCP.with_name("tcp6")):  # a JVM listens on IPv6 sockets
+        try:
+            lines = table.read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()  # sl local_address rem_address st ... inode
+            host, _, hexport = fields[1].partition(":")
+            if fields[3] == "0A" and int(hexport, 16) == port and host in LOOPBACK:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return NOBODY
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()  # pid (comm) state ppid pgrp ...
+            if int(stat[stat.rindex(")") + 2 :].split()[2]) != group:
+                continue
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                return SERVER
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return OTHER
 
 
 if __name__ == "__main__":  # the watchdog start() launches: python -m ... ROOT IDLE_S

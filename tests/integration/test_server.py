@@ -371,3 +371,42 @@ def test_a_warm_server_whose_record_is_lost_stops(tmp_path: Path) -> None:
         assert group() == []
     finally:
         rivc(root, "server", "stop")
+
+
+# the server outlives the Popen that started it, as it outlives `rivc server start`
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_server_whose_port_another_program_took_starts_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port picked free may be taken before Spark Connect binds it. The server must not take
+    the other program's listener for its own (a run would connect there and wait): it starts
+    again on another port, where Spark Connect answers."""
+    import socket
+
+    from rivc.adapters.spark import server as warm
+    from rivc.compiler.loading.profiles import load_profile
+    from rivc.compiler.loading.project import load_project_spec
+
+    root = tmp_path / "shop"
+    made = subprocess.run([sys.executable, "-m", "rivc.adapters.cli", "init", str(root)])
+    assert made.returncode == 0
+    spec, _ = load_project_spec(root, os.environ)
+    profile, _, _ = load_profile(root, spec.profile, os.environ)
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    picks = iter([taken])
+    real = warm._free_port
+    monkeypatch.setattr(warm, "_free_port", lambda: next(picks, None) or real())
+    try:
+        started = warm.start(root, profile.spark)
+        assert started.port != taken
+        assert warm.read(root) == started and started.alive()
+        counted = client(started.url)  # Spark Connect answers there, to the token
+        assert counted.returncode == 0 and counted.stdout.split()[-1] == "7", counted.stderr
+        assert not warm.Server(started.pid, taken, "", "", 0, "").alive()  # not its port
+    finally:
+        squatter.close()
+        warm.stop(root)  # here: the server's first process is this one's child

@@ -36,3 +36,20 @@ def test_the_fingerprint_follows_the_spark_settings_and_credentials(monkeypatch)
     assert server.fingerprint(SparkSpec(conf={"spark.sql.shuffle.partitions": "3"})) != base
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "another")
     assert server.fingerprint(SparkSpec()) != base
+
+
+def test_a_port_is_the_servers_only_while_a_process_of_its_group_listens_there():
+    """What tells a server that lost its port to another program from one that listens: a
+    listener on 127.0.0.1 (IPv4 or IPv6) is its own only when a process of its group holds it."""
+    import os
+    import socket
+
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::")):
+        with socket.socket(family) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+            assert server._listens(os.getpgrp(), port) == server.NOBODY  # bound, not listening
+            sock.listen()
+            assert server._listens(os.getpgrp(), port) == server.SERVER
+            assert server._listens(1, port) == server.OTHER  # init's group holds no socket here
+        assert server._listens(os.getpgrp(), port) == server.NOBODY
