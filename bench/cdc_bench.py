@@ -23,8 +23,9 @@ each node's time, and the log the server keeps for the slot once caught up.
 --select source:db.orders`, no sink): the node's time and the peak resident memory of the rivc
 process, beside the same table's snapshot.
 
---tables N (postgres): a source of N tables, --changes each (one transaction per table),
-landed by one `rivc run` without sinks: the slot is read once for all of them.
+--tables N (either source): a source of N tables of --changes rows, landed by one `rivc run`
+without sinks after each of: the snapshot, one transaction per table updating it whole, and
+--changes / 10 one-row transactions per table; the log is read once for all of them.
 
 --follow SECONDS (postgres): `rivc run` follows the log (the merge sink's trigger 1 second)
 while a writer inserts --rate rows a second (five transactions a second) for that long; the bench
@@ -179,7 +180,7 @@ def main() -> None:
         big(args.big, args.source)
         return
     if args.tables:
-        tables(args.tables, args.changes)
+        tables(args.tables, args.changes, args.source)
         return
     n = args.changes
     rows = max(args.snapshot, n)
@@ -424,38 +425,70 @@ def big(rows: int, source: str) -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def tables(count: int, rows: int) -> None:
-    """A source of `count` tables of `rows` rows, each updated whole in a transaction of its
-    own, landed by one `rivc run` (no sink): seconds, against the snapshot's."""
-    base, port, pg_ctl, _ = cluster()
-    con = psycopg.connect(
-        f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
-    )
+def tables(count: int, rows: int, source: str) -> None:
+    """A source of `count` tables of `rows` rows, landed by one `rivc run` each (no sink): the
+    snapshot, each table updated whole in a transaction of its own, then `rows // 10`
+    one-row transactions per table, the tables taken in turn: seconds and changes/s."""
+    if source == "postgres":
+        base, port, pg_ctl, _ = cluster()
+        con = psycopg.connect(
+            f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
+        )
+        run = con.execute
+        text, series, schema = "text", f"generate_series(1, {rows}) g", "public"
+        stop = lambda: subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)  # noqa: E731
+    else:
+        base, port, server, my = mariadb()
+
+        def run(sql: str, params: tuple[object, ...] = ()) -> None:
+            with my.cursor() as cur:
+                cur.execute(sql, params or None)
+
+        text, series, schema = "varchar(40)", f"(SELECT seq AS g FROM seq_1_to_{rows}) s", "bench"
+        stop = server.kill
     try:
         names = [f"t{n}" for n in range(count)]
         for t in names:
-            con.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, status text, note text)")
-            con.execute(
-                f"INSERT INTO {t} SELECT g, 'placed', md5(g::text) FROM generate_series(1, {rows}) g"
-            )
-        listed = "".join(f"      - {{name: {t}, table: public.{t}}}\n" for t in names)
+            run(f"CREATE TABLE {t} (id int PRIMARY KEY, status {text}, note {text})")
+            run(f"INSERT INTO {t} SELECT g, 'placed', md5(concat('', g)) FROM {series}")
+        listed = "".join(f"      - {{name: {t}, table: {schema}.{t}}}\n" for t in names)
         root = base / "proj"
-        pg_project(root, port, "\n" + listed)
-        for label in ("snapshot", "the log"):
-            if label != "snapshot":
+        if source == "postgres":
+            pg_project(root, port, "\n" + listed)
+        else:
+            root.mkdir()
+            (root / "rivc_project.yml").write_text("name: tables\n")
+            (root / "profiles.yml").write_text(
+                "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+                f"port: {port}, user: root, database: bench}}\n"
+            )
+            (root / "sources").mkdir()
+            (root / "sources/db.yml").write_text(
+                "sources:\n  - name: db\n    connector: mysql-cdc\n    connection: db\n"
+                f"    tables:\n{listed}"
+            )
+        single = rows // 10
+        for label in ("snapshot", "one transaction per table", "one-row transactions"):
+            if label.startswith("one transaction"):
                 for t in names:
-                    con.execute(f"UPDATE {t} SET status = 'bulk'")
+                    run(f"UPDATE {t} SET status = 'bulk'")
+            elif label.startswith("one-row"):
+                for i in range(1, single + 1):
+                    for t in names:
+                        run(f"UPDATE {t} SET status = 'one' WHERE id = {i}")
             start = time.perf_counter()
             done = subprocess.run([RIVC, "run"], cwd=root, capture_output=True, text=True)
             took = time.perf_counter() - start
             if done.returncode != 0:
                 raise SystemExit(done.stdout[-3000:])
-            total = count * rows
+            total = count * (single if label.startswith("one-row") else rows)
             print(
-                f"{label:10} {count} tables, {total:,} changes: {took:.1f} s, {total / took:,.0f}/s"
+                f"{label:28} {count} tables, {total:,} changes: {took:.1f} s, "
+                f"{total / took:,.0f}/s",
+                flush=True,
             )
     finally:
-        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        stop()
         shutil.rmtree(base, ignore_errors=True)
 
 

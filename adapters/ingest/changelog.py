@@ -92,7 +92,8 @@ class LogContext:
     source: LogSource
     landing: Landing
     siblings: list[Landing]  # the landing tables of the source's tables (this one included)
-    readers: frozenset[str] = frozenset()  # the `table:` of those that land in this run
+    # those that land in this run: their landing tables by `table:`
+    readers: dict[str, Landing] = field(default_factory=dict)
     run_id: str
     full_refresh: bool
     resume_from: str | None

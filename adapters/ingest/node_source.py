@@ -83,11 +83,11 @@ def run_log(rt: Runtime, nid: str, node: ManifestNode) -> Extraction:
             source=source,
             landing=rt.landing(nid),
             siblings=[rt.landing(f"source:{fqn}") for fqn in siblings],
-            readers=frozenset(
-                rt.plan.project.sources[fqn].table.table or ""
+            readers={
+                rt.plan.project.sources[fqn].table.table or "": rt.landing(f"source:{fqn}")
                 for fqn in siblings
                 if f"source:{fqn}" in rt.running
-            ),
+            },
             run_id=rt.run_id,
             full_refresh=rt.full_refresh,
             resume_from=rt.resume_from,

@@ -601,7 +601,7 @@ def test_the_binlog_decoder_reads_random_decimals_and_temporals_as_the_query_doe
     fractional precision (negative times too), read from the log's row events."""
     import random
 
-    from rivc.adapters.connectors.mysql.stream import ROWS, BinlogStream
+    from rivc.adapters.connectors.mysql.stream import ROWS, BinlogDump, BinlogStream
 
     decimals = [(1, 0), (5, 0), (9, 0), (10, 10), (12, 2), (18, 4), (19, 9), (38, 20), (65, 30)]
     columns = [f"d{p}_{s} decimal({p}, {s})" for p, s in decimals]
@@ -644,7 +644,8 @@ def test_the_binlog_decoder_reads_random_decimals_and_temporals_as_the_query_doe
             queried = [list(r) for r in cur.fetchall()]
         reader = pymysql.connect(host="127.0.0.1", port=binlog_mariadb, user="root")
         logged = []
-        for kind, _, _, what in BinlogStream(reader, 4646, start, None, ("rivc_random", "t"), "t"):
+        dump = BinlogDump(reader, 4646, start, None)
+        for kind, _, _, what in BinlogStream(dump, ("rivc_random", "t"), "t"):
             if kind == ROWS:
                 logged += [after for _, after in what.images()]
         reader.close()
@@ -947,3 +948,108 @@ def test_after_a_failover_to_a_replica_the_table_reads_on_from_its_gtids(
     (row,) = json.loads(rivc(root, "cdc", "status", "--json").output)["cdc"]
     assert row["held"] == row["log_end"] and row["gtid"].startswith("0-2-")  # the replica's
     replica.close()
+
+
+def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_position(
+    tmp_path, binlog_mariadb, monkeypatch
+):
+    """Three tables of one source land in one run from one read of the server's log
+    (mysql/sharedread.py), though they hold different positions: one left out of the last run
+    by a partial selection, one landed in it. A transaction over several tables, a key changed
+    several times, a moved key, a truncate, and a table of the same name in another database
+    whose changes must reach no one; each merge equals its table read with pymysql, and every
+    landed change is there once."""
+    from rivc.adapters.connectors.mysql import stream
+
+    dumps: list[tuple[str, int] | None] = []
+    real = stream.BinlogDump.__init__
+
+    def counted(self, db, server_id, start, gtid):  # type: ignore[no-untyped-def]
+        dumps.append(start)
+        real(self, db, server_id, start, gtid)
+
+    monkeypatch.setattr(stream.BinlogDump, "__init__", counted)
+    con = connect(binlog_mariadb)
+    names = ("a", "b", "c")
+    run(
+        con,
+        "DROP DATABASE IF EXISTS rivc_three",
+        "DROP DATABASE IF EXISTS rivc_three_other",
+        "CREATE DATABASE rivc_three",
+        "CREATE DATABASE rivc_three_other",
+        "CREATE TABLE rivc_three_other.a (id int PRIMARY KEY, v varchar(20))",
+        *(f"CREATE TABLE rivc_three.{t} (id int PRIMARY KEY, v varchar(20))" for t in names),
+        *(f"INSERT INTO rivc_three.{t} VALUES (1, '{t}1'), (2, '{t}2')" for t in names),
+    )
+    root = write_files(
+        tmp_path / "three",
+        {
+            "rivc_project.yml": "name: three\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {binlog_mariadb}, user: root, database: rivc_three}}\n",
+            "sources/s.yml": "sources:\n  - name: my\n    connector: mysql-cdc\n"
+            "    connection: db\n    tables:\n"
+            + "".join(f"      - {{name: {t}, table: rivc_three.{t}}}\n" for t in names),
+            "sinks/out.yml": "sinks:\n"
+            + "".join(
+                f"  - name: lake_{t}\n    from: source:my.{t}\n{UNWRAP}    connector: delta\n"
+                f"    config: {{table_uri: out/{t}, mode: merge, merge_keys: [id]}}\n"
+                for t in names
+            ),
+        },
+    )
+
+    def table(t: str) -> dict[int, str]:
+        with con.cursor() as cur:
+            cur.execute(f"SELECT id, v FROM rivc_three.{t}")
+            return dict(cur.fetchall())
+
+    def merged(t: str) -> dict[int, str]:
+        rows = DeltaTable(str(root / f"out/{t}")).to_pyarrow_table().to_pylist()
+        return {r["id"]: r["v"] for r in rows}
+
+    def changes(t: str) -> list[tuple]:
+        path = root / f"warehouse/_rivc/landing/my.{t}"
+        rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+        return [(r["op"], r["seq"]) for r in rows]
+
+    try:
+        assert rivc(root, "run").exit_code == 0  # three snapshots
+        run(
+            con,
+            "UPDATE rivc_three.a SET v = 'a-x' WHERE id = 1",
+            "INSERT INTO rivc_three_other.a VALUES (1, 'not ours'), (7, 'nor this')",
+            "INSERT INTO rivc_three.b VALUES (3, 'b3')",
+        )
+        only_b = rivc(root, "run", "--select", "lake_b")  # a and c stay behind b
+        assert only_b.exit_code == 0, only_b.output
+        assert merged("b") == table("b") and merged("a") != table("a")
+        run(
+            con,
+            "START TRANSACTION",
+            "UPDATE rivc_three.a SET v = 'a-y' WHERE id = 1",
+            "UPDATE rivc_three.a SET v = 'a-z' WHERE id = 1",
+            "UPDATE rivc_three.b SET id = 30 WHERE id = 3",
+            "DELETE FROM rivc_three.c WHERE id = 2",
+            "UPDATE rivc_three_other.a SET v = 'still not ours' WHERE id = 1",
+            "COMMIT",
+            "TRUNCATE TABLE rivc_three.c",
+            "INSERT INTO rivc_three.c VALUES (5, 'c5')",
+            "UPDATE rivc_three.b SET v = 'b-last' WHERE id = 1",
+        )
+        dumps.clear()
+        both = rivc(root, "run", "--threads", "2")
+        assert both.exit_code == 0, both.output
+        assert len(dumps) == 1, dumps  # one read of the log for the three tables
+        for t in names:
+            assert merged(t) == table(t), t
+            landed = [c for c in changes(t) if c[0] != "r"]
+            assert len(landed) == len(set(landed)), t  # no change landed twice
+        assert merged("a") == {1: "a-z", 2: "a2"}  # not the other database's a
+        assert merged("c") == {5: "c5"}
+        # b's insert once, though the read began at a's older position; its moved key's halves
+        landed = sorted((seq, op) for op, seq in changes("b") if op != "r")
+        assert [op for _, op in landed] == ["c", "c", "d", "u"]
+    finally:
+        run(con, "DROP DATABASE IF EXISTS rivc_three", "DROP DATABASE IF EXISTS rivc_three_other")
+        con.close()

@@ -1,4 +1,4 @@
-"""One read of a slot split by table (connectors/postgres/sharedread.py): each table's file holds
+"""One read of a slot split by table (connectors/postgres/sharedread.py, ingest/sharedread.py): each table's file holds
 its own changes inside their transactions' Begin and Commit, a truncate of several tables in
 each of theirs, and every relation description; a transaction of other tables is left out."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import struct
 
-from rivc.adapters.connectors.postgres.sharedread import _Read
+from rivc.adapters.connectors.postgres.sharedread import messages, split
+from rivc.adapters.ingest.sharedread import SharedRead
 
 
 def relation(oid: int, name: str) -> bytes:
@@ -34,10 +35,10 @@ def test_each_table_gets_its_changes_inside_their_transactions():
         *(begin(9), r3, change(b"I", 3), commit(9)),  # another table's: in no file
         *(begin(10), change(b"I", 2), change(b"I", 1), truncate, commit(10)),
     ]
-    read = _Read(frozenset({"public.a", "public.b"}), upto=0)
+    read = SharedRead(("run", "db"), frozenset({"public.a", "public.b"}), 0)
     try:
-        read.split(iter(log))
-        a, b = (list(read.messages(t)) for t in ("public.a", "public.b"))
+        split(read.folder, read.tables, iter(log))
+        a, b = (list(messages(read, t)) for t in ("public.a", "public.b"))
     finally:
         import shutil
 

@@ -52,8 +52,9 @@ from .binlog import (
     log_end,
     moved_server,
 )
+from .sharedread import Replay, Span, in_order, shared_packets
 from .spec import MysqlCdcConfig, mysql_cdc_columns
-from .stream import COMMIT, GTID_AT, ROWS, STATEMENT, BinlogStream, RowsEvent
+from .stream import COMMIT, GTID_AT, ROWS, STATEMENT, BinlogDump, BinlogStream, Packets, RowsEvent
 
 SEQ = 10**9  # seq = (binlog file number << 32 | commit end position) * SEQ + place in its commit
 IDLE_ADVANCE = 16 << 20  # an idle table records a new position past this much log, or a new file
@@ -237,12 +238,52 @@ class _Session(LogSession):
         landed = ctx.landing.position().cdc
         carried = BinlogPosition.from_json(landed).shift if landed else 0
         shift = next_seq(ctx.landing, history(ctx.landing)) if self.by_gtid else carried
+        packets = None if self.by_gtid or len(ctx.readers) < 2 else self._shared(held)
         gtid = gtid_at(db, self.upto, self.mariadb)
         self._reached = BinlogPosition(self.upto[0], self.upto[1], gtid, shift)
         names = [d.name for d in self.plan]
-        found = _transactions(ctx, held, self.by_gtid, self.upto, shift, *self.name, names)
+        found = _transactions(ctx, held, self.by_gtid, self.upto, shift, *self.name, names, packets)
         for commit, first, changes in found:  # a large transaction in pieces
             yield commit, [Change(op, b, a, i) for i, (op, b, a) in enumerate(changes, first)]
+
+    def _shared(self, held: BinlogPosition) -> Replay | None:
+        """The table's part of the run's one read of the source's log (sharedread.py), its
+        batch then ending where that read does if it ends earlier; None: it reads alone."""
+        ctx, db, upto = self.ctx, self.db, self.upto
+        assert upto is not None
+        tables = {t: _split(t, ctx.source.conn.database or "") for t in ctx.readers}
+
+        def begin() -> Span:  # from the earliest position the tables hold on this server
+            logs = binary_logs(db)
+            starts = [(held.file, held.pos)]
+            for landing in ctx.readers.values():
+                data = landing.position().cdc
+                other = BinlogPosition.from_json(data) if data else None
+                if (
+                    other is not None
+                    and other.file in logs
+                    and not moved_server(db, other.file, other.pos, other.gtid, self.mariadb)
+                ):
+                    starts.append((other.file, other.pos))
+            return Span(min(starts, key=in_order), upto)
+
+        def dump(start: tuple[str, int]) -> tuple[Any, BinlogDump]:
+            reader = _connect(ctx)
+            try:
+                return reader, BinlogDump(reader, _server_id(ctx), start, None)
+            except BaseException:
+                reader.close()
+                raise
+
+        key = (ctx.run_id, ctx.source.name)
+        found = shared_packets(
+            key, tables, ctx.table.table or "", (held.file, held.pos), begin, dump
+        )
+        if found is None:
+            return None
+        span, replay = found
+        self.upto = min(upto, span.upto, key=in_order)
+        return replay
 
     def envelopes(self, rows: Rows, parts: BatchParts | None) -> Any:
         return self.convert.table(rows)
@@ -323,18 +364,18 @@ def _transactions(
     schema: str,
     table: str,
     names: list[str],
+    shared: Replay | None = None,
 ) -> Any:
     """Each transaction committed between `held` (its file and offset, or `by_gtid` its
     GTIDs) and `upto` that changed the table: its commit and its changes, (op, before, after)
     in order, images in the order of `names`; a truncate as ("truncate", None, None). A
-    statement that changes the table's shape is refused by name."""
+    statement that changes the table's shape is refused by name. Read from the server, or
+    from the run's `shared` read of the log, which may begin before `held`."""
     import pymysql
 
-    c = ctx.source.conn
-    db = pymysql.connect(
-        host=c.host, port=c.port, user=c.user or "", password=c.password or "", **c.tls.pymysql()
-    )
-    end = (file_number(upto[0]), upto[1])
+    db = None if shared is not None else _connect(ctx)
+    end = in_order(upto)
+    since = (0, 0) if by_gtid else in_order((held.file, held.pos))
     gtid: str | None = None
     spool = _Spool()  # the open transaction's row events of the table
     orders: dict[tuple[str, ...], list[int]] = {}  # a log image's columns: the plan's
@@ -362,20 +403,20 @@ def _transactions(
 
     named = re.compile(rf"(`?{re.escape(schema)}`?\s*\.\s*)?`?{re.escape(table)}`?(\W|$)", re.I)
     try:
-        stream = BinlogStream(
-            db,
-            server_id(ctx.source.project, ctx.source.name, ctx.source.config),
-            None if by_gtid else (held.file, held.pos),
-            held.gtid,
-            (schema, table),
-            f"source {ctx.name}",
-        )
+        if shared is None:
+            start = None if by_gtid else (held.file, held.pos)
+            shared_or_dump: Packets = BinlogDump(db, _server_id(ctx), start, held.gtid)
+        else:
+            shared_or_dump = shared
+        stream = BinlogStream(shared_or_dump, (schema, table), f"source {ctx.name}")
         file, number = "", 0
         for kind, pos, when, what in stream:
             if stream.file is not file:
                 file, number = stream.file, file_number(stream.file)
-            if number > end[0] or (number == end[0] and pos > end[1]):
+            if (number, pos) > end:
                 break
+            if (number, pos) <= since:
+                continue  # a shared read's, before the table's position
             if kind == ROWS:
                 spool.add(what)
             elif kind == GTID_AT:
@@ -420,7 +461,22 @@ def _transactions(
         ) from None
     finally:
         spool.clear()
-        db.close()
+        if db is not None:
+            db.close()
+
+
+def _connect(ctx: LogContext) -> Any:
+    """A connection of its own for a binlog dump."""
+    import pymysql
+
+    c = ctx.source.conn
+    return pymysql.connect(
+        host=c.host, port=c.port, user=c.user or "", password=c.password or "", **c.tls.pymysql()
+    )
+
+
+def _server_id(ctx: LogContext) -> int:
+    return server_id(ctx.source.project, ctx.source.name, ctx.source.config)
 
 
 class _Spool:

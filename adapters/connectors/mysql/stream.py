@@ -22,14 +22,14 @@ import struct
 from collections.abc import Callable, Iterator
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from rivc.compiler.errors import ConnectorError
 
 # event types (MySQL's and MariaDB's log_event.h)
 QUERY, ROTATE, XID, TABLE_MAP, GTID, MARIADB_GTID = 2, 4, 16, 19, 33, 162
-_ROWS = {23: "c", 24: "u", 25: "d", 30: "c", 31: "u", 32: "d"}  # v1 and v2 row events
-_UNREADABLE = {
+ROW_EVENTS = {23: "c", 24: "u", 25: "d", 30: "c", 31: "u", 32: "d"}  # v1 and v2 row events
+UNREADABLE = {
     39: "a partial JSON update (binlog_row_value_options)",
     40: "a compressed transaction (binlog_transaction_compression)",
     165: "a compressed statement (log_bin_compress)",
@@ -57,7 +57,7 @@ class RowsEvent(NamedTuple):
 
     @property
     def op(self) -> str:
-        return _ROWS[self.kind]
+        return ROW_EVENTS[self.kind]
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -69,29 +69,20 @@ class RowsEvent(NamedTuple):
 
 
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
-_HEAD = struct.Struct("<IBIIIH")  # timestamp, type, server id, size, end position, flags
+HEAD = struct.Struct("<IBIIIH")  # timestamp, type, server id, size, end position, flags
 _EPOCH = datetime(1970, 1, 1)
 
 
-class BinlogStream:
-    """The events of a server's binlog from `start` (file, offset) or, on MariaDB, from the
-    GTID position `gtid`, to its end now; `file` is the binlog file being read. Only the row
-    events of `table` (schema, name) are decoded; what cannot be read is refused under
-    `label`."""
+class BinlogDump:
+    """A server's binlog events as it sends them (raw packets), from `start` (file, offset) or,
+    on MariaDB, from the GTID position `gtid`, to its end now; `file` is the file it begins
+    in, `trailer` the bytes of checksum each event ends with."""
 
     def __init__(
-        self,
-        db: Any,
-        server_id: int,
-        start: tuple[str, int] | None,
-        gtid: str | None,
-        table: tuple[str, str],
-        label: str,
+        self, db: Any, server_id: int, start: tuple[str, int] | None, gtid: str | None
     ) -> None:
-        self.db, self.want, self.label = db, table, label
+        self.db = db
         self.file = start[0] if start else ""
-        self._maps: dict[bytes, _TableMap] = {}  # a table map's body: its parse
-        self._ids: dict[int, _TableMap] = {}  # the table ids of the maps in force
         with db.cursor() as cur:
             cur.execute("SELECT @@global.binlog_checksum")
             checksum = str(cur.fetchone()[0]).upper() not in ("NONE", "0", "")
@@ -105,14 +96,14 @@ class BinlogStream:
                 cur.execute("SET @slave_connect_state = %s", (gtid,))
                 cur.execute("SET @slave_gtid_strict_mode = 1")
                 cur.execute("SET @slave_gtid_ignore_duplicates = 0")
-        self._trailer = 4 if checksum else 0
+        self.trailer = 4 if checksum else 0
         name, pos = start if start else ("", 4)
         # COM_BINLOG_DUMP, BINLOG_DUMP_NON_BLOCK: the server stops at its log's end
         body = b"\x12" + struct.pack("<IHI", pos, 1, server_id) + name.encode()
         db._write_bytes(struct.pack("<I", len(body))[:3] + b"\x00" + body)
         db._next_seq_id = 1
 
-    def _packets(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[bytes]:
         import pymysql
 
         read = self.db._rfile.read
@@ -133,6 +124,27 @@ class BinlogStream:
                 pymysql.err.raise_mysql_exception(data)
             yield data
 
+
+class Packets(Protocol):
+    """Binlog events as the server sends them: a BinlogDump, or a shared read's part of one
+    (sharedread.py)."""
+
+    file: str
+    trailer: int
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+
+class BinlogStream:
+    """The events of `packets`; `file` is the binlog file being read. Only the row events of
+    `table` (schema, name) are decoded; what cannot be read is refused under `label`."""
+
+    def __init__(self, packets: Packets, table: tuple[str, str], label: str) -> None:
+        self.packets, self.want, self.label = packets, table, label
+        self.file = packets.file
+        self._maps: dict[bytes, _TableMap] = {}  # a table map's body: its parse
+        self._ids: dict[int, _TableMap] = {}  # the table ids of the maps in force
+
     def __iter__(self) -> Iterator[Event]:
         try:
             yield from self._events()
@@ -140,12 +152,12 @@ class BinlogStream:
             raise ConnectorError(f"{self.label}: {e.message}") from None
 
     def _events(self) -> Iterator[Event]:
-        trailer, want = self._trailer, self.want
-        unpack_head = _HEAD.unpack_from
-        for data in self._packets():
+        trailer, want = self.packets.trailer, self.want
+        unpack_head = HEAD.unpack_from
+        for data in self.packets:
             when, kind, server, _, end, _ = unpack_head(data, 1)
             body = data[20 : len(data) - trailer]
-            rows = _ROWS.get(kind)
+            rows = ROW_EVENTS.get(kind)
             if rows is not None:
                 table = self._ids.get(int.from_bytes(body[:6], "little"))
                 if table is not None and table.name == want:
@@ -158,7 +170,7 @@ class BinlogStream:
             elif kind == XID:
                 yield COMMIT, end, when, None
             elif kind == QUERY:
-                yield STATEMENT, end, when, _query(body)
+                yield STATEMENT, end, when, query_of(body)
             elif kind == MARIADB_GTID:
                 seq, domain = _U64.unpack_from(body)[0], _U32.unpack_from(body, 8)[0]
                 yield GTID_AT, end, when, f"{domain}-{server}-{seq}"
@@ -168,14 +180,14 @@ class BinlogStream:
                 yield GTID_AT, end, when, f"{uuid}:{gno}"
             elif kind == ROTATE:
                 self.file = body[8:].decode()
-            elif kind in _UNREADABLE:
+            elif kind in UNREADABLE:
                 raise ConnectorError(
-                    f"the binlog holds {_UNREADABLE[kind]}, which mysql-cdc cannot read: turn "
+                    f"the binlog holds {UNREADABLE[kind]}, which mysql-cdc cannot read: turn "
                     "the setting off on the server"
                 )
 
 
-def _query(body: bytes) -> tuple[str, str]:
+def query_of(body: bytes) -> tuple[str, str]:
     """A query event's database and statement."""
     schema_len = body[8]
     status_len = _U16.unpack_from(body, 11)[0]
