@@ -31,8 +31,13 @@ LEVELS = (
 
 
 # A connector package (rivc.adapters.connectors.<name>) spans levels by module: its spec is read
-# by compile, its change log drives a landing table as the ingestion room does.
-CONNECTOR_PARTS = {"spec": "rivc.compiler", "log": "rivc.adapters.ingest"}
+# by compile, its change log (and the log's part of a run's shared read) drives a landing table
+# as the ingestion room does.
+CONNECTOR_PARTS = {
+    "spec": "rivc.compiler",
+    "log": "rivc.adapters.ingest",
+    "sharedread": "rivc.adapters.ingest",
+}
 
 
 def level(module: str) -> int | None:
