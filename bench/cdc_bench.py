@@ -27,10 +27,10 @@ process, beside the same table's snapshot.
 without sinks after each of: the snapshot, one transaction per table updating it whole, and
 --changes / 10 one-row transactions per table; the log is read once for all of them.
 
---follow SECONDS (postgres): `rivc run` follows the log (the merge sink's trigger 1 second)
+--follow SECONDS (either source): `rivc run` follows the log (the merge sink's trigger 1 second)
 while a writer inserts --rate rows a second (five transactions a second) for that long; the bench
 reads the Delta table as it changes and reports the lag from each row's commit to the table
-(p50, p95, max), the log kept for the slot afterwards, and the resident memory of rivc's
+(p50, p95, max), the log kept for the slot afterwards (postgres), and the resident memory of rivc's
 process tree (its JVM included) in the first and the last minute.
 """
 
@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,7 @@ def main() -> None:
     if args.threads:
         THREADS[:] = ["--threads", str(args.threads)]
     if args.follow:
-        follow(args.follow, args.rate)
+        follow(args.follow, args.rate, args.source)
         return
     if args.big:
         big(args.big, args.source)
@@ -521,7 +522,7 @@ def process_rss(pid: int) -> int:
         return 0
 
 
-def follow(seconds: float, rate: int) -> None:
+def follow(seconds: float, rate: int, source: str) -> None:
     """The lag from a row's commit to the merge sink's table while rivc follows the log."""
     import signal
     import threading
@@ -529,23 +530,90 @@ def follow(seconds: float, rate: int) -> None:
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
 
-    base, port, pg_ctl, _ = cluster()
-    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-    con = psycopg.connect(dsn, autocommit=True)
-    con.execute("CREATE TABLE orders (id int PRIMARY KEY, v text, at timestamptz)")
-    con.execute(
-        "INSERT INTO orders SELECT g, 'v', clock_timestamp() FROM generate_series(1, 1000) g"
-    )
-    root = base / "proj"
-    pg_project(
-        root,
-        port,
-        " [{name: orders, table: public.orders}]\n",
+    sink = (
         "sinks:\n  - name: lake\n    from: source:db.orders\n"
         "    transforms: [{type: unwrap_cdc, deletes: apply, sequence_by: seq}]\n"
         "    connector: delta\n    config: {table_uri: out/lake, mode: merge, merge_keys: [id]}\n"
-        '    trigger: {processing_time: "1 second"}\n',
+        '    trigger: {processing_time: "1 second"}\n'
     )
+    if source == "postgres":
+        base, port, pg_ctl, _ = cluster()
+        dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+        con = psycopg.connect(dsn, autocommit=True)
+        con.execute("CREATE TABLE orders (id int PRIMARY KEY, v text, at timestamptz)")
+        con.execute(
+            "INSERT INTO orders SELECT g, 'v', clock_timestamp() FROM generate_series(1, 1000) g"
+        )
+        root = base / "proj"
+        pg_project(root, port, " [{name: orders, table: public.orders}]\n", sink)
+
+        def writer_of() -> Callable[[int, int], None]:
+            w = psycopg.connect(dsn, autocommit=True)
+
+            def insert(n: int, per: int) -> None:
+                w.execute(
+                    "INSERT INTO orders SELECT g, 'new', clock_timestamp() "
+                    f"FROM generate_series({n + 1}, {n + per}) g"
+                )
+
+            return insert
+
+        def committed() -> dict[int, float]:
+            sql = "SELECT id, extract(epoch from at) FROM orders WHERE id > 1000"
+            return {i: float(at) for i, at in con.execute(sql).fetchall()}
+
+        def kept() -> str:
+            sql = (
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) "
+                "FROM pg_replication_slots"
+            )
+            found = con.execute(sql).fetchone()
+            return f"log kept for the slot after Ctrl-C: {int(found[0]):,} bytes"
+
+        def stop_db() -> None:
+            subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+
+    else:
+        import pymysql
+
+        base, port, server, my = mariadb()
+        with my.cursor() as cur:
+            cur.execute("CREATE TABLE orders (id int PRIMARY KEY, v varchar(8), at timestamp(6))")
+            cur.execute("INSERT INTO orders SELECT seq, 'v', now(6) FROM seq_1_to_1000")
+        root = base / "proj"
+        for path, text in {
+            "rivc_project.yml": "name: follow\n",
+            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
+            f"port: {port}, user: root, database: bench}}\n",
+            "sources/db.yml": "sources:\n  - name: db\n    connector: mysql-cdc\n"
+            "    connection: db\n    tables: [{name: orders, table: bench.orders}]\n",
+            "sinks/lake.yml": sink,
+        }.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+
+        def writer_of() -> Callable[[int, int], None]:
+            w = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
+            w.select_db("bench")
+
+            def insert(n: int, per: int) -> None:
+                with w.cursor() as cur:  # now(6): the statement's start, just before its commit
+                    cur.execute(
+                        "INSERT INTO orders SELECT seq, 'new', now(6) "
+                        f"FROM seq_{n + 1}_to_{n + per}"
+                    )
+
+            return insert
+
+        def committed() -> dict[int, float]:
+            with my.cursor() as cur:
+                cur.execute("SELECT id, unix_timestamp(at) FROM orders WHERE id > 1000")
+                return {i: float(at) for i, at in cur.fetchall()}
+
+        def kept() -> str:  # the server keeps nothing for rivc
+            return ""
+
+        stop_db = server.kill
     # its output to a file: a pipe nobody reads while it runs fills up and stops rivc
     said = open(base / "rivc.out", "w")
     proc = subprocess.Popen([RIVC, "run"], cwd=root, stdout=said, text=True)
@@ -577,17 +645,13 @@ def follow(seconds: float, rate: int) -> None:
         per = max(1, rate // 5)  # five transactions a second
 
         def write() -> None:
-            w = psycopg.connect(dsn, autocommit=True)
+            insert = writer_of()
             n, tick = 1000, time.monotonic()
             while time.monotonic() < stop:
-                w.execute(
-                    "INSERT INTO orders SELECT g, 'new', clock_timestamp() "
-                    f"FROM generate_series({n + 1}, {n + per}) g"
-                )
+                insert(n, per)
                 n += per
                 tick += 0.2
                 time.sleep(max(0.0, tick - time.monotonic()))
-            w.close()
 
         writer = threading.Thread(target=write)
         writer.start()
@@ -600,9 +664,7 @@ def follow(seconds: float, rate: int) -> None:
                 rss.append((sampled - began, tree_rss(proc.pid), process_rss(proc.pid)))
             time.sleep(0.1)
         writer.join()
-        rows = dict(
-            con.execute("SELECT id, extract(epoch from at) FROM orders WHERE id > 1000").fetchall()
-        )
+        rows = committed()
         deadline = time.monotonic() + 120
         while any(i not in seen for i in rows) and time.monotonic() < deadline:
             poll()
@@ -615,9 +677,6 @@ def follow(seconds: float, rate: int) -> None:
         missing = sum(1 for i in rows if i not in seen)
         if missing:  # what rivc said, for the rows that never came
             print("\n".join(out.splitlines()[-40:]))
-        kept = con.execute(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) FROM pg_replication_slots"
-        ).fetchone()[0]
         passes = sum(1 for line in out.splitlines() if "pass " in line and "source:" in line)
         print(
             f"{len(rows):,} rows in {seconds:.0f} s ({len(rows) / seconds:,.0f} changes/s), {passes} passes"
@@ -626,7 +685,12 @@ def follow(seconds: float, rate: int) -> None:
             f"lag commit -> table: p50 {lags[len(lags) // 2]:.1f} s, p95 "
             f"{lags[int(len(lags) * 0.95)]:.1f} s, max {lags[-1]:.1f} s; {missing} never arrived"
         )
-        print(f"log kept for the slot after Ctrl-C: {int(kept):,} bytes")
+        first = min(rows.values(), default=0.0)
+        late = sorted(at - first for i, at in rows.items() if i in seen and seen[i] - at > 5)
+        if late:  # when the rows over 5 s were committed: one pass or many
+            print(f"{len(late):,} rows over 5 s, committed {late[0]:.0f}-{late[-1]:.0f} s in")
+        if kept():  # postgres: the slot's
+            print(kept())
         for what, at in (("rivc and its JVM", 1), ("rivc's Python process alone", 2)):
             if not rss:
                 break
@@ -639,7 +703,7 @@ def follow(seconds: float, rate: int) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        stop_db()
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -955,10 +955,11 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
 ):
     """Three tables of one source land in one run from one read of the server's log
     (mysql/sharedread.py), though they hold different positions: one left out of the last run
-    by a partial selection, one landed in it. A transaction over several tables, a key changed
-    several times, a moved key, a truncate, and a table of the same name in another database
-    whose changes must reach no one; each merge equals its table read with pymysql, and every
-    landed change is there once."""
+    by a partial selection, one landed in it, and a run killed after the first table landed
+    from its read. A transaction over several tables, a key changed several times, a moved
+    key, a truncate, and a table of the same name in another database whose changes must reach
+    no one; each merge equals its table read with pymysql, and every landed change is there
+    once."""
     from rivc.adapters.connectors.mysql import stream
 
     dumps: list[tuple[str, int] | None] = []
@@ -1037,15 +1038,21 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
             "INSERT INTO rivc_three.c VALUES (5, 'c5')",
             "UPDATE rivc_three.b SET v = 'b-last' WHERE id = 1",
         )
+        run(con, "UPDATE rivc_three.a SET v = 'a-after' WHERE id = 2")
+        # killed once the first table landed from the shared read, the others not yet; the
+        # next run resumes it: the landed table's batch as it is, the others read once
+        killed = run_rivc(root, "after-landing")
+        assert killed.returncode == -9, killed.stderr[-2000:]
         dumps.clear()
         both = rivc(root, "run", "--threads", "2")
+        assert "landed by the run this one resumes" in both.output
         assert both.exit_code == 0, both.output
         assert len(dumps) == 1, dumps  # one read of the log for the three tables
         for t in names:
             assert merged(t) == table(t), t
             landed = [c for c in changes(t) if c[0] != "r"]
             assert len(landed) == len(set(landed)), t  # no change landed twice
-        assert merged("a") == {1: "a-z", 2: "a2"}  # not the other database's a
+        assert merged("a") == {1: "a-z", 2: "a-after"}  # not the other database's a
         assert merged("c") == {5: "c5"}
         # b's insert once, though the read began at a's older position; its moved key's halves
         landed = sorted((seq, op) for op, seq in changes("b") if op != "r")
