@@ -185,27 +185,13 @@ def main() -> None:
         return
     n = args.changes
     rows = max(args.snapshot, n)
-    if args.source == "postgres":
-        base, port, pg_ctl, _ = cluster()
-        con = psycopg.connect(
-            f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
-        )
-        run = con.execute
-        table, series = "public.orders", f"generate_series(1, {rows}) g"
-        connection = (
-            f"{{type: postgres, host: 127.0.0.1, port: {port}, user: postgres, database: postgres}}"
-        )
-        stop = lambda: subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)  # noqa: E731
-    else:
-        base, port, server, my = mariadb()
-
-        def run(sql: str, params: tuple[object, ...] = ()) -> None:
-            with my.cursor() as cur:
-                cur.execute(sql, params or None)
-
-        table, series = "bench.orders", f"(SELECT seq AS g FROM seq_1_to_{rows}) s"
-        connection = f"{{type: mysql, host: 127.0.0.1, port: {port}, user: root, database: bench}}"
-        stop = server.kill
+    base, port, run, stop, con = db_server(args.source)
+    schema = "public" if args.source == "postgres" else "bench"
+    series = (
+        f"generate_series(1, {rows}) g"
+        if args.source == "postgres"
+        else f"(SELECT seq AS g FROM seq_1_to_{rows}) s"
+    )
     try:
         run(
             "CREATE TABLE orders (id int PRIMARY KEY, status varchar(20), amount numeric(12, 2), "
@@ -215,17 +201,14 @@ def main() -> None:
             f"INSERT INTO orders SELECT g, 'placed', g / 100.0, now(), md5(concat('', g)) FROM {series}"
         )
         root = base / "proj"
-        root.mkdir()
-        (root / "rivc_project.yml").write_text("name: bench\n")
-        (root / "profiles.yml").write_text(f"default:\n  connections:\n    db: {connection}\n")
-        (root / "sources").mkdir()
-        (root / "sources/db.yml").write_text(
-            f"sources:\n  - name: db\n    connector: {args.source}-cdc\n    connection: db\n"
-            f"    tables: [{{name: orders, table: {table}}}]\n"
-        )
-        (root / "sinks").mkdir()
         sinks = SINKS.split("  - name: history")[0] if args.merge_only else SINKS
-        (root / "sinks/lake.yml").write_text("sinks:\n" + sinks)
+        cdc_project(
+            root,
+            args.source,
+            port,
+            f" [{{name: orders, table: {schema}.orders}}]\n",
+            "sinks:\n" + sinks,
+        )
         if args.warm:
             subprocess.run([RIVC, "server", "start"], cwd=root, check=True, capture_output=True)
         results = []
@@ -234,16 +217,16 @@ def main() -> None:
         results.append(("snapshot" if rows == n else f"snapshot of {rows:,} rows", rows, took))
         if args.source == "postgres":  # the anchor's slot: the same changes, decoded again
             con.execute("SELECT pg_create_logical_replication_slot('bench_anchor', 'pgoutput')")
-        start = log_position(my) if args.source == "mysql" else 0
+        start = log_position(con) if args.source == "mysql" else 0
         for i in range(1, n + 1):  # each its own transaction (autocommit)
             run("UPDATE orders SET status = 'burst', amount = amount + 1 WHERE id = %s", (i,))
-        spans.append((start, log_position(my) if args.source == "mysql" else wal_end(con)))
+        spans.append((start, log_position(con) if args.source == "mysql" else wal_end(con)))
         took = timed_run(root)
         results.append((f"{n:,} single-row transactions", n, took))
         for r in range(1, args.rounds + 1):  # the history grows by n versions each round
-            start = log_position(my) if args.source == "mysql" else 0
+            start = log_position(con) if args.source == "mysql" else 0
             run(f"UPDATE orders SET status = 'bulk{r}', updated = now() WHERE id <= {n}")
-            spans.append((start, log_position(my) if args.source == "mysql" else wal_end(con)))
+            spans.append((start, log_position(con) if args.source == "mysql" else wal_end(con)))
             took = timed_run(root)
             results.append((f"one {n:,}-row transaction" + (f" #{r}" if r > 1 else ""), n, took))
         print(f"{'run':40} {'changes':>9} {'seconds':>8} {'changes/s':>10}")
@@ -337,14 +320,41 @@ def server_decoding(file: Path, first: int, last: int) -> float:
     return time.perf_counter() - began
 
 
-def pg_project(root: Path, port: int, tables: str, sinks: str = "") -> None:
-    """A project at `root` of one postgres-cdc source `db` on the bench's cluster: `tables` is
-    the YAML after `tables:`, `sinks` a sinks file's."""
+def db_server(source: str) -> tuple[Path, int, Callable[..., Any], Callable[[], Any], Any]:
+    """The bench's own server of `source`: its folder, its port, a function running one
+    statement (autocommit), one stopping the server, and the connection."""
+    if source == "postgres":
+        base, port, pg_ctl, _ = cluster()
+        con = psycopg.connect(
+            f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
+        )
+
+        def stop() -> None:
+            subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+
+        return base, port, con.execute, stop, con
+    base, port, server, my = mariadb()
+
+    def run(sql: str, params: tuple[object, ...] = ()) -> None:
+        with my.cursor() as cur:
+            cur.execute(sql, params or None)
+
+    return base, port, run, server.kill, my
+
+
+def cdc_project(root: Path, source: str, port: int, tables: str, sinks: str = "") -> None:
+    """A project at `root` of one `source`-cdc source `db` on the bench's server (postgres:
+    database postgres; mysql: database bench): `tables` is the YAML after `tables:`, `sinks` a
+    sinks file's."""
+    connection = {
+        "postgres": f"{{type: postgres, host: 127.0.0.1, port: {port}, user: postgres, "
+        "database: postgres}",
+        "mysql": f"{{type: mysql, host: 127.0.0.1, port: {port}, user: root, database: bench}}",
+    }[source]
     files = {
         "rivc_project.yml": f"name: {root.name}\n",
-        "profiles.yml": "default:\n  connections:\n    db: {type: postgres, host: 127.0.0.1, "
-        f"port: {port}, user: postgres, database: postgres}}\n",
-        "sources/db.yml": "sources:\n  - name: db\n    connector: postgres-cdc\n"
+        "profiles.yml": f"default:\n  connections:\n    db: {connection}\n",
+        "sources/db.yml": f"sources:\n  - name: db\n    connector: {source}-cdc\n"
         f"    connection: db\n    tables:{tables}",
         **({"sinks/lake.yml": sinks} if sinks else {}),
     }
@@ -379,19 +389,9 @@ def big(rows: int, source: str) -> None:
         )
         root = base / "proj"
         if source == "postgres":
-            pg_project(root, port, " [{name: orders, table: public.orders}]\n")
+            cdc_project(root, "postgres", port, " [{name: orders, table: public.orders}]\n")
         else:
-            root.mkdir()
-            (root / "rivc_project.yml").write_text("name: bench\n")
-            (root / "profiles.yml").write_text(
-                "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
-                f"port: {port}, user: root, database: bench}}\n"
-            )
-            (root / "sources").mkdir()
-            (root / "sources/db.yml").write_text(
-                "sources:\n  - name: db\n    connector: mysql-cdc\n    connection: db\n"
-                "    tables: [{name: orders, table: bench.orders}]\n"
-            )
+            cdc_project(root, "mysql", port, " [{name: orders, table: bench.orders}]\n")
         print(f"{'run':36} {'rows':>10} {'seconds':>8} {'rows/s':>9} {'peak RSS':>9}")
         for label in ("snapshot", "one transaction"):
             if label != "snapshot":
@@ -430,23 +430,12 @@ def tables(count: int, rows: int, source: str) -> None:
     """A source of `count` tables of `rows` rows, landed by one `rivc run` each (no sink): the
     snapshot, each table updated whole in a transaction of its own, then `rows // 10`
     one-row transactions per table, the tables taken in turn: seconds and changes/s."""
-    if source == "postgres":
-        base, port, pg_ctl, _ = cluster()
-        con = psycopg.connect(
-            f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True
-        )
-        run = con.execute
-        text, series, schema = "text", f"generate_series(1, {rows}) g", "public"
-        stop = lambda: subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)  # noqa: E731
-    else:
-        base, port, server, my = mariadb()
-
-        def run(sql: str, params: tuple[object, ...] = ()) -> None:
-            with my.cursor() as cur:
-                cur.execute(sql, params or None)
-
-        text, series, schema = "varchar(40)", f"(SELECT seq AS g FROM seq_1_to_{rows}) s", "bench"
-        stop = server.kill
+    base, port, run, stop, _ = db_server(source)
+    text, series, schema = (
+        ("text", f"generate_series(1, {rows}) g", "public")
+        if source == "postgres"
+        else ("varchar(40)", f"(SELECT seq AS g FROM seq_1_to_{rows}) s", "bench")
+    )
     try:
         names = [f"t{n}" for n in range(count)]
         for t in names:
@@ -454,20 +443,7 @@ def tables(count: int, rows: int, source: str) -> None:
             run(f"INSERT INTO {t} SELECT g, 'placed', md5(concat('', g)) FROM {series}")
         listed = "".join(f"      - {{name: {t}, table: {schema}.{t}}}\n" for t in names)
         root = base / "proj"
-        if source == "postgres":
-            pg_project(root, port, "\n" + listed)
-        else:
-            root.mkdir()
-            (root / "rivc_project.yml").write_text("name: tables\n")
-            (root / "profiles.yml").write_text(
-                "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
-                f"port: {port}, user: root, database: bench}}\n"
-            )
-            (root / "sources").mkdir()
-            (root / "sources/db.yml").write_text(
-                "sources:\n  - name: db\n    connector: mysql-cdc\n    connection: db\n"
-                f"    tables:\n{listed}"
-            )
+        cdc_project(root, source, port, "\n" + listed)
         single = rows // 10
         for label in ("snapshot", "one transaction per table", "one-row transactions"):
             if label.startswith("one transaction"):
@@ -545,7 +521,7 @@ def follow(seconds: float, rate: int, source: str) -> None:
             "INSERT INTO orders SELECT g, 'v', clock_timestamp() FROM generate_series(1, 1000) g"
         )
         root = base / "proj"
-        pg_project(root, port, " [{name: orders, table: public.orders}]\n", sink)
+        cdc_project(root, "postgres", port, " [{name: orders, table: public.orders}]\n", sink)
 
         def writer_of() -> Callable[[int, int], None]:
             w = psycopg.connect(dsn, autocommit=True)
@@ -581,16 +557,7 @@ def follow(seconds: float, rate: int, source: str) -> None:
             cur.execute("CREATE TABLE orders (id int PRIMARY KEY, v varchar(8), at timestamp(6))")
             cur.execute("INSERT INTO orders SELECT seq, 'v', now(6) FROM seq_1_to_1000")
         root = base / "proj"
-        for path, text in {
-            "rivc_project.yml": "name: follow\n",
-            "profiles.yml": "default:\n  connections:\n    db: {type: mysql, host: 127.0.0.1, "
-            f"port: {port}, user: root, database: bench}}\n",
-            "sources/db.yml": "sources:\n  - name: db\n    connector: mysql-cdc\n"
-            "    connection: db\n    tables: [{name: orders, table: bench.orders}]\n",
-            "sinks/lake.yml": sink,
-        }.items():
-            (root / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / path).write_text(text)
+        cdc_project(root, "mysql", port, " [{name: orders, table: bench.orders}]\n", sink)
 
         def writer_of() -> Callable[[int, int], None]:
             w = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
@@ -653,22 +620,30 @@ def follow(seconds: float, rate: int, source: str) -> None:
                 tick += 0.2
                 time.sleep(max(0.0, tick - time.monotonic()))
 
+        # the table is watched on a thread of its own, so that reading the rows' commit times
+        # afterwards (seconds, for millions of rows) delays no row's arrival
+        watched = threading.Event()
+
+        def watch() -> None:
+            while not watched.is_set():
+                poll()
+                time.sleep(0.1)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
         writer = threading.Thread(target=write)
         writer.start()
         rss: list[tuple[float, int, int]] = []  # (seconds in, tree, rivc alone) every 5 s
-        began = sampled = time.monotonic()
+        began = time.monotonic()
         while writer.is_alive():
-            poll()
-            if time.monotonic() - sampled >= 5:
-                sampled = time.monotonic()
-                rss.append((sampled - began, tree_rss(proc.pid), process_rss(proc.pid)))
-            time.sleep(0.1)
-        writer.join()
+            rss.append((time.monotonic() - began, tree_rss(proc.pid), process_rss(proc.pid)))
+            writer.join(timeout=5)
         rows = committed()
         deadline = time.monotonic() + 120
         while any(i not in seen for i in rows) and time.monotonic() < deadline:
-            poll()
             time.sleep(0.1)
+        watched.set()
+        watcher.join()
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
         said.close()
@@ -700,6 +675,14 @@ def follow(seconds: float, rate: int, source: str) -> None:
                 f"RSS of {what}: first minute max {first / 2**20:,.0f} MB, "
                 f"last minute max {last / 2**20:,.0f} MB"
             )
+        minutes = int(rss[-1][0] // 60) + 1 if rss else 0
+        tree = [
+            max((r[1] for r in rss if m * 60 <= r[0] < m * 60 + 60), default=0)
+            for m in range(minutes)
+        ]
+        print(
+            "RSS of rivc and its JVM by minute (MB):", " ".join(f"{b / 2**20:,.0f}" for b in tree)
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
