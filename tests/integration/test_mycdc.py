@@ -957,9 +957,9 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
     (mysql/sharedread.py), though they hold different positions: one left out of the last run
     by a partial selection, one landed in it, and a run killed after the first table landed
     from its read. A transaction over several tables, a key changed several times, a moved
-    key, a truncate, and a table of the same name in another database whose changes must reach
-    no one; each merge equals its table read with pymysql, and every landed change is there
-    once."""
+    key, a truncate, a key deleted and inserted again, and a table of the same name in another
+    database whose changes must reach no one; each merge equals its table read with pymysql,
+    and every landed change is there once."""
     from rivc.adapters.connectors.mysql import stream
 
     dumps: list[tuple[str, int] | None] = []
@@ -1036,6 +1036,8 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
             "COMMIT",
             "TRUNCATE TABLE rivc_three.c",
             "INSERT INTO rivc_three.c VALUES (5, 'c5')",
+            "DELETE FROM rivc_three.c WHERE id = 5",  # deleted and inserted again, one batch
+            "INSERT INTO rivc_three.c VALUES (5, 'c5 again')",
             "UPDATE rivc_three.b SET v = 'b-last' WHERE id = 1",
         )
         run(con, "UPDATE rivc_three.a SET v = 'a-after' WHERE id = 2")
@@ -1053,7 +1055,7 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
             landed = [c for c in changes(t) if c[0] != "r"]
             assert len(landed) == len(set(landed)), t  # no change landed twice
         assert merged("a") == {1: "a-z", 2: "a-after"}  # not the other database's a
-        assert merged("c") == {5: "c5"}
+        assert merged("c") == {5: "c5 again"}
         # b's insert once, though the read began at a's older position; its moved key's halves
         landed = sorted((seq, op) for op, seq in changes("b") if op != "r")
         assert [op for _, op in landed] == ["c", "c", "d", "u"]
