@@ -972,6 +972,7 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
     monkeypatch.setattr(stream.BinlogDump, "__init__", counted)
     con = connect(binlog_mariadb)
     names = ("a", "b", "c")
+    long = "ü" + "x" * 199_999
     run(
         con,
         "DROP DATABASE IF EXISTS rivc_three",
@@ -979,8 +980,13 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
         "CREATE DATABASE rivc_three",
         "CREATE DATABASE rivc_three_other",
         "CREATE TABLE rivc_three_other.a (id int PRIMARY KEY, v varchar(20))",
-        *(f"CREATE TABLE rivc_three.{t} (id int PRIMARY KEY, v varchar(20))" for t in names),
-        *(f"INSERT INTO rivc_three.{t} VALUES (1, '{t}1'), (2, '{t}2')" for t in names),
+        *(
+            f"CREATE TABLE rivc_three.{t} (id int PRIMARY KEY, v varchar(20), body mediumtext) "
+            "CHARSET utf8mb4"
+            for t in names
+        ),
+        *(f"INSERT INTO rivc_three.{t} VALUES (1, '{t}1', NULL), (2, '{t}2', NULL)" for t in names),
+        f"UPDATE rivc_three.a SET body = '{long}' WHERE id = 1",  # left alone from here on
     )
     root = write_files(
         tmp_path / "three",
@@ -996,7 +1002,9 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
                 f"  - name: lake_{t}\n    from: source:my.{t}\n{UNWRAP}    connector: delta\n"
                 f"    config: {{table_uri: out/{t}, mode: merge, merge_keys: [id]}}\n"
                 for t in names
-            ),
+            )
+            + f"  - name: hist_a\n    from: source:my.a\n{UNWRAP}    connector: delta\n"
+            "    config: {table_uri: out/hist_a, mode: scd2, merge_keys: [id]}\n",
         },
     )
 
@@ -1009,6 +1017,21 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
         rows = DeltaTable(str(root / f"out/{t}")).to_pyarrow_table().to_pylist()
         return {r["id"]: r["v"] for r in rows}
 
+    def rows_a() -> dict[int, tuple]:
+        with con.cursor() as cur:
+            cur.execute("SELECT id, v, body FROM rivc_three.a")
+            return {r[0]: r[1:] for r in cur.fetchall()}
+
+    versions: dict[int, list[tuple]] = {}
+
+    def change_a(*statements: str) -> None:  # each its own transaction; a's versions noted
+        for statement in ("", *statements):
+            if statement:
+                run(con, statement)
+            for k, v in rows_a().items():
+                if versions.setdefault(k, [])[-1:] != [v]:
+                    versions[k].append(v)
+
     def changes(t: str) -> list[tuple]:
         path = root / f"warehouse/_rivc/landing/my.{t}"
         rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
@@ -1016,11 +1039,12 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
 
     try:
         assert rivc(root, "run").exit_code == 0  # three snapshots
+        change_a()
+        change_a("UPDATE rivc_three.a SET v = 'a-x' WHERE id = 1")
         run(
             con,
-            "UPDATE rivc_three.a SET v = 'a-x' WHERE id = 1",
             "INSERT INTO rivc_three_other.a VALUES (1, 'not ours'), (7, 'nor this')",
-            "INSERT INTO rivc_three.b VALUES (3, 'b3')",
+            "INSERT INTO rivc_three.b VALUES (3, 'b3', NULL)",
         )
         only_b = rivc(root, "run", "--select", "lake_b")  # a and c stay behind b
         assert only_b.exit_code == 0, only_b.output
@@ -1035,12 +1059,17 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
             "UPDATE rivc_three_other.a SET v = 'still not ours' WHERE id = 1",
             "COMMIT",
             "TRUNCATE TABLE rivc_three.c",
-            "INSERT INTO rivc_three.c VALUES (5, 'c5')",
+            "INSERT INTO rivc_three.c VALUES (5, 'c5', NULL)",
             "DELETE FROM rivc_three.c WHERE id = 5",  # deleted and inserted again, one batch
-            "INSERT INTO rivc_three.c VALUES (5, 'c5 again')",
+            "INSERT INTO rivc_three.c VALUES (5, 'c5 again', NULL)",
             "UPDATE rivc_three.b SET v = 'b-last' WHERE id = 1",
         )
-        run(con, "UPDATE rivc_three.a SET v = 'a-after' WHERE id = 2")
+        change_a(
+            "UPDATE rivc_three.a SET v = 'a-p' WHERE id = 2",
+            "UPDATE rivc_three.a SET v = 'a-q' WHERE id = 2",
+            "UPDATE rivc_three.a SET id = 3 WHERE id = 2",  # a moved key
+            "UPDATE rivc_three.a SET v = 'a-after' WHERE id = 3",
+        )
         # killed once the first table landed from the shared read, the others not yet; the
         # next run resumes it: the landed table's batch as it is, the others read once
         killed = run_rivc(root, "after-landing")
@@ -1054,7 +1083,17 @@ def test_a_source_of_three_tables_reads_the_binlog_once_each_table_from_its_own_
             assert merged(t) == table(t), t
             landed = [c for c in changes(t) if c[0] != "r"]
             assert len(landed) == len(set(landed)), t  # no change landed twice
-        assert merged("a") == {1: "a-z", 2: "a-after"}  # not the other database's a
+        assert merged("a") == {1: "a-z", 3: "a-after"}  # not the other database's a
+        # the merge and the scd2 history of a, key by key, the long value whole in each version
+        lake = DeltaTable(str(root / "out/a")).to_pyarrow_table().to_pylist()
+        assert {r["id"]: (r["v"], r["body"]) for r in lake} == rows_a()
+        history = DeltaTable(str(root / "out/hist_a")).to_pyarrow_table().to_pylist()
+        held: dict[int, list[tuple]] = {}
+        for r in sorted(history, key=lambda r: (r["id"], r["valid_from"])):
+            held.setdefault(r["id"], []).append((r["v"], r["body"]))
+        versions[1].insert(2, ("a-y", long))  # a-y and a-z: one transaction, two changes
+        assert held == versions
+        assert {r["id"] for r in history if r["is_current"]} == {1, 3}
         assert merged("c") == {5: "c5 again"}
         # b's insert once, though the read began at a's older position; its moved key's halves
         landed = sorted((seq, op) for op, seq in changes("b") if op != "r")
