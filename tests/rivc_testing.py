@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -466,3 +467,32 @@ def hive_metastore(folder: Path) -> Iterator[str]:
         proc.kill()
         proc.wait()
         log.close()
+
+
+DBT_NAMES = Path(__file__).resolve().parent / "fixtures" / "dbt_names"
+TOOLS = Path(os.environ.get("RIVC_TOOLS", Path.home() / ".cache" / "rivc-tools"))
+DBT = TOOLS / "dbt" / "bin" / "dbt"  # scripts/test-setup.sh installs it
+
+
+def dbt_parse(
+    tmp: Path, schema: str, target: str = "dev", source: Path = DBT_NAMES
+) -> dict[str, Any]:
+    """`dbt parse` of a copy of `source` (dbt-core with dbt-duckdb, from scripts/test-setup.sh)
+    on target `target` of schema `schema`: its manifest."""
+    project = tmp / f"dbt_{target}"
+    shutil.copytree(source, project, ignore=shutil.ignore_patterns("profiles.yml"))
+    (project / "profiles.yml").write_text(
+        f"names:\n  target: {target}\n  outputs:\n    {target}: "
+        f"{{type: duckdb, path: '{tmp / 'names.duckdb'}', schema: {schema}, threads: 1}}\n"
+    )
+    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    done = subprocess.run(
+        [str(DBT), "parse", "--profiles-dir", str(project)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    return json.loads((project / "target/manifest.json").read_text())

@@ -51,7 +51,12 @@ def _spark(plan: Any, debug: bool = False, shared: bool = False) -> Any:
     if warm is not None:  # the project's warm server (rivc server start) stands in for it
         spec = spec.model_copy(update={"remote": warm, "master": None})
     try:
-        spark = get_session(spec, app_name=f"rivc {plan.manifest.project}", log=log)
+        spark = get_session(
+            spec,
+            app_name=f"rivc {plan.manifest.project}",
+            log=log,
+            state_dir=plan.root / STATE_DIR,
+        )
     except PySparkException as exc:  # most often: no Java, or a Connect server out of reach
         raise EnvironmentFault(
             f"Spark did not start ({exc.getCondition() or type(exc).__name__}): check that "

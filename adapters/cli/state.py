@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,7 @@ def maintain(
 
     from ..ingest.retention import retain
     from ..lake import deltatable
+    from ..lake.metastore import publish
     from ..plane.base import Can, SinkContext
     from ..plane.registry import sink_for
     from ..run.runtime import Runtime
@@ -260,6 +262,7 @@ def maintain(
     from ..run.tables import consumers
     from ..state import StateStore, new_run_id, run_lock
     from ..util.storage import join
+    from .execute import _spark
 
     root = _root(project_dir)
     with run_lock(root, new_run_id()):  # no rivc run of this project writes meanwhile
@@ -269,7 +272,9 @@ def maintain(
         tables: list[tuple[str, str, Any]] = []
         sinks: list[str] = []
         keep = parse_duration(plan.project.spec.landing_retention)
-        runtime = Runtime(_no_spark, plan, "maintain", StateStore.for_project(root))
+        named = plan.profile.spark.hive and not dry_run  # stored nodes named in a metastore
+        spark = (lambda: _spark(plan)) if named else _no_spark
+        runtime = Runtime(spark, plan, "maintain", StateStore.for_project(root))
         for nid in compiled.chosen:
             node = plan.nodes[nid]
             if plan.is_extracted(nid):
@@ -287,7 +292,12 @@ def maintain(
             elif node.kind == "sink":
                 sinks.append(nid)
         for nid, uri, store in tables:
-            done = deltatable.maintain(uri, store, retain_hours, dry_run)
+            placed = plan.nodes[nid].placed if named and plan.nodes[nid].stored else None
+            renamed = None
+            if placed:  # the name on the current files before any VACUUM (a killed run's)
+                renamed = partial(publish, runtime.spark, placed, uri, store)
+                renamed()
+            done = deltatable.maintain(uri, store, retain_hours, dry_run, compacted=renamed)
             click.echo(f"{nid}: {deltatable.maintained(done, dry_run)}")
         for nid in sinks:  # after the tables: a retention Delta refuses stops before these
             name = plan.nodes[nid].name

@@ -5,6 +5,7 @@ model tables, the landing tables and the delta sink all use it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -310,12 +311,18 @@ class Maintained:
 
 
 def maintain(
-    uri: str, store: Store, retain_hours: int, dry_run: bool, target_size: int | None = None
+    uri: str,
+    store: Store,
+    retain_hours: int,
+    dry_run: bool,
+    target_size: int | None = None,
+    compacted: Callable[[], object] | None = None,
 ) -> Maintained | None:
     """Delta's own housekeeping through delta-rs: compact small files (one commit, which a
-    concurrent writer's commit makes conflict and fail rather than lose data), then VACUUM the
-    files no version younger than `retain_hours` references: the files of killed jobs and of
-    rewritten ones. None when `uri` holds no table."""
+    concurrent writer's commit makes conflict and fail rather than lose data), call `compacted`
+    (a catalog's name moves to the new files), then VACUUM the files no version younger than
+    `retain_hours` references: the files of killed jobs and of rewritten ones. None when `uri`
+    holds no table."""
     dt = open_table(uri, store.delta)
     if dt is None:
         return None
@@ -330,6 +337,8 @@ def maintain(
     if dry_run:
         return Maintained(0, 0, planned)
     metrics = dt.optimize.compact(target_size=target_size)
+    if compacted is not None:
+        compacted()
     return Maintained(int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]), vacuum(False))
 
 

@@ -28,5 +28,20 @@ def run_model(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
     run_hooks(rt, "pre_hook", node.config.get("pre_hook", ()))
     result = builder(node).build(rt, nid, node)
     if result.status == "success":
+        publish(rt, node)
         run_hooks(rt, "post_hook", node.config.get("post_hook", ()))
     return result
+
+
+def publish(rt: Runtime, node: ManifestNode) -> None:
+    """A stored node's table named in the profile's metastore as dbt-spark names it
+    (lake/metastore.py): after each build, and when it is reused (a run killed before naming
+    it left the name on the snapshot before)."""
+    if not (node.stored and node.placed and rt.plan.profile.spark.hive):
+        return
+    from ..lake.metastore import publish as name_table
+
+    uri = rt.table_uri(node)
+    why = name_table(rt.spark, node.placed, uri, rt.plan.store(uri))
+    if why:
+        rt.on_warning(why)

@@ -170,7 +170,7 @@ def _launch(
 
     spark_home = Path(pyspark.__file__).parent
     where = home(root)
-    conf = session_conf(spec)
+    conf = session_conf(spec, root / STATE_DIR)
     args = [
         str(spark_home / "sbin" / "start-connect-server.sh"),
         "--master",

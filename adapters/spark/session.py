@@ -74,18 +74,37 @@ JOB_LOG4J = Path(__file__).parent.parent / "log4j2-job.properties"
 LOOPBACK = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
 
 
-def session_conf(spec: SparkSpec) -> dict[str, str]:
+def session_conf(spec: SparkSpec, state_dir: Path | None = None) -> dict[str, str]:
+    """The Spark settings of a profile; `state_dir` (the project's .rivc/) holds an embedded
+    metastore."""
     conf = dict(LOCAL_DEFAULTS)
     if spec.master is None or spec.master.startswith("local"):
         conf.update(LOOPBACK)
     jars = jdbc_jars(spec.jars)
     if jars:
         conf["spark.jars"] = ",".join(jars)
+    conf.update(metastore_conf(spec, state_dir))
     conf.update(
         {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spec.conf.items()}
     )
     java = "spark.driver.extraJavaOptions"  # the profile's -D options come last and win
     conf[java] = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J.as_uri()} {conf[java]}"
+    return conf
+
+
+def metastore_conf(spec: SparkSpec, state_dir: Path | None) -> dict[str, str]:
+    """A Hive metastore as Spark's catalog: a service's Thrift URI, or Derby embedded in
+    `state_dir` (Spark's own default would be ./metastore_db wherever rivc runs)."""
+    if spec.metastore is None:
+        return {}
+    conf = {"spark.sql.catalogImplementation": "hive"}
+    if spec.metastore == "embedded":
+        where = (state_dir or Path(".rivc")).resolve() / "metastore"
+        url = f"jdbc:derby:;databaseName={where};create=true"
+        conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = url
+        conf["spark.hadoop.derby.system.home"] = str(where.parent)
+    else:
+        conf["spark.hadoop.hive.metastore.uris"] = spec.metastore
     return conf
 
 
@@ -196,9 +215,15 @@ def interrupt_session(spark: SparkSession, session_id: str) -> int:
         other.stop()  # releases the session: its views and state go with it
 
 
-def get_session(spec: SparkSpec, app_name: str = "rivc", log: Path | None = None) -> SparkSession:
+def get_session(
+    spec: SparkSpec,
+    app_name: str = "rivc",
+    log: Path | None = None,
+    state_dir: Path | None = None,
+) -> SparkSession:
     """One session per process: an active session (a test's, spark-submit's) is reused as is.
-    With `log`, a local JVM started here writes its own output there (see _launch_quiet)."""
+    With `log`, a local JVM started here writes its own output there (see _launch_quiet);
+    `state_dir` is the project's .rivc/ (an embedded metastore's home)."""
     from pyspark.sql import SparkSession
 
     # Python workers (data sources, UDFs) must run this interpreter, with rivc importable.
@@ -211,11 +236,12 @@ def get_session(spec: SparkSpec, app_name: str = "rivc", log: Path | None = None
     if remote:
         builder = builder.remote(remote)
         conf = {k: v for k, v in session_conf(spec).items() if k.startswith("spark.sql.")}
+        conf.pop("spark.sql.catalogImplementation", None)  # the server's own
         conf = {**FRESH_READS, **conf}
     else:
         if "PYSPARK_GATEWAY_PORT" not in os.environ:  # under spark-submit, its --master wins
             builder = builder.master(spec.master or "local[*]")
-        conf = session_conf(spec)
+        conf = session_conf(spec, state_dir)
         if log is not None:  # Spark's catalog (dbt sources in it) keeps its folder in .rivc/
             conf.setdefault("spark.sql.warehouse.dir", str(log.parent / "spark-warehouse"))
         if log is not None and "PYSPARK_GATEWAY_PORT" not in os.environ:

@@ -239,6 +239,24 @@ class SparkSpec(Spec):
     # it; it stops after `server_idle` without a run (docs/running.md)
     server: Literal["auto"] | None = None
     server_idle: str = "30 minutes"
+    # Spark's catalog is a Hive metastore: `thrift://host:9083` (a metastore service), or
+    # `embedded` (Derby in .rivc/metastore, one Spark at a time); every stored node is named
+    # there as dbt-spark names it (adapters/lake/metastore.py, docs/dbt.md)
+    metastore: str | None = None
+
+    @property
+    def hive(self) -> bool:
+        """Whether Spark's catalog is a Hive metastore: `metastore:`, or the profile's own
+        `spark.sql.catalogImplementation: hive`."""
+        implementation = str(self.conf.get("spark.sql.catalogImplementation", ""))
+        return self.metastore is not None or implementation == "hive"
+
+    @field_validator("metastore")
+    @classmethod
+    def _metastore(cls, value: str | None) -> str | None:
+        if value is not None and value != "embedded" and not value.startswith("thrift://"):
+            raise ValueError("metastore is thrift://<host>:<port> or embedded")
+        return value
 
     @field_validator("server_idle")
     @classmethod

@@ -8,10 +8,8 @@ reads rivc's manifest as it reads dbt's. No Spark: compile only."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,34 +17,12 @@ from typing import Any
 import pytest
 from dbt_artifacts_parser.parser import parse_manifest
 
-from rivc_testing import rivc
+from rivc_testing import DBT_NAMES as FIXTURE
+from rivc_testing import dbt_parse, rivc
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_names"
-TOOLS = Path(os.environ.get("RIVC_TOOLS", Path.home() / ".cache" / "rivc-tools"))
-DBT = TOOLS / "dbt" / "bin" / "dbt"  # scripts/test-setup.sh installs it
 FIELDS = ("name", "resource_type", "schema", "alias", "fqn", "path", "original_file_path")
-
-
-def dbt_parse(tmp: Path, schema: str, target: str = "dev") -> dict[str, Any]:
-    project = tmp / f"dbt_{target}"
-    shutil.copytree(FIXTURE, project)
-    (project / "profiles.yml").write_text(
-        f"names:\n  target: {target}\n  outputs:\n    {target}: "
-        f"{{type: duckdb, path: '{tmp / 'names.duckdb'}', schema: {schema}, threads: 1}}\n"
-    )
-    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
-    done = subprocess.run(
-        [str(DBT), "parse", "--profiles-dir", str(project)],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:]
-    return json.loads((project / "target/manifest.json").read_text())
 
 
 def rivc_compile(tmp: Path, schema: str, target: str = "dev") -> dict[str, Any]:
