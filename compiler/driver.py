@@ -15,23 +15,38 @@ from .collector import no_cyclic_gc
 from .dag.graph import Node, ProjectGraph, node_id
 from .dag.selector import select
 from .dbt import naming
+from .dbt.jinja import Listing
 from .emit import run_results
 from .emit.run_results import RESULTS_FILE
-from .errors import CompileFailed, GraphError, RivcError, SelectionError, SourceLocation
+from .errors import (
+    CompileFailed,
+    GraphError,
+    RenderError,
+    RivcError,
+    SelectionError,
+    SourceLocation,
+)
 from .loading.locate import TARGET_DIR, project_file
 from .loading.project import Located, Project, load_project
 from .loading.specs import NodeId
 from .nodes.consumers import sink_inputs
 from .nodes.contracts import check_contracts
 from .nodes.data_tests import test_nodes
-from .nodes.models import CompileCache, analyze_models, check_model_keys, model_node
+from .nodes.models import (
+    CompileCache,
+    analyze_models,
+    check_model_keys,
+    model_configs,
+    model_node,
+    preliminary_listing,
+)
 from .nodes.python_models import python_model_nodes
 from .nodes.seeds import seed_nodes
 from .nodes.sinks import check_targets, sink_node, star_feeding_sinks
 from .nodes.sources import source_node
 from .nodes.unit_tests import unit_test_nodes
 from .rendering.params import resolve_params
-from .rendering.render import RenderContext, Renderer, source_relation
+from .rendering.render import LISTING, RenderContext, Renderer, listing_digest, source_relation
 
 __all__ = [
     "CompileCache",
@@ -147,7 +162,9 @@ def _analyze(
         for s in seeds
     )
     ctx = dataclasses.replace(ctx, columns=sources, seeds=seed_files)
-    models, types = analyze_models(project, ctx, params, sources, options.workers, cache)
+    configs = model_configs(project, ctx)
+    ctx = dataclasses.replace(ctx, listing=preliminary_listing(project, ctx, configs, seeds))
+    models, types = analyze_models(project, ctx, configs, params, sources, options.workers, cache)
     for name, res in models.items():
         if res.config and not res.config["enabled"]:
             continue  # as if its file were not there; a ref() to it is an error
@@ -173,6 +190,7 @@ def _analyze(
     _refs_to_disabled(nodes, findings)
     hooks = _run_hooks(project, renderer, findings)
     _name_relations(project, renderer, nodes, findings)
+    _check_listing(project, ctx.listing, nodes, findings)
     graph = ProjectGraph(nodes)
     sink_inputs(project, graph, findings)
     chosen = select(
@@ -254,6 +272,35 @@ def _name_relations(
     for nid, where in placed.items():
         nodes[NodeId(nid)].placed = where
     findings += [rules.from_error(e) for e in errors]
+
+
+def _check_listing(
+    project: Project, told: Listing, nodes: dict[NodeId, Node], findings: list[Finding]
+) -> None:
+    """A model that read information_schema.tables while rendering was told each relation's
+    name from the configs before any model rendered; a model's own `config()` may name it
+    otherwise. Then the listing it read was not the project's: an error at that model."""
+    readers = [n for n in nodes.values() if LISTING in n.uses]
+    if not readers:
+        return
+    listed = [n for n in nodes.values() if n.kind == "seed" or n.name in project.models]
+    final = naming.listing({n.id: n.placed for n in listed if n.placed}, listed)
+    if listing_digest(final) == readers[0].uses[LISTING]:
+        return
+    moved = sorted({row[3] for row in set(final) ^ set(told)})
+    for node in readers:
+        findings.append(
+            rules.render(
+                RenderError(
+                    f"model {node.name!r} lists relations through information_schema.tables "
+                    f"while compiling, but {', '.join(moved)} {'is' if len(moved) == 1 else 'are'} "
+                    "named by a model's own config() (schema, alias, enabled or materialized), "
+                    "which the listing cannot know yet: set it in dbt_project.yml or properties "
+                    "YAML (docs/dbt.md)",
+                    SourceLocation(node.path),
+                )
+            )
+        )
 
 
 def _refs_to_disabled(nodes: dict[NodeId, Node], findings: list[Finding]) -> None:

@@ -217,11 +217,38 @@ class Flags:
     WHICH = "run"  # what rivc compiles is what runs
 
 
+class Row(tuple[Any, ...]):
+    """One row of a Table, as agate's: a tuple whose cells are also read by column name
+    (`row.table_schema`, `row['table_name']`)."""
+
+    names: tuple[str, ...] = ()
+
+    def __new__(cls, names: tuple[str, ...], values: tuple[Any, ...]) -> Row:
+        row = super().__new__(cls, values)
+        row.names = names
+        return row
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (self.names, tuple(self))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[self.names.index(name)]
+        except ValueError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return self.__getattr__(key)
+        return super().__getitem__(key)
+
+
 class Table:
     """What run_query returns, as far as macros use dbt's agate table: rows, columns, cells."""
 
     def __init__(self, names: list[str], rows: list[tuple[Any, ...]]) -> None:
-        self.column_names, self.rows = names, rows
+        self.column_names = names
+        self.rows = [Row(tuple(names), tuple(r)) for r in rows]
         self.columns = _Columns(_Column(name, [r[i] for r in rows]) for i, name in enumerate(names))
 
     def __getitem__(self, i: int) -> tuple[Any, ...]:
@@ -262,13 +289,29 @@ class _Columns(list[_Column]):
 
 # (name, CSV path, delimiter, checksum, ((column, Spark type), ...))
 Seeds = tuple[tuple[str, str, str, str, tuple[tuple[str, str], ...]], ...]
+# the project's relations as information_schema.tables lists them: (schema, table name, table
+# type, rivc's name of the node), from dbt's names (dbt/naming.py)
+Listing = tuple[tuple[str, str, str, str], ...]
+LISTED = "__rivc_information_schema_tables"  # the table information_schema.tables reads
 
 
-def run_query(sql: str, seeds: Seeds = ()) -> Table:
-    """A query a macro runs while compiling (date spines, dbt_utils.get_column_values): rivc
-    compiles offline, so it runs only queries that read no table or only seeds, in DuckDB in
-    this process (the Spark SQL translated by sqlglot; a seed read from its CSV with the types
-    rivc inferred). One that reads any other table is an error."""
+def reads_listing(table: Any) -> bool:
+    """Whether a table of a query is `[catalog.]information_schema.tables`."""
+    return str(table.db).lower() == "information_schema" and table.name.lower() == "tables"
+
+
+def run_query(
+    sql: str,
+    seeds: Seeds = (),
+    listing: Listing = (),
+    on_listing: Callable[[], None] = lambda: None,
+) -> Table:
+    """A query a macro runs while compiling (date spines, dbt_utils.get_column_values,
+    get_relations_by_pattern): rivc compiles offline, so it runs only queries that read no table,
+    seeds, or `information_schema.tables` (the project's relations under dbt's names:
+    `listing`; `on_listing` is told), in DuckDB in this process (the Spark SQL translated by
+    sqlglot; a seed read from its CSV with the types rivc inferred). One that reads any other
+    table is an error."""
     import sqlglot
     from sqlglot.errors import ParseError, TokenError
 
@@ -276,8 +319,17 @@ def run_query(sql: str, seeds: Seeds = ()) -> Table:
         tree = sqlglot.parse_one(str(sql), read="spark")
     except (ParseError, TokenError) as exc:
         raise RenderError(f"run_query: not a Spark SQL query: {str(exc).splitlines()[0]}") from None
+    listed = False
+    for table in list(tree.find_all(sqlglot.exp.Table)):
+        if reads_listing(table):
+            table.replace(sqlglot.exp.to_table(LISTED).as_(table.alias_or_name))
+            listed = True
+    if listed:
+        on_listing()
     ctes = {c.alias_or_name for c in tree.find_all(sqlglot.exp.CTE)}
-    tables = [t.name for t in tree.find_all(sqlglot.exp.Table) if t.name not in ctes]
+    tables = [
+        t.name for t in tree.find_all(sqlglot.exp.Table) if t.name not in ctes and t.name != LISTED
+    ]
     files = {name: (path, delimiter, types) for name, path, delimiter, _, types in seeds}
     other = [t for t in tables if t not in files]
     if other:
@@ -302,6 +354,14 @@ def run_query(sql: str, seeds: Seeds = ()) -> Table:
                     f"CREATE TABLE {_duck(name)} AS SELECT {typed} FROM {_duck('__csv_' + name)}"
                 )
                 con.unregister(f"__csv_{name}")
+            if listed:
+                con.execute(
+                    f"CREATE TABLE {LISTED} (table_catalog VARCHAR, table_schema VARCHAR, "
+                    "table_name VARCHAR, table_type VARCHAR)"
+                )
+                rows = [(None, schema, name, kind) for schema, name, kind, _ in listing]
+                if rows:
+                    con.executemany(f"INSERT INTO {LISTED} VALUES (?, ?, ?, ?)", rows)
             # the query itself reaches no file, no extension and no setting (docs/security.md)
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
@@ -325,9 +385,12 @@ def _duck_type(spark: str) -> str:
 class Statements:
     """`{% call statement('name', fetch_result=True) %}...{% endcall %}` and load_result."""
 
-    def __init__(self, seeds: Seeds) -> None:
+    def __init__(self, seeds: Seeds, listing: Listing, on_listing: Callable[[], None]) -> None:
         self.results: dict[str, dict[str, Any]] = {}
-        self.seeds = seeds
+        self.seeds, self.listing, self.on_listing = seeds, listing, on_listing
+
+    def run_query(self, sql: str) -> Table:
+        return run_query(sql, self.seeds, self.listing, self.on_listing)
 
     def statement(
         self,
@@ -338,7 +401,7 @@ class Statements:
         caller: Callable[[], str] | None = None,
     ) -> str:
         sql = caller() if caller is not None else ""
-        table = run_query(sql, self.seeds)
+        table = self.run_query(sql)
         if name is not None:
             self.results[name] = {"data": table.rows, "table": table, "response": "OK"}
         return ""
@@ -355,10 +418,12 @@ def context(
     names: frozenset[str],
     seeds: Seeds,
     graph: Mapping[str, Any],
+    listing: Listing = (),
+    on_listing: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """What every template and macro sees besides ref/source/var/config and its own macros."""
     now = datetime.datetime.now(datetime.UTC)
-    statements = Statements(seeds)
+    statements = Statements(seeds, listing, on_listing)
     ctx: dict[str, Any] = {
         "return": return_,
         "adapter": (adapter := Adapter(root, namespaces, search_orders, columns_of, names)),
@@ -369,7 +434,7 @@ def context(
         "print": lambda msg: "",
         "execute": True,
         "flags": Flags(),
-        "run_query": lambda sql: run_query(sql, seeds),
+        "run_query": statements.run_query,
         "statement": statements.statement,
         "load_result": statements.load_result,
         "should_store_failures": lambda: False,

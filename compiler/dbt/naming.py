@@ -178,3 +178,21 @@ def _text(value: Any) -> str | None:
         return None
     text = str(value).strip()
     return None if text in ("", "None") else text
+
+
+def listing(
+    placed: Mapping[str, Placed], nodes: Iterable[Node]
+) -> tuple[tuple[str, str, str, str], ...]:
+    """The project's models (SQL ones and snapshots; an ephemeral model has no relation) and
+    seeds as information_schema.tables lists them: (schema, alias, table type, node name)."""
+    rows = []
+    for node in nodes:
+        where = placed.get(node.id)
+        if where is None or node.kind not in ("model", "seed"):
+            continue
+        materialized = node.config.get("materialized", "view")
+        if materialized == "ephemeral" or node.config.get("language") == "python":
+            continue
+        kind = "VIEW" if node.kind == "model" and materialized == "view" else "BASE TABLE"
+        rows.append((where.schema, where.alias, kind, node.name))
+    return tuple(sorted(rows))

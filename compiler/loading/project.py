@@ -75,6 +75,7 @@ class Project:
             "profile_name": self.spec.profile,
             "type": "spark",
             "schema": self.profile.schema_,
+            "database": None,  # dbt-spark has no databases above schemas
             "threads": 1,
         }
 

@@ -11,6 +11,8 @@ from ..analysis import rules
 from ..analysis.rules import Finding
 from ..analysis.workers import ColumnResult, ColumnTask, ModelResult, ModelTask, Pool, pool_size
 from ..dag.graph import Node, node_id, ref_id
+from ..dbt import jinja as dbtjinja
+from ..dbt import naming
 from ..errors import (
     ProjectError,
     RenderError,
@@ -22,7 +24,7 @@ from ..loading.project import Project
 from ..loading.specs import NodeId
 from ..materializations import INCREMENTAL, materialization
 from ..microbatch import as_time
-from ..rendering.render import RenderContext
+from ..rendering.render import RenderContext, Renderer
 from ..version import VERSION
 from .common import content_hash, suggest
 
@@ -36,15 +38,9 @@ class CompileCache:
     seeds: dict[str, dict[str, str]] = field(default_factory=dict)  # a seed's inferred types
 
 
-def analyze_models(
-    project: Project,
-    ctx: RenderContext,
-    params: dict[str, Any],
-    sources: dict[str, dict[str, str]],
-    workers: int | None,
-    cache: CompileCache,
-) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
-    """`sources`: the columns of every source relation compile knows."""
+def model_configs(project: Project, ctx: RenderContext) -> dict[str, dict[str, Any]]:
+    """Each model's and snapshot's config before it renders: the defaults, its folders' and its
+    properties' (a model's own `config()` goes on top when it renders)."""
     defaults = project.spec.defaults.model_dump(mode="json", exclude_unset=True)
     configs: dict[str, dict[str, Any]] = {}
     for name in sorted(project.models):
@@ -65,6 +61,72 @@ def analyze_models(
                 project.properties[name][0].config.model_dump(mode="json", exclude_unset=True),
             )
         configs[name] = config
+    return configs
+
+
+def preliminary_listing(
+    project: Project, ctx: RenderContext, configs: dict[str, dict[str, Any]], seeds: list[Node]
+) -> dbtjinja.Listing:
+    """The project's relations under dbt's names as information_schema.tables lists them while
+    models render: from their configs before rendering (the driver checks each model that read
+    it against every node's final name). Empty unless a macro or model may query it."""
+    texts = [t for _, t in ctx.macros] + [t for _, f in ctx.packages for _, t in f]
+    texts += [m.text for m in project.models.values()]
+    if not any("information_schema" in t.lower() for t in texts):
+        return ()
+    nodes = [
+        Node(
+            id=node_id("model", name),
+            kind="model",
+            name=name,
+            path=project.models[name].path,
+            tags=tuple(config.get("tags", ())),
+            config={"materialized": "view", **config, **literal_config(project.models[name].text)},
+            versioned=versioned(project, name),
+        )
+        for name, config in configs.items()
+        if config.get("enabled") is not False
+    ]
+    placed, _ = naming.place(project.name, [*nodes, *seeds], ctx.target, Renderer(ctx).macro)
+    return naming.listing(placed, [*nodes, *seeds])
+
+
+def literal_config(text: str) -> dict[str, Any]:
+    """The arguments of a model's `{{ config(...) }}` calls that are literals (`alias='x'`,
+    `materialized='table'`), read from its Jinja without rendering it; {} when it does not
+    parse (its render will say why)."""
+    import jinja2
+    from jinja2 import nodes
+
+    try:
+        tree = jinja2.Environment(extensions=["jinja2.ext.do"]).parse(text)
+    except jinja2.TemplateError:
+        return {}
+    found: dict[str, Any] = {}
+    for call in tree.find_all(nodes.Call):
+        if isinstance(call.node, nodes.Name) and call.node.name == "config":
+            for kw in call.kwargs:
+                if isinstance(kw.value, nodes.Const):
+                    found[kw.key] = kw.value.value
+    return found
+
+
+def versioned(project: Project, name: str) -> str | None:
+    """The versioned model a model is a version of, else None."""
+    return next((n for n, v in project.versions.items() if name in v.models.values()), None)
+
+
+def analyze_models(
+    project: Project,
+    ctx: RenderContext,
+    configs: dict[str, dict[str, Any]],
+    params: dict[str, Any],
+    sources: dict[str, dict[str, str]],
+    workers: int | None,
+    cache: CompileCache,
+) -> tuple[dict[str, ModelResult], dict[str, dict[str, str]]]:
+    """`configs`: model_configs(); `sources`: the columns of every source relation compile
+    knows."""
     ctx = dataclasses.replace(ctx, graph=dbt_graph(project, configs))
     context_key = content_hash(
         sorted(ctx.models),
@@ -77,6 +139,7 @@ def analyze_models(
         sorted(ctx.columns.items()),
         ctx.seeds,
         ctx.graph,
+        ctx.listing,
         params,
         ctx.target,
         VERSION,
@@ -321,9 +384,7 @@ def model_node(project: Project, res: ModelResult, types: dict[str, str]) -> Nod
         lineage=lineage,
         filters=filters,
         uses=res.uses,
-        versioned=next(
-            (n for n, v in project.versions.items() if res.name in v.models.values()), None
-        ),
+        versioned=versioned(project, res.name),
     )
 
 

@@ -26,17 +26,27 @@ class NeedColumns(RenderError):
 class Relation(Mapping[str, Any]):
     """One relation: `str()` is what SQL reads (a quoted name, or a filtered subquery)."""
 
-    def __init__(self, name: str, kind: str, sql: str | None = None) -> None:
-        self.name = self.identifier = self.table = name
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        sql: str | None = None,
+        schema: str = "default",
+        identifier: str | None = None,
+    ) -> None:
+        """`name`: rivc's name of the relation (what its columns are known by); `schema` and
+        `identifier`: dbt's, where compile knows them (a relation information_schema listed)."""
+        self.name = name
+        self.identifier = self.table = identifier or name
+        self.schema = schema
         self.kind = kind  # model, seed, source, ephemeral
         self.sql = sql if sql is not None else quote(name)
         self._data = {
             "metadata": {"type": "SparkRelation"},
-            "path": {"database": None, "schema": "default", "identifier": name},
+            "path": {"database": None, "schema": schema, "identifier": self.identifier},
             "type": "cte" if kind == "ephemeral" else "table",
         }
 
-    schema = "default"
     database = None
 
     def __str__(self) -> str:

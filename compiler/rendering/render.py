@@ -68,6 +68,8 @@ class RenderContext:
     graph: Mapping[str, Any] = field(default_factory=dict)  # dbt's `graph` (nodes/models.py)
     # dbt's versioned models: name -> its versions (loading/versions.py)
     versions: Mapping[str, Versions] = field(default_factory=dict)
+    # the project's relations under dbt's names, for information_schema.tables at compile
+    listing: dbtjinja.Listing = ()
 
 
 class _State:
@@ -121,6 +123,24 @@ class _State:
         if fqn not in self.out.sources:
             self.out.sources.append(fqn)
         return Relation(source_relation(source, table), "source")
+
+    def listed(self) -> None:
+        """The template read information_schema.tables: what it was told is one of its inputs
+        (the driver checks it against every node's final name)."""
+        self.out.uses[LISTING] = listing_digest(self.ctx.listing)
+
+    def relation(
+        self, database: Any = None, schema: Any = None, identifier: Any = None, **_: Any
+    ) -> Relation:
+        """`api.Relation.create`: the project's node of that dbt name read as a ref() (its
+        dependency recorded), else a relation of that name."""
+        for where, alias, _kind, name in self.ctx.listing:
+            if (where, alias) == (schema, identifier):
+                ref = self.ref(name)
+                return Relation(name, "ref", ref.sql, where, alias)
+        name = str(identifier)
+        sql = quote(name) if schema is None else f"{quote(str(schema))}.{quote(name)}"
+        return Relation(name, "table", sql, "default" if schema is None else str(schema))
 
     def columns_of(self, relation: Any) -> list[Column]:
         """`adapter.get_columns_in_relation`: a seed's or source's columns, or a model's once
@@ -244,6 +264,25 @@ _RELATION_ARG = re.compile(r"\s*(ref|source)\(.*\)\s*$", re.S)
 _FAST_FUNCS = frozenset({"ref", "source", "var", "config", "env_var", "is_incremental", "this"})
 
 
+LISTING = "relations:information_schema"  # a Rendered.uses key: what the listing held
+
+
+def listing_digest(listing: dbtjinja.Listing) -> str:
+    return dbtjinja.digest(json.dumps(sorted(listing)))
+
+
+class _Api:
+    """dbt's `api`: `api.Relation.create(database=, schema=, identifier=, type=)`."""
+
+    def __init__(self, state: _State) -> None:
+        self.Relation = _RelationApi(state)
+
+
+class _RelationApi:
+    def __init__(self, state: _State) -> None:
+        self.create = state.relation
+
+
 class Renderer:
     """Renders models and tests; one per process, reused for every template."""
 
@@ -274,8 +313,11 @@ class Renderer:
                 ctx.models,
                 ctx.seeds,
                 ctx.graph,
+                ctx.listing,
+                s.listed,
             )
         )
+        self.common["api"] = _Api(s)
         # macros render as in dbt, an undefined name printing nothing (packages rely on it)
         for name, files in ((ctx.project, ctx.macros), *ctx.packages):
             env = self._environment(jinja2.Undefined)

@@ -921,3 +921,89 @@ def test_microbatch_filters_a_dbt_source_by_its_event_time_as_dbt_does(tmp_path)
     with duckdb.connect(str(tmp_path / "mbs.duckdb"), read_only=True) as con:
         expected = sorted(con.sql("select id, doubled, seen from main.daily").fetchall())
     assert got == expected == [(1, 20, 2), (2, 22, 2), (3, 24, 2), (4, 26, 2), (5, 28, 1)]
+
+
+LISTED = {
+    "dbt_project.yml": "name: listed\nversion: '1.0'\nprofile: listed\n"
+    "seeds:\n  listed:\n    +schema: events\n"
+    "models:\n  listed:\n    +materialized: table\n    late:\n      +schema: events\n",
+    "seeds/data_events_20180101.csv": "user_id,event\n1,play\n2,pause\n",
+    "seeds/data_events_20180102.csv": "user_id,event\n3,play\n",
+    "seeds/data_events_20180103.csv": "user_id,event\n4,stop\n",
+    "models/late/data_events_late.sql": "select 9 as user_id, 'late' as event\n",
+    "models/late/data_events_0103_view.sql": "{{ config(materialized='view', alias='data_events_x') }}\n"
+    "select 8 as user_id, 'view' as event\n",
+    "models/other.sql": "select 1 as user_id\n",
+    # what dbt_utils' get_relations_by_pattern does, written for this test
+    "macros/relations_like.sql": """
+{% macro relations_like(schema_pattern, table_pattern, exclude='') %}
+  {% call statement('tables', fetch_result=True) %}
+    select distinct table_schema as table_schema, table_name as table_name
+    from information_schema.tables
+    where table_schema ilike '{{ schema_pattern }}' and table_name ilike '{{ table_pattern }}'
+      and table_name not ilike '{{ exclude }}'
+    order by table_name
+  {% endcall %}
+  {% set found = [] %}
+  {% for row in load_result('tables')['table'] %}
+    {% do found.append(api.Relation.create(
+        database=target.database, schema=row.table_schema, identifier=row.table_name)) %}
+  {% endfor %}
+  {{ return(found) }}
+{% endmacro %}
+""",
+    "models/unioned.sql": """-- depends_on: {{ ref('data_events_late') }}
+{% set relations = relations_like(target.schema ~ '%', 'data_events_%', '%0103') %}
+{% for r in relations %}
+select user_id, event, '{{ r.identifier }}' as source from {{ r }}
+{% if not loop.last %}union all{% endif %}
+{% endfor %}
+""",
+}
+
+
+def test_information_schema_lists_the_projects_relations_at_compile_as_dbt_finds_them(tmp_path):
+    """A model that lists relations through information_schema.tables (dbt_utils'
+    get_relations_by_pattern, get_relations_by_prefix) and unions them: rivc answers from the
+    project's relations under dbt's names while compiling, dbt-duckdb from its database; the same
+    rows. A model's literal config() arguments are read before it renders; one whose config()
+    computes another name for a listed relation is refused at compile."""
+    project = write_files(tmp_path / "dbt", LISTED)
+    duckdb_profile(tmp_path, "listed", tmp_path / "listed.duckdb")
+    dbt("build", project, tmp_path / "profiles")
+    with duckdb.connect(str(tmp_path / "listed.duckdb"), read_only=True) as con:
+        theirs = sorted(con.execute("select * from main.unioned").fetchall())
+    assert [r[2] for r in theirs] == [
+        "data_events_20180101",
+        "data_events_20180101",
+        "data_events_20180102",
+        "data_events_x",  # a view its own config() names
+        "data_events_late",
+    ]
+
+    root = write_files(tmp_path / "rivc", LISTED)
+    done = rivc(root, "build")
+    assert done.exit_code == 0, done.output
+    ours = DeltaTable(str(root / "warehouse" / "unioned")).to_pyarrow_table().to_pylist()
+    assert sorted(tuple(r.values()) for r in ours) == theirs
+    manifest = json.loads((root / "target/manifest.json").read_text())
+    deps = manifest["nodes"]["model.listed.unioned"]["depends_on"]["nodes"]
+    assert sorted(deps) == [
+        "model.listed.data_events_0103_view",
+        "model.listed.data_events_late",
+        "seed.listed.data_events_20180101",
+        "seed.listed.data_events_20180102",
+    ]
+
+    moved = write_files(
+        tmp_path / "moved",
+        {
+            **LISTED,
+            "models/late/data_events_late.sql": "{{ config(alias=var('to', 'data_events_zz')) }}\n"
+            + LISTED["models/late/data_events_late.sql"],
+        },
+    )
+    refused = rivc(moved, "compile")
+    assert refused.exit_code == 2
+    assert "models/unioned.sql" in refused.output
+    assert "data_events_late is named by a model's own config()" in refused.output

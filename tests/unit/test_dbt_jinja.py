@@ -326,3 +326,40 @@ def test_a_query_of_a_seed_runs_while_compiling_and_test_configs_come_from_the_m
     assert (first.config["fail_calc"], first.config["severity"]) == ("max(diff)", "warn")
     assert (second.config["severity"], second.config["error_if"]) == ("error", ">100")
     assert second.depends_on == ["model:labels", "model:stg"]
+
+
+def test_information_schema_tables_lists_the_projects_relations_by_dbt_name():
+    """run_query of information_schema.tables at compile reads the listing (any catalog before
+    it, as dbt_utils renders `None.information_schema.tables` on dbt-spark); its rows are read
+    by column name, as agate's are."""
+    from rivc.compiler.dbt.jinja import run_query
+
+    told: list[bool] = []
+    listing = (
+        ("analytics", "orders", "BASE TABLE", "orders"),
+        ("analytics_raw", "raw_orders", "BASE TABLE", "raw_orders"),
+        ("analytics", "stg_orders", "VIEW", "stg_orders"),
+    )
+    table = run_query(
+        "select table_schema, table_name, table_type from None.information_schema.tables "
+        "where table_schema ilike 'analytics%' and table_name ilike '%orders' "
+        "and table_name not ilike 'stg%' order by table_name",
+        (),
+        listing,
+        lambda: told.append(True),
+    )
+    assert told == [True]
+    assert [(r.table_schema, r["table_name"], r[2]) for r in table] == [
+        ("analytics", "orders", "BASE TABLE"),
+        ("analytics_raw", "raw_orders", "BASE TABLE"),
+    ]
+    assert run_query("select 1 as x", (), listing, lambda: told.append(False)).rows == [(1,)]
+    assert told == [True]
+
+
+def test_a_models_literal_config_arguments_are_read_without_rendering_it():
+    from rivc.compiler.nodes.models import literal_config
+
+    text = "{{ config(materialized='table', alias='x', schema=var('s'), tags=['a']) }}\nselect 1"
+    assert literal_config(text) == {"materialized": "table", "alias": "x"}
+    assert literal_config("{{ config(alias='x' }}") == {}  # its render says why
