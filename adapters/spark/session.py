@@ -88,7 +88,10 @@ def session_conf(spec: SparkSpec, state_dir: Path | None = None) -> dict[str, st
         {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in spec.conf.items()}
     )
     java = "spark.driver.extraJavaOptions"  # the profile's -D options come last and win
-    conf[java] = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J.as_uri()} {conf[java]}"
+    ours = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J.as_uri()}"
+    if spec.metastore == "embedded":  # Derby's derby.log beside its database, not in the cwd
+        ours += f" -Dderby.system.home={(state_dir or Path('.rivc')).resolve()}"
+    conf[java] = f"{ours} {conf[java]}"
     return conf
 
 
@@ -102,7 +105,6 @@ def metastore_conf(spec: SparkSpec, state_dir: Path | None) -> dict[str, str]:
         where = (state_dir or Path(".rivc")).resolve() / "metastore"
         url = f"jdbc:derby:;databaseName={where};create=true"
         conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = url
-        conf["spark.hadoop.derby.system.home"] = str(where.parent)
     else:
         conf["spark.hadoop.hive.metastore.uris"] = spec.metastore
     return conf

@@ -182,8 +182,10 @@ def test_an_embedded_metastore_names_the_tables_for_the_next_spark(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,
     )
     assert read.returncode == 0, read.stderr[-3000:]
+    assert not (root / "derby.log").exists() and (root / ".rivc" / "derby.log").exists()
     assert json.loads(read.stdout.splitlines()[-1]) == {
         "raw.people": [[1, "Ann"], [2, "Bo"]],
         "analytics.general_ledger": [[1, 0], [2, 0]],
