@@ -254,7 +254,7 @@ def maintain(
 
     from ..ingest.retention import retain
     from ..lake import deltatable
-    from ..lake.metastore import publish
+    from ..lake.metastore import name_table
     from ..plane.base import Can, SinkContext
     from ..plane.registry import sink_for
     from ..run.runtime import Runtime
@@ -295,7 +295,7 @@ def maintain(
             placed = plan.nodes[nid].placed if named and plan.nodes[nid].stored else None
             renamed = None
             if placed:  # the name on the current files before any VACUUM (a killed run's)
-                renamed = partial(publish, runtime.spark, placed, uri, store)
+                renamed = partial(name_table, runtime.spark, placed, uri, store)
                 renamed()
             done = deltatable.maintain(uri, store, retain_hours, dry_run, compacted=renamed)
             click.echo(f"{nid}: {deltatable.maintained(done, dry_run)}")

@@ -16,6 +16,10 @@ register is left alone (an error naming it).
 A run killed between a commit and the registration leaves the name on the snapshot before, whose
 files stay until VACUUM; the next run that builds or reuses the node, and `rivc maintain`
 before its VACUUM, point it at the current one.
+
+A view model is a view of the metastore, its SQL reading its parents by their names there
+(`name_view`); one that reads a relation without a name there (a rivc source's landing table)
+is not named, with a warning.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ EMPTY = "_rivc_empty"  # the folder an empty table's entry points at (Spark need
 GLOB = set("\\{}[]*?,^")  # what Hadoop's glob reads as syntax in a file's name
 
 
-def publish(spark: SparkSession, placed: Placed, uri: str, store: Store) -> str | None:
+def name_table(spark: SparkSession, placed: Placed, uri: str, store: Store) -> str | None:
     """Point `placed`'s name at the table's current snapshot; returns why it was not (a table
     on an object store, whose files Spark reaches through its own Hadoop filesystem and
     settings), or None."""
@@ -105,3 +109,50 @@ def _columns(schema: pa.Schema, parts: list[str]) -> list[tuple[str, str]]:
 
     typed = [(f.name, from_arrow_type(f.type).simpleString()) for f in schema]
     return [c for c in typed if c[0] not in parts] + [c for c in typed if c[0] in parts]
+
+
+VIEW_PROPERTY = "rivc.view"  # the warehouse and node a catalog view is made for
+
+
+def name_view(
+    spark: SparkSession,
+    placed: Placed,
+    sql: str,
+    parents: dict[str, Placed | None],
+    owner: str,
+) -> str | None:
+    """`placed` as a view of the metastore over `sql`, whose relations (rivc's names of the
+    node's parents, `parents`) are read by their names there; returns why it was not made (a
+    parent without a name there: None in `parents`), or None. `owner` marks the view as this
+    project's: a view or table of that name that is not is left alone (an error naming it)."""
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(sql, read="spark")
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    for table in list(tree.find_all(exp.Table)):
+        if table.db or table.name in ctes or table.name not in parents:
+            continue
+        where = parents[table.name]
+        if where is None:
+            return (
+                f"view {placed.relation_name} is not named in the metastore: it reads "
+                f"{table.name}, which has no name there"
+            )
+        named = exp.table_(where.alias, where.schema, alias=table.alias or None)
+        table.replace(named)
+    name = f"{quote(placed.schema)}.{quote(placed.alias)}"
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(placed.schema)}")
+    if spark.catalog.tableExists(name):
+        props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
+        if props.get(VIEW_PROPERTY) != owner:
+            raise ConnectorError(
+                f"{placed.relation_name} in Spark's catalog is not this project's view "
+                f"{owner}: rename the node (alias or schema) or drop that relation"
+            )
+    spark.sql(
+        f"CREATE OR REPLACE VIEW {name} "
+        f"TBLPROPERTIES ({literal(VIEW_PROPERTY)} = {literal(owner)}) "
+        f"AS {tree.sql(dialect='spark')}"
+    )
+    return None

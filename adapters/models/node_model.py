@@ -34,14 +34,25 @@ def run_model(rt: Runtime, nid: str, node: ManifestNode) -> NodeResult:
 
 
 def publish(rt: Runtime, node: ManifestNode) -> None:
-    """A stored node's table named in the profile's metastore as dbt-spark names it
-    (lake/metastore.py): after each build, and when it is reused (a run killed before naming
-    it left the name on the snapshot before)."""
-    if not (node.stored and node.placed and rt.plan.profile.spark.hive):
+    """A node named in the profile's metastore as dbt-spark names it (lake/metastore.py): a
+    stored node's table after each build, and when it is reused (a run killed before naming it
+    left the name on the snapshot before); a view model as a view over its parents' names."""
+    if node.placed is None or not rt.plan.profile.spark.hive:
         return
-    from ..lake.metastore import publish as name_table
+    from ..lake.metastore import name_table, name_view
 
-    uri = rt.table_uri(node)
-    why = name_table(rt.spark, node.placed, uri, rt.plan.store(uri))
+    if node.stored:
+        uri = rt.table_uri(node)
+        why = name_table(rt.spark, node.placed, uri, rt.plan.store(uri))
+    elif node.materialization.relation:
+        parents = {}
+        for pid in node.depends_on:
+            parent = rt.plan.nodes[pid]
+            named = parent.kind in ("model", "seed") and parent.materialization.relation
+            parents[parent.relation or parent.name] = parent.placed if named else None
+        owner = f"{rt.plan.warehouse}#{node.name}"
+        why = name_view(rt.spark, node.placed, rt.plan.sql(node.id), parents, owner)
+    else:
+        return
     if why:
         rt.on_warning(why)
