@@ -140,6 +140,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listening(port: int, proc: subprocess.Popen[bytes], log: Path, within_s: float = 120) -> None:
+    """Wait until a server started as `proc` listens on `port`; raise with the end of its `log`
+    when it ended or `within_s` passed."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{log.name}: {log.read_text()[-3000:]}") from None
+            time.sleep(0.5)
+
+
 def answers(server: subprocess.Popen[bytes], url: str, within_s: float) -> None:
     """Wait until `url` answers a GET; raise when `server` ended or `within_s` passed."""
     import urllib.request
@@ -451,17 +465,7 @@ def hive_metastore(folder: Path) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the metastore did not start: {(folder / 'metastore.log').read_text()[-2000:]}"
-                    ) from None
-                time.sleep(0.5)
+        listening(port, proc, folder / "metastore.log")
         yield f"thrift://127.0.0.1:{port}"
     finally:
         proc.kill()
@@ -485,9 +489,15 @@ def dbt_parse(
         f"names:\n  target: {target}\n  outputs:\n    {target}: "
         f"{{type: duckdb, path: '{tmp / 'names.duckdb'}', schema: {schema}, threads: 1}}\n"
     )
+    dbt("parse", project, project)
+    return json.loads((project / "target/manifest.json").read_text())
+
+
+def dbt(command: str, project: Path, profiles: Path) -> None:
+    """`dbt COMMAND` in `project` (dbt-core with dbt-duckdb); it must succeed."""
     env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
     done = subprocess.run(
-        [str(DBT), "parse", "--profiles-dir", str(project)],
+        [str(DBT), *command.split(), "--profiles-dir", str(profiles)],
         cwd=project,
         env=env,
         capture_output=True,
@@ -495,4 +505,3 @@ def dbt_parse(
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:]
-    return json.loads((project / "target/manifest.json").read_text())

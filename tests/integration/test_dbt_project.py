@@ -19,13 +19,11 @@ import pytest
 from dbt_artifacts_parser.parser import parse_catalog, parse_run_results
 from deltalake import DeltaTable
 
-from rivc_testing import last_run, rivc, run_rivc, write_files
+from rivc_testing import DBT, dbt, last_run, rivc, run_rivc, write_files
 
 pytestmark = pytest.mark.integration
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dbt_shop"
-TOOLS = Path(os.environ.get("RIVC_TOOLS", Path.home() / ".cache" / "rivc-tools"))
-DBT = TOOLS / "dbt" / "bin" / "dbt"  # scripts/test-setup.sh installs it
 TABLES = (
     "raw_customers",
     "raw_orders",
@@ -54,20 +52,6 @@ def duckdb_profile(tmp: Path, name: str, database: Path) -> None:
         f"{name}:\n  target: dev\n  outputs:\n"
         f"    dev: {{type: duckdb, path: '{database}', threads: 1}}\n"
     )
-
-
-def dbt(command: str, project: Path, profiles: Path) -> None:
-    """`dbt COMMAND` in `project` (dbt-core with dbt-duckdb); it must succeed."""
-    env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
-    done = subprocess.run(
-        [str(DBT), *command.split(), "--profiles-dir", str(profiles)],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:]
 
 
 def without_hash(uid: str) -> str:

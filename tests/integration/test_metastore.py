@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ import pytest
 from deltalake import DeltaTable
 
 from rivc_testing import DBT_NAMES as FIXTURE
-from rivc_testing import dbt_parse, free_port, hive_metastore, run_rivc
+from rivc_testing import dbt_parse, free_port, hive_metastore, listening, run_rivc
 
 pytestmark = pytest.mark.integration
 
@@ -256,16 +255,7 @@ def thrift_server(folder: Path, metastore: str) -> Iterator[int]:
     env = {**os.environ, "SPARK_HOME": str(SPARK_HOME)}
     proc = subprocess.Popen([*args, "spark-internal"], env=env, stdout=log, stderr=log, cwd=folder)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, (
-                    folder / "thrift.log"
-                ).read_text()[-3000:]
-                time.sleep(0.5)
+        listening(port, proc, folder / "thrift.log")
         yield port
     finally:
         proc.terminate()
