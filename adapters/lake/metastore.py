@@ -10,8 +10,8 @@ columns the Delta table's with their types (a file written before a column was a
 as NULL). The Delta log stays the truth: rivc itself reads the log, never the name, and each
 build of a stored node points the name at its new snapshot in one metastore call (`ALTER TABLE
 ... SET LOCATION`); a node whose columns changed is dropped and created again. The entry is
-external and carries `rivc.table`, the Delta table it names: a table of that name rivc did not
-register is left alone (an error naming it).
+external and carries `rivc.node`, the node's warehouse location: a relation of that name rivc
+did not make for that node is left alone (an error naming it).
 
 A run killed between a commit and the registration leaves the name on the snapshot before, whose
 files stay until VACUUM; the next run that builds or reuses the node, and `rivc maintain`
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from rivc.compiler.emit.manifest import Placed
 
-PROPERTY = "rivc.table"  # the Delta table a catalog entry names
+PROPERTY = "rivc.node"  # the warehouse location of the node a catalog entry names
 EMPTY = "_rivc_empty"  # the folder an empty table's entry points at (Spark needs one to list)
 GLOB = set("\\{}[]*?,^")  # what Hadoop's glob reads as syntax in a file's name
 
@@ -57,20 +57,15 @@ def name_table(spark: SparkSession, placed: Placed, uri: str, store: Store) -> s
     parts = list(dt.metadata().partition_columns)
     columns = _columns(deltatable.table_schema(dt), parts)
     location = _location(uri, [f.uri for f in files])
-    name = f"{quote(placed.schema)}.{quote(placed.alias)}"
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(placed.schema)}")
-    if spark.catalog.tableExists(name):
-        props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
-        if props.get(PROPERTY) != _folder(uri):
-            raise ConnectorError(
-                f"{placed.relation_name} in Spark's catalog is not this warehouse's table "
-                f"{_folder(uri)}: rename the node (alias or schema) or drop that table"
-            )
+    name = _name(spark, placed)
+    kind = _ours(spark, placed, name, _folder(uri))
+    if kind == "TABLE":
         have = [(c.name, c.dataType) for c in spark.catalog.listColumns(name)]
         if have == columns:
             spark.sql(f"ALTER TABLE {name} SET LOCATION {literal(location)}")
             return None
-        spark.sql(f"DROP TABLE {name}")  # external: the files stay
+    if kind is not None:  # other columns, or the node's view before: external, the files stay
+        spark.sql(f"DROP {kind} {name}")
     ddl = ", ".join(f"{quote(c)} {t}" for c, t in columns)
     # a partition folder sits in the folder of the write that made its file (rivc-batch-...),
     # which Spark's partition discovery would take for another layout: the partition columns
@@ -83,6 +78,26 @@ def name_table(spark: SparkSession, placed: Placed, uri: str, store: Store) -> s
         f"TBLPROPERTIES ({literal(PROPERTY)} = {literal(_folder(uri))})"
     )
     return None
+
+
+def _name(spark: SparkSession, placed: Placed) -> str:
+    """`placed`'s quoted name, its schema made if the metastore lacks it."""
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(placed.schema)}")
+    return f"{quote(placed.schema)}.{quote(placed.alias)}"
+
+
+def _ours(spark: SparkSession, placed: Placed, name: str, owner: str) -> str | None:
+    """What the catalog holds under `name` for the node at `owner`: TABLE, VIEW, or None
+    (nothing); a relation another made is an error naming it (rivc leaves it alone)."""
+    if not spark.catalog.tableExists(name):
+        return None
+    props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
+    if props.get(PROPERTY) != owner:
+        raise ConnectorError(
+            f"{placed.relation_name} in Spark's catalog is not this warehouse's {owner}: "
+            "rename the node (alias or schema) or drop that relation"
+        )
+    return "VIEW" if spark.catalog.getTable(name).tableType == "VIEW" else "TABLE"
 
 
 def _folder(uri: str) -> str:
@@ -111,9 +126,6 @@ def _columns(schema: pa.Schema, parts: list[str]) -> list[tuple[str, str]]:
     return [c for c in typed if c[0] not in parts] + [c for c in typed if c[0] in parts]
 
 
-VIEW_PROPERTY = "rivc.view"  # the warehouse and node a catalog view is made for
-
-
 def name_view(
     spark: SparkSession,
     placed: Placed,
@@ -123,8 +135,8 @@ def name_view(
 ) -> str | None:
     """`placed` as a view of the metastore over `sql`, whose relations (rivc's names of the
     node's parents, `parents`) are read by their names there; returns why it was not made (a
-    parent without a name there: None in `parents`), or None. `owner` marks the view as this
-    project's: a view or table of that name that is not is left alone (an error naming it)."""
+    parent without a name there: None in `parents`), or None. `owner`: the node's warehouse
+    location, which marks the view as its own."""
     import sqlglot
     from sqlglot import exp
 
@@ -141,18 +153,12 @@ def name_view(
             )
         named = exp.table_(where.alias, where.schema, alias=table.alias or None)
         table.replace(named)
-    name = f"{quote(placed.schema)}.{quote(placed.alias)}"
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(placed.schema)}")
-    if spark.catalog.tableExists(name):
-        props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
-        if props.get(VIEW_PROPERTY) != owner:
-            raise ConnectorError(
-                f"{placed.relation_name} in Spark's catalog is not this project's view "
-                f"{owner}: rename the node (alias or schema) or drop that relation"
-            )
+    name = _name(spark, placed)
+    if _ours(spark, placed, name, _folder(owner)) == "TABLE":  # the node's table before
+        spark.sql(f"DROP TABLE {name}")
     spark.sql(
         f"CREATE OR REPLACE VIEW {name} "
-        f"TBLPROPERTIES ({literal(VIEW_PROPERTY)} = {literal(owner)}) "
+        f"TBLPROPERTIES ({literal(PROPERTY)} = {literal(_folder(owner))}) "
         f"AS {tree.sql(dialect='spark')}"
     )
     return None

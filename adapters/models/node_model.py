@@ -50,7 +50,7 @@ def publish(rt: Runtime, node: ManifestNode) -> None:
             parent = rt.plan.nodes[pid]
             named = parent.kind in ("model", "seed") and parent.materialization.relation
             parents[parent.relation or parent.name] = parent.placed if named else None
-        owner = f"{rt.plan.warehouse}#{node.name}"
+        owner = rt.table_uri(node)  # where its table would be: the node's place
         why = name_view(rt.spark, node.placed, rt.plan.sql(node.id), parents, owner)
     else:
         return

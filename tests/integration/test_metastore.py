@@ -5,7 +5,9 @@ schema and alias, the project's own naming macros, a version, two snapshots, a s
 partitioned incremental model whose partition values hold glob characters and a model of edge
 values. The names expected are dbt-core's (`dbt parse`), the rows deltalake's reading of the
 same Delta tables. A run killed between a commit and the naming leaves the name on the snapshot
-before; the next run moves it; `rivc maintain` compacts and VACUUMs without losing a row."""
+before; the next run moves it; `rivc maintain` compacts and VACUUMs without losing a row. The
+runs share the project's warm server (started with the metastore); the embedded metastore's
+test runs in a process's own Spark."""
 
 from __future__ import annotations
 
@@ -51,11 +53,16 @@ def test_a_dbt_projects_tables_are_read_by_their_dbt_names_through_the_thrift_se
     shutil.copytree(FIXTURE, root)
     (root / "models/marts/parted.sql").write_text(PARTED)
     (root / "models/edges.sql").write_text(EDGES)
-    with ThreadPoolExecutor(1) as pool, hive_metastore(tmp_path / "hms") as uri:
+    with (
+        ThreadPoolExecutor(1) as pool,
+        hive_metastore(tmp_path / "hms") as uri,
+        warm_server_stopped(root),
+    ):
         parsed = pool.submit(dbt_parse, tmp_path, "analytics", "dev", root)  # beside rivc's build
         (root / "profiles.yml").write_text(
             "names:\n  target: dev\n  outputs:\n    dev: {type: spark, method: session, "
-            f"schema: analytics, spark: {{master: 'local[1]', metastore: '{uri}'}}}}\n"
+            f"schema: analytics, spark: {{master: 'local[1]', metastore: '{uri}', "
+            "server: auto}}\n"  # the runs share the warm server, which has the metastore too
         )
         done = run_rivc(root, None, "build")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -167,8 +174,28 @@ def test_a_dbt_projects_tables_are_read_by_their_dbt_names_through_the_thrift_se
             )
             clash = run_rivc(root, None, "run", "--select", "top_level")
             assert clash.returncode == 1
-            assert f"{s}.{a} in Spark's catalog is not this warehouse's table" in clash.stdout
+            assert f"{s}.{a} in Spark's catalog is not this warehouse's" in clash.stdout
             assert beeline(port, [f"SELECT * FROM {s}.{a}"]) == [[["42"]]]
+
+            # a view model made a table, and a view again: the name follows each time
+            stg = root / "models/staging/stg_people.sql"
+            text = stg.read_text()
+            kinds = []
+            for config in ("{{ config(materialized='table') }}\n", ""):
+                stg.write_text(config + text)
+                again = run_rivc(root, None, "run", "--select", "stg_people")
+                assert again.returncode == 0, again.stdout[-3000:]
+                time.sleep(2)
+                described, rows = beeline(
+                    port,
+                    [
+                        "DESCRIBE TABLE EXTENDED analytics_staging.stg_people",
+                        "SELECT count(*) FROM analytics_staging.stg_people",
+                    ],
+                )
+                kinds.append(next(r[1] for r in described if r[0] == "Type"))
+                assert rows == [["5"]]
+            assert kinds == ["EXTERNAL", "VIEW"]
 
 
 def test_an_embedded_metastore_names_the_tables_for_the_next_spark(tmp_path):
@@ -217,6 +244,15 @@ out = {
 }
 print(json.dumps(out))
 """
+
+
+@contextmanager
+def warm_server_stopped(root: Path) -> Iterator[None]:
+    """The project's warm server (`server: auto` starts it) stopped on the way out."""
+    try:
+        yield
+    finally:
+        run_rivc(root, None, "server", "stop")
 
 
 def snapshot(root: Path, name: str) -> set[str]:
