@@ -42,9 +42,16 @@ from {{ ref('people') }}
 """
 
 EDGES = """select 1 as id, cast(12345678901234.567 as decimal(17,3)) as amount,
-  timestamp'1969-12-31 23:59:59.999999' as at, date'0001-01-01' as day, 'tab\there ''q'' é' as text
+  timestamp'1969-12-31 23:59:59.999999' as at, date'0001-01-01' as day, 'tab\there ''q'' é' as text,
+  cast('NaN' as double) as f, cast('99999999999999999999999999999999999999' as decimal(38,0)) as big
 union all
-select 2, cast(null as decimal(17,3)), cast(null as timestamp), cast(null as date), cast(null as string)
+select 2, cast(null as decimal(17,3)), cast(null as timestamp), cast(null as date),
+  cast(null as string), cast(null as double), cast(null as decimal(38,0))
+union all
+select 3, cast(-0.001 as decimal(17,3)), timestamp'9999-12-31 23:59:59.999999', date'9999-12-31',
+  'NULL', cast('Infinity' as double), cast('-99999999999999999999999999999999999999' as decimal(38,0))
+union all
+select 4, 0, timestamp'2024-03-10 02:30:00', date'1970-01-01', '', cast('-Infinity' as double), 0
 """
 
 
@@ -101,7 +108,8 @@ def test_a_dbt_projects_tables_are_read_by_their_dbt_names_through_the_thrift_se
                 port,
                 [
                     f"SELECT id, cast(amount as string), cast(at as string), cast(day as string), "
-                    f"coalesce(hex(encode(text, 'UTF-8')), 'NULL') FROM {s}.{a} ORDER BY id"
+                    f"coalesce(hex(encode(text, 'UTF-8')), 'NULL'), cast(f as string), "
+                    f"cast(big as string) FROM {s}.{a} ORDER BY id"
                 ],
             )
             assert edges == [
@@ -111,8 +119,20 @@ def test_a_dbt_projects_tables_are_read_by_their_dbt_names_through_the_thrift_se
                     "1969-12-31 23:59:59.999999",
                     "0001-01-01",
                     "tab\there 'q' é".encode().hex().upper(),
+                    "NaN",
+                    "9" * 38,
                 ],
-                ["2", "NULL", "NULL", "NULL", "NULL"],
+                ["2", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL"],
+                [
+                    "3",
+                    "-0.001",
+                    "9999-12-31 23:59:59.999999",
+                    "9999-12-31",
+                    b"NULL".hex().upper(),  # the text NULL, not a NULL
+                    "Infinity",
+                    "-" + "9" * 38,
+                ],
+                ["4", "0.000", "2024-03-10 02:30:00", "1970-01-01", "", "-Infinity", "0"],
             ]
             s, a = stored["parted"]
 
